@@ -1,0 +1,394 @@
+"""A lab guest: Debian's 6.1 kernel under QEMU with an emulated Intel IOMMU.
+
+The guest sees the host's root read-only over 9p (so host-built binaries run
+unchanged), the repository at the same path, and the devices it was given,
+each behind its own PCIe root port so it can be hot-unplugged and has its own
+IOMMU group.  Commands run through the agent (lab/agent.py); QEMU is driven
+through QMP (the qemu.qmp package).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qemu.qmp import ConnectError
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from . import config, initramfs
+from .agent import AgentClient, AgentGone, CommandResult, GuestProcess, OutputSink
+from .devices import NIC, SOUND, STORAGE, Device, lookup
+from .errors import LabError
+
+SPARE_ROOT_PORTS = 2          # empty hot-plug slots besides one per device
+DISK_MIB = 64
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Inside the guest the slirp network is 10.0.2.0/24 and its gateway, 10.0.2.2,
+# is the host's 127.0.0.1: a server the host runs on loopback is reachable there.
+SLIRP_GUEST_IP = "10.0.2.15"
+SLIRP_GATEWAY = "10.0.2.2"
+
+
+class GuestFailed(LabError):
+    """The guest panicked, hung or stopped; the message carries its console tail."""
+
+
+def _die_with_parent() -> None:
+    """QEMU gets SIGKILL if the Python process that started it dies, however it dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _pyenv_free_path() -> str:
+    """The guest's PATH: this interpreter's own directory first, then the usual ones."""
+    return f"{Path(sys.executable).resolve().parent}:{GUEST_PATH}"
+
+
+@dataclass
+class PlacedDevice:
+    device: Device
+    id: str               # QEMU id, e.g. "nic0"
+    port: str             # the root port it sits on
+    mac: str | None = None
+
+
+@dataclass
+class Guest:
+    devices: list[str] = field(default_factory=lambda: ["e1000"])
+    memory_mib: int | None = None
+    cpus: int | None = None
+    kvm: bool = False
+    netdev: str = "user"              # "user" (slirp) or "tap:<ifname-prefix>" (see lab/netns.py)
+    incoming: bool = False            # start paused, waiting for a live migration
+    extra_append: str = ""
+    share_dir: Path | None = None     # host directory mounted read-write at /run/lab
+    console: OutputSink | None = None  # called with the guest's console output, if set
+
+    def __post_init__(self) -> None:
+        d = config.guest_defaults()
+        self.memory_mib = self.memory_mib or d.memory_mib
+        self.cpus = self.cpus or d.cpus
+        self.kernel = config.kernel()
+        self.rundir = Path(tempfile.mkdtemp(prefix="understudy-lab-"))
+        self.placed: list[PlacedDevice] = []
+        for i, name in enumerate(self.devices):
+            dev = lookup(name)
+            mac = f"52:54:00:12:34:{0x56 + i:02x}" if dev.kind == NIC else None
+            prefix = {NIC: "nic", STORAGE: "disk", SOUND: "snd"}[dev.kind]
+            self.placed.append(PlacedDevice(dev, f"{prefix}{i}", f"rp{i}", mac))
+        self.free_ports = [f"rp{len(self.placed) + i}" for i in range(SPARE_ROOT_PORTS)]
+        self.qemu: subprocess.Popen | None = None
+        self.qmp: QEMUMonitorProtocol | None = None
+        self.agent = AgentClient(str(self.rundir / "agent.sock"))
+        self._console_log = self.rundir / "console.log"
+
+    # -- QEMU command line ---------------------------------------------------
+
+    def _netdev_args(self, pd: PlacedDevice) -> list[str]:
+        if self.netdev == "user":
+            return ["-netdev", f"user,id=net-{pd.id}"]
+        prefix = self.netdev.split(":", 1)[1]
+        return ["-netdev", f"tap,id=net-{pd.id},ifname={prefix}{pd.id},script=no,downscript=no"]
+
+    def device_args(self, pd: PlacedDevice) -> list[str]:
+        """-device (and backend) arguments for one catalogue device on its root port."""
+        dev, bus = pd.device, pd.port
+        if dev.kind == NIC:
+            return [*self._netdev_args(pd), "-device",
+                    f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"]
+        if dev.kind == SOUND:
+            return ["-audiodev", f"none,id=audio-{pd.id}",
+                    "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]
+        image = self.rundir / f"{pd.id}.img"
+        with open(image, "wb") as f:
+            f.truncate(DISK_MIB << 20)
+        drive = ["-drive", f"if=none,id=drv-{pd.id},file={image},format=raw"]
+        if dev.qemu_model == "lsi53c895a":
+            return [*drive, "-device", f"lsi53c895a,id={pd.id},bus={bus}",
+                    "-device", f"scsi-hd,drive=drv-{pd.id},bus={pd.id}.0"]
+        serial = f",serial=lab{pd.id}" if dev.qemu_model == "nvme" else ""
+        return [*drive, "-device", f"{dev.qemu_model},id={pd.id},drive=drv-{pd.id},bus={bus}{serial}"]
+
+    def qemu_argv(self) -> list[str]:
+        k = self.kernel
+        append = " ".join([
+            "console=ttyS0", "panic=-1", "intel_iommu=on", "loglevel=4",
+            "tsc=reliable", "no_timer_check",
+            f"LAB_KREL={k.release}", f"LAB_KMODULES={k.modules}",
+            f"LAB_SHARE={1 if self.share_dir else ''}", self.extra_append,
+        ]).strip()
+        accel = "kvm" if self.kvm else "tcg,thread=multi"
+        argv = [
+            "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
+            "-machine", "q35", "-accel", accel, "-cpu", "max" if not self.kvm else "host",
+            "-m", str(self.memory_mib), "-smp", str(self.cpus), "-no-reboot",
+            "-device", "intel-iommu",
+            "-kernel", str(k.vmlinuz), "-initrd", str(initramfs.build(k)), "-append", append,
+            "-chardev", f"file,id=console,path={self._console_log}", "-serial", "chardev:console",
+            "-chardev", f"socket,id=agent,path={self.rundir / 'agent.sock'},server=on,wait=off",
+            "-serial", "chardev:agent",
+            "-qmp", f"unix:{self.rundir / 'qmp.sock'},server=on,wait=off",
+            "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
+        ]
+        if self.share_dir:
+            argv += ["-fsdev", f"local,id=labshare,path={self.share_dir},security_model=none,multidevs=remap",
+                     "-device", "virtio-9p-pci,fsdev=labshare,mount_tag=labshare"]
+        for i, port in enumerate([pd.port for pd in self.placed] + self.free_ports):
+            argv += ["-device", f"pcie-root-port,id={port},chassis={i + 1},slot={i + 1}"]
+        for pd in self.placed:
+            argv += self.device_args(pd)
+        if self.incoming:
+            argv += ["-incoming", f"unix:{self.rundir / 'migrate.sock'}"]
+        return argv
+
+    # -- life cycle ----------------------------------------------------------
+
+    def start(self, timeout: float | None = None) -> "Guest":
+        """Boots the guest and waits for its agent (or, with incoming=True, for QMP only)."""
+        timeout = timeout or config.guest_defaults().boot_timeout_s
+        if shutil.which("qemu-system-x86_64") is None:
+            raise LabError("qemu-system-x86_64 is not installed", hint="run `python3 -m lab setup`")
+        if self.kvm and not os.access("/dev/kvm", os.W_OK):
+            raise LabError("--kvm asked for but /dev/kvm is not usable")
+        argv = self.qemu_argv()
+        (self.rundir / "qemu.argv").write_text(shlex.join(argv) + "\n")
+        self._qemu_stderr = open(self.rundir / "qemu.stderr", "wb")
+        self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._qemu_stderr,
+                                     stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        try:
+            self._connect_qmp(deadline)
+            if not self.incoming:
+                self._connect_agent(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _connect_qmp(self, deadline: float) -> None:
+        sock = str(self.rundir / "qmp.sock")
+        while True:
+            self._check_alive("while starting")
+            try:
+                qmp = QEMUMonitorProtocol(sock)
+                qmp.connect()
+                self.qmp = qmp
+                return
+            except (ConnectError, OSError):
+                if time.monotonic() > deadline:
+                    raise GuestFailed(self._report("QEMU did not open its QMP socket")) from None
+                time.sleep(0.05)
+
+    def _connect_agent(self, deadline: float) -> None:
+        try:
+            self.agent.connect(deadline)
+            self.agent.wait_ready(deadline, self.alive)
+        except TimeoutError:
+            raise GuestFailed(self._report(
+                f"the guest did not finish booting within the timeout "
+                f"({config.guest_defaults().boot_timeout_s:.0f} s default): killed")) from None
+        except AgentGone:
+            raise GuestFailed(self._report("the guest stopped during boot")) from None
+
+    def alive(self) -> bool:
+        return self.qemu is not None and self.qemu.poll() is None
+
+    def _check_alive(self, when: str) -> None:
+        if not self.alive():
+            raise GuestFailed(self._report(f"QEMU exited {when}"))
+
+    def console_text(self) -> str:
+        try:
+            return self._console_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _report(self, what: str, lines: int = 25) -> str:
+        """A failure message with the evidence: QEMU's stderr and the console's tail."""
+        tail = "\n".join(self.console_text().splitlines()[-lines:])
+        qemu_err = ""
+        try:
+            qemu_err = (self.rundir / "qemu.stderr").read_text(errors="replace").strip()
+        except FileNotFoundError:
+            pass
+        panicked = "Kernel panic" in tail
+        msg = what + (" (the guest kernel panicked)" if panicked else "")
+        if qemu_err:
+            msg += f"\n--- QEMU said:\n{qemu_err[-1500:]}"
+        return msg + f"\n--- last {lines} lines of the guest console:\n{tail}"
+
+    def stop(self) -> None:
+        """Powers the guest off (or kills it) and removes everything it left on the host."""
+        if self.alive():
+            self.agent.poweroff()
+            try:
+                self.qemu.wait(5)
+            except subprocess.TimeoutExpired:
+                self.qemu.kill()
+                self.qemu.wait()
+        self.agent.close()
+        if self.qmp is not None:
+            try:
+                self.qmp.close()
+            except Exception:  # noqa: BLE001 - the monitor may already be gone
+                pass
+            self.qmp = None
+        if getattr(self, "_qemu_stderr", None):
+            self._qemu_stderr.close()
+        if os.environ.get("UNDERSTUDY_KEEP_RUNDIR"):
+            return
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+    def __enter__(self) -> "Guest":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- commands and files ---------------------------------------------------
+
+    def spawn(self, cmd: str | list[str], cwd: str = "/", env: dict[str, str] | None = None,
+              sink: OutputSink | None = None, in_initramfs: bool = False) -> GuestProcess:
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        full_env = {"PATH": _pyenv_free_path(), "HOME": "/root", "TERM": "dumb",
+                    "LANG": "C.UTF-8", **(env or {})}
+        return self.agent.spawn(argv, full_env, cwd, sink, in_initramfs)
+
+    def run(self, cmd: str | list[str], timeout: float = 300, check: bool = False,
+            **kw) -> CommandResult:
+        proc = self.spawn(cmd, **kw)
+        try:
+            res = proc.wait(timeout)
+        except TimeoutError:
+            proc.kill()
+            raise
+        except AgentGone:
+            if not self.alive():
+                raise GuestFailed(self._report(f"the guest died while running {cmd!r}")) from None
+            raise
+        return res.check() if check else res
+
+    def read_file(self, path: str) -> bytes:
+        """Reads a file as the guest sees it (paths in the host-root view)."""
+        return self.agent.read_file("/host" + path if path.startswith("/") else path)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Writes a file in the guest (only its tmpfs parts are writable)."""
+        self.agent.write_file("/host" + path, data)
+
+    # -- devices -------------------------------------------------------------
+
+    def find(self, dev_id: str) -> PlacedDevice:
+        for pd in self.placed:
+            if pd.id == dev_id:
+                return pd
+        raise KeyError(f"no device {dev_id!r} in this guest")
+
+    def pci_address(self, dev_id: str) -> str:
+        """The guest's PCI address (0000:BB:DD.F) of a device, from QEMU's view of the bus."""
+        for bus in self.qmp.cmd("query-pci"):
+            found = _find_pci(bus["devices"], dev_id)
+            if found:
+                return found
+        raise KeyError(f"device {dev_id!r} is not on the guest's PCI bus")
+
+    def hot_unplug(self, dev_id: str, timeout: float = 30) -> None:
+        """Asks the guest to release the device (PCIe native hot-plug) and waits until it has."""
+        pd = self.find(dev_id)
+        self.qmp.cmd("device_del", id=dev_id)
+        deadline = time.monotonic() + timeout
+        while any(d["qdev_id"] == dev_id for d in self._qdev_ids()):
+            if time.monotonic() > deadline:
+                raise LabError(f"guest did not release {dev_id} within {timeout} s")
+            time.sleep(0.1)
+        if pd.device.kind == NIC:
+            self.qmp.cmd("netdev_del", id=f"net-{dev_id}")
+        self.placed.remove(pd)
+        self.free_ports.append(pd.port)
+
+    def hot_plug(self, name: str, dev_id: str, mac: str | None = None) -> PlacedDevice:
+        """Plugs a catalogue NIC into a free root port; the guest sees it appear."""
+        dev = lookup(name)
+        if dev.kind != NIC:
+            raise LabError(f"hot-plug is implemented for NICs; {name} is {dev.kind}")
+        if not self.free_ports:
+            raise LabError("no free root port left for hot-plug")
+        pd = PlacedDevice(dev, dev_id, self.free_ports.pop(0),
+                          mac or f"52:54:00:12:35:{len(self.placed):02x}")
+        if self.netdev == "user":
+            self.qmp.cmd("netdev_add", type="user", id=f"net-{dev_id}")
+        else:
+            prefix = self.netdev.split(":", 1)[1]
+            self.qmp.cmd("netdev_add", type="tap", id=f"net-{dev_id}",
+                             ifname=f"{prefix}{dev_id}", script="no", downscript="no")
+        self.qmp.cmd("device_add", driver=dev.qemu_model, id=dev_id,
+                         netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port)
+        self.placed.append(pd)
+        return pd
+
+    def _qdev_ids(self) -> list[dict]:
+        out = []
+        for bus in self.qmp.cmd("query-pci"):
+            _walk(bus["devices"], out)
+        return out
+
+    # -- live migration --------------------------------------------------------
+
+    def incoming_twin(self, devices: list[str] | None = None) -> "Guest":
+        """A paused destination for migrate_to(): same machine, possibly other devices."""
+        return Guest(devices=devices or [pd.device.name for pd in self.placed],
+                     memory_mib=self.memory_mib, cpus=self.cpus, kvm=self.kvm,
+                     netdev=self.netdev, incoming=True, extra_append=self.extra_append,
+                     share_dir=self.share_dir)
+
+    def migrate_to(self, dest: "Guest", timeout: float = 300) -> None:
+        """Live-migrates this guest into `dest` (started with incoming=True) over a unix socket.
+
+        The guest must not have 9p mounted during the switch-over (QEMU forbids
+        it); see lab/migration.py for a guest that lives in its initramfs.
+        """
+        self.qmp.cmd("migrate-set-capabilities",
+                         capabilities=[{"capability": "events", "state": True}])
+        self.qmp.cmd("migrate", uri=f"unix:{dest.rundir / 'migrate.sock'}")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.qmp.cmd("query-migrate").get("status")
+            if status == "completed":
+                break
+            if status in ("failed", "cancelled"):
+                info = self.qmp.cmd("query-migrate")
+                raise LabError(f"live migration {status}: {info.get('error-desc', info)}")
+            if time.monotonic() > deadline:
+                self.qmp.cmd("migrate_cancel")
+                raise LabError(f"live migration did not complete within {timeout} s")
+            time.sleep(0.05)
+        dest.agent.connect(deadline)
+        dest.agent._ready.set()   # the agent kept running through the migration
+        self.qemu.kill()
+        self.qemu.wait()
+
+
+def _walk(devices: list[dict], out: list[dict]) -> None:
+    for d in devices:
+        out.append(d)
+        bridge = d.get("pci_bridge")
+        if bridge:
+            _walk(bridge.get("devices", []), out)
+
+
+def _find_pci(devices: list[dict], dev_id: str) -> str | None:
+    found: list[dict] = []
+    _walk(devices, found)
+    for d in found:
+        if d.get("qdev_id") == dev_id:
+            return f"0000:{d['bus']:02x}:{d['slot']:02x}.{d['function']}"
+    return None
