@@ -49,11 +49,6 @@ def cmd_boot(args) -> int:
         return res.returncode
 
 
-def cmd_bench(args) -> int:
-    from . import bench
-    return bench.main(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python3 -m lab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

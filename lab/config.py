@@ -31,6 +31,15 @@ class KernelConfig:
         return f"linux-image-{self.release}"
 
     @property
+    def headers_package(self) -> str:
+        return f"linux-headers-{self.release}"
+
+    @property
+    def headers(self) -> Path:
+        """Kbuild tree for out-of-tree modules built against this exact ABI."""
+        return Path("/usr/src") / self.headers_package
+
+    @property
     def root(self) -> Path:
         """The extracted package: boot/vmlinuz-*, lib/modules/<release>/."""
         return cache_dir() / "kernel" / self.release

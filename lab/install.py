@@ -128,10 +128,24 @@ def ensure_kernel(kernel: config.KernelConfig) -> None:
         os.mkdir(tmp)  # TemporaryDirectory wants something to remove
 
 
+def ensure_headers(kernel: config.KernelConfig) -> None:
+    """Kbuild and the headers of the pinned ABI: the runtime's struct layouts come from here."""
+    if (kernel.headers / "Module.symvers").exists():
+        return
+    _apt_update()
+    if _apt_field(kernel.headers_package, "Version") is None:
+        raise LabError(f"Debian package {kernel.headers_package} is not in the archive",
+                       hint="pick another ABI (`python3 -m lab setup --list-abis`) in lab/lab.toml")
+    log(f"apt-get install {kernel.headers_package}")
+    _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", kernel.headers_package],
+         stdout=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
 def setup() -> None:
     ensure_apt()
     ensure_python()
     kernel = config.kernel()
     ensure_kernel(kernel)
+    ensure_headers(kernel)
     initramfs.build(kernel)
     log(f"ready: guest kernel {kernel.release} in {kernel.root}")

@@ -1,0 +1,111 @@
+"""Benchmarks in the lab.  Each prints its figures as a table, or as JSON with --json.
+
+bench baseline --driver D: the in-kernel driver's figures, the yardstick every
+understudy figure is divided by.  Medians over several runs, because these
+machines are noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+
+from . import config, net
+from .devices import NIC, lookup
+from .errors import LabError
+from .guest import Guest
+
+BASELINE_DRIVERS = ["e1000", "pcnet32", "8139too", "e100"]
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> dict:
+    """One run of every baseline figure against the in-kernel driver."""
+    busy0 = net.cpu_busy_seconds(guest)
+    t0 = time.monotonic()
+    tx = net.iperf3(guest, reverse=False, seconds=seconds)
+    rx = net.iperf3(guest, reverse=True, seconds=seconds)
+    elapsed = time.monotonic() - t0
+    busy = net.cpu_busy_seconds(guest) - busy0
+    moved_bytes = (tx + rx) * 1e6 / 8 * seconds
+    p = net.ping(guest, count=100, interval=0.02)
+    reload = net.guest_workload(guest, ["reload", "--driver", driver,
+                                        "--pci", guest.pci_address(dev_id)])
+    if reload.get("error"):
+        raise LabError(f"reload of {driver} failed: {reload['error']}")
+    return {"tx_mbps": tx, "rx_mbps": rx, "rtt_ms_median": p["rtt_ms_median"],
+            "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
+            "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
+            "cpu_utilisation": busy / elapsed / guest.cpus,
+            "reload_downtime_ms": reload["downtime_ms"], "reload_probe_ms": reload["probe_ms"],
+            "reload_link_ms": reload["link_ms"]}
+
+
+def medians(runs: list[dict]) -> dict:
+    keys = [k for k in runs[0] if all(isinstance(r.get(k), (int, float)) for r in runs)]
+    return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
+
+
+def baseline(driver: str, runs: int, seconds: int) -> dict:
+    dev = lookup(driver)
+    if dev.kind != NIC:
+        raise LabError(f"{driver} is not a network driver")
+    log(f"booting a guest with {dev.name} (in-kernel {dev.driver})")
+    results = []
+    with Guest(devices=[dev.name]) as guest:
+        net.load_kernel_drivers(guest)
+        for i in range(runs):
+            log(f"{dev.driver}: run {i + 1}/{runs} (iperf3 {seconds} s each way, 100 pings, reload)")
+            results.append(measure_kernel_run(guest, dev.driver, "nic0", seconds))
+    return {"driver": dev.driver, "device": dev.name, "abi": config.kernel().release,
+            "runs": runs, **medians(results), "per_run": results}
+
+
+def table(rows: list[dict], keys: list[str]) -> str:
+    head = ["figure", *(r["driver"] for r in rows)]
+    lines = [head] + [[k, *(_fmt(r.get(k)) for r in rows)] for k in keys]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines)
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+BASELINE_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",
+                 "cpu_ns_per_byte", "reload_downtime_ms", "reload_probe_ms", "reload_link_ms"]
+
+
+def cmd_baseline(args) -> int:
+    drivers = BASELINE_DRIVERS if args.driver == "all" else args.driver.split(",")
+    reports = [baseline(d, args.runs, args.seconds) for d in drivers]
+    command = "python3 -m lab " + shlex.join(sys.argv[1:])
+    if args.json:
+        out = reports[0] if len(reports) == 1 else {"drivers": reports}
+        print(json.dumps({**out, "command": command}, indent=2))
+    else:
+        print(table(reports, BASELINE_KEYS))
+        print(f"(medians of {args.runs} runs; {command})")
+    return 0
+
+
+def add_parser(sub) -> None:
+    b = sub.add_parser("bench", help="benchmarks (table, or JSON with --json)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = b.add_subparsers(dest="bench", required=True)
+    base = bsub.add_parser("baseline", help="the in-kernel driver's figures in the lab",
+                           description="TCP throughput both ways (iperf3), ping RTT median and "
+                           "p99, guest CPU per byte, and the reload downtime (rmmod + modprobe + "
+                           "address + link → first answered ping), medians over --runs.")
+    base.add_argument("--driver", default="e1000",
+                      help=f"one of {', '.join(BASELINE_DRIVERS)}, a comma list, or 'all'")
+    base.add_argument("--runs", type=int, default=3)
+    base.add_argument("--seconds", type=int, default=5, help="iperf3 duration per direction")
+    base.add_argument("--json", action="store_true", help="print one JSON object")
+    base.set_defaults(func=cmd_baseline)

@@ -1,0 +1,167 @@
+"""Networking in a lab guest, driven from the host: drivers, addresses and traffic.
+
+The guest's peer is the host's loopback, reached through slirp at 10.0.2.2.  Host
+servers bind ephemeral ports on 127.0.0.1, so parallel labs never collide.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config
+from .devices import NIC
+from .errors import LabError
+from .guest import SLIRP_GATEWAY, SLIRP_GUEST_IP, Guest
+
+GUEST_ADDRESS = f"{SLIRP_GUEST_IP}/24"
+WORKLOAD = [sys.executable, "-m", "lab.workload"]
+
+
+def guest_workload(guest: Guest, args: list[str], timeout: float = 600, **kw) -> dict:
+    """Runs lab.workload inside the guest and returns its JSON report."""
+    res = guest.run(["python3", "-m", "lab.workload", *args], timeout=timeout,
+                    cwd=str(config.REPO_DIR), **kw)
+    try:
+        return json.loads(res.out.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise LabError(f"guest workload {args} printed no report (exit {res.returncode}):\n"
+                       f"{res.out[-1000:]}{res.err[-2000:]}") from None
+
+
+def load_kernel_drivers(guest: Guest) -> None:
+    """modprobe the in-kernel driver of every device (the lab has no udev to do it)."""
+    for pd in guest.placed:
+        guest.run(["modprobe", pd.device.driver], check=True)
+    nics = [pd for pd in guest.placed if pd.device.kind == NIC]
+    if nics:
+        bring_up(guest, nics[0].id)
+
+
+def iface_of(guest: Guest, dev_id: str, timeout: float = 20) -> str:
+    """The interface name the guest's driver gave a NIC."""
+    pci = guest.pci_address(dev_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        res = guest.run(f"ls /sys/bus/pci/devices/{pci}/net 2>/dev/null")
+        if res.out.split():
+            return res.out.split()[0]
+        if time.monotonic() > deadline:
+            raise LabError(f"no network interface appeared for {dev_id} ({pci})")
+        time.sleep(0.2)
+
+
+def bring_up(guest: Guest, dev_id: str, timeout: float = 30) -> str:
+    """Addresses a NIC on the slirp network and waits for carrier and a first ping reply."""
+    iface = iface_of(guest, dev_id)
+    script = (f"ip link set {iface} up && ip addr replace {GUEST_ADDRESS} dev {iface} && "
+              f"ip route replace default via {SLIRP_GATEWAY} dev {iface} && "
+              f"ping -n -c 1 -i 0.05 -w {int(timeout)} {SLIRP_GATEWAY} >/dev/null")
+    res = guest.run(script, timeout=timeout + 10)
+    if res.returncode != 0:
+        raise LabError(f"{iface} ({dev_id}) did not come up: {res.err.strip()}")
+    return iface
+
+
+def ping(guest: Guest, count: int = 100, interval: float = 0.02) -> dict:
+    return guest_workload(guest, ["ping", SLIRP_GATEWAY, "--count", str(count),
+                                  "--interval", str(interval)])
+
+
+@dataclass
+class BulkResult:
+    direction: str           # "tx" (guest sends) or "rx" (guest receives)
+    host: dict
+    guest: dict
+
+    @property
+    def hash_ok(self) -> bool:
+        return (self.host["sha256"] == self.guest["sha256"]
+                and self.host["bytes"] == self.guest["bytes"] > 0)
+
+    @property
+    def sender(self) -> dict:
+        return self.guest if self.direction == "tx" else self.host
+
+    def summary(self) -> dict:
+        recv = self.host if self.direction == "tx" else self.guest
+        return {"direction": self.direction, "bytes": recv["bytes"], "hash_ok": self.hash_ok,
+                "mbps": recv["mbps"], "stalls": max(self.host["stalls"], self.guest["stalls"]),
+                "max_stall_ms": max(self.host["max_stall_ms"], self.guest["max_stall_ms"]),
+                "resets": self.host["resets"] + self.guest["resets"],
+                "errors": [e for e in (self.host["error"], self.guest["error"]) if e]}
+
+
+class HostBulk:
+    """The host half of a bulk transfer, serving on an ephemeral loopback port."""
+
+    def __init__(self, direction: str, nbytes: int, timeout: float = 120):
+        self.direction = direction
+        self._ready = Path(tempfile.mktemp(prefix="understudy-bulk-"))
+        wire = "from-client" if direction == "tx" else "to-client"
+        self.wire = wire
+        self.proc = subprocess.Popen(
+            [*WORKLOAD, "bulk", "serve", "--direction", wire, "--bytes", str(nbytes),
+             "--ready-file", str(self._ready), "--timeout", str(timeout)],
+            cwd=config.REPO_DIR, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while not self._ready.exists() or not self._ready.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise LabError("the host side of the bulk transfer did not start")
+            time.sleep(0.02)
+        self.port = int(self._ready.read_text())
+        self._ready.unlink()
+
+    def guest_args(self, nbytes: int) -> list[str]:
+        return ["bulk", "connect", "--host", SLIRP_GATEWAY, "--port", str(self.port),
+                "--direction", self.wire, "--bytes", str(nbytes)]
+
+    def result(self, timeout: float = 600) -> dict:
+        out, _ = self.proc.communicate(timeout=timeout)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def bulk(guest: Guest, direction: str, nbytes: int, timeout: float = 600) -> BulkResult:
+    """A hash-checked TCP transfer between guest and host; direction "tx" or "rx"."""
+    host = HostBulk(direction, nbytes)
+    try:
+        g = guest_workload(guest, host.guest_args(nbytes), timeout=timeout)
+        return BulkResult(direction, host.result(timeout), g)
+    finally:
+        if host.proc.poll() is None:
+            host.proc.kill()
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def iperf3(guest: Guest, reverse: bool, seconds: int = 5) -> float:
+    """iperf3 through the NIC: Mbit/s received (guest→host, or host→guest with reverse)."""
+    port = free_port()
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "-B", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        res = guest.run(["iperf3", "-c", SLIRP_GATEWAY, "-p", str(port), "-t", str(seconds),
+                         "-J", *(["-R"] if reverse else [])], timeout=seconds + 60)
+        data = json.loads(res.out)
+        if "error" in data:
+            raise LabError(f"iperf3 failed: {data['error']}")
+        return data["end"]["sum_received"]["bits_per_second"] / 1e6
+    finally:
+        server.kill()
+        server.wait()
+
+
+def cpu_busy_seconds(guest: Guest) -> float:
+    """Guest CPU time spent not idle, all CPUs, from /proc/stat (USER_HZ = 100)."""
+    fields = guest.read_file("/proc/stat").decode().splitlines()[0].split()[1:]
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / 100.0
