@@ -117,17 +117,19 @@ class AgentClient:
         threading.Thread(target=self._reader, args=(s,), daemon=True, name="lab-agent").start()
 
     def wait_ready(self, deadline: float, alive: Callable[[], bool]) -> None:
-        """READY is sent once at agent start; a PING covers a READY sent before we connected."""
-        pinged = 0.0
+        """Waits for the agent's READY, which it repeats until the host first speaks."""
         while not self._ready.wait(0.1):
             if not alive():
                 raise AgentGone("guest stopped before its agent started")
-            now = time.monotonic()
-            if now > deadline:
+            if time.monotonic() > deadline:
                 raise TimeoutError("guest agent did not start")
-            if now - pinged > 2.0:
-                self._send(PING, 0, b"")
-                pinged = now
+
+    def ping(self, timeout: float = 30) -> None:
+        """Round trip to a running agent, e.g. after reconnecting to a migrated guest."""
+        self._ready.clear()
+        self._send(PING, 0, b"")
+        if not self._ready.wait(timeout):
+            raise TimeoutError("the guest agent did not answer a ping")
 
     def _reader(self, s: socket.socket) -> None:
         buf = bytearray()

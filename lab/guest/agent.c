@@ -18,8 +18,12 @@
  *	READ  payload: path.  Reply: FILE (whole content) or FAIL.
  *	WRITE payload: path NUL data.  Reply: EXIT with status 0, or FAIL.
  *	PING  Reply: PONG.   POWEROFF: sync and power off.
- * Guest -> host: READY once at start (id 0), OUT, ERR, EXIT (i32 status:
- * exit code, or 128+signal), FILE, FAIL (text), PONG.
+ * Guest -> host: READY (id 0), OUT, ERR, EXIT (i32 status: exit code, or
+ * 128+signal), FILE, FAIL (text), PONG.
+ *
+ * The agent repeats READY every half second until the first frame from the
+ * host arrives, and the host says nothing before READY: bytes sent while the
+ * port was still a cooked tty would have been echoed or mangled.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -61,6 +65,7 @@ struct command {
 };
 
 static int port;
+static int heard_from_host;
 static struct command cmds[MAX_CMDS];
 static int child_pipe[2];	/* SIGCHLD self-pipe */
 
@@ -322,7 +327,8 @@ static void read_port(void)
 		if (have < sizeof(h))
 			return;
 		memcpy(&h, buf, sizeof(h));
-		if (h.magic != MAGIC || h.len > MAX_PAYLOAD) {
+		if (h.magic != MAGIC || h.type < MSG_EXEC || h.type > MSG_POWEROFF ||
+		    h.len > MAX_PAYLOAD) {
 			memmove(buf, buf + 1, --have);
 			continue;
 		}
@@ -333,6 +339,7 @@ static void read_port(void)
 			}
 			return;
 		}
+		heard_from_host = 1;
 		handle(&h, buf + sizeof(h));
 		have -= sizeof(h) + h.len;
 		memmove(buf, buf + sizeof(h) + h.len, have);
@@ -406,13 +413,12 @@ int main(int argc, char **argv)
 		cfmakeraw(&tio);
 		cfsetspeed(&tio, B115200);
 		tcsetattr(port, TCSANOW, &tio);
+		tcflush(port, TCIFLUSH);
 	}
 	if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK))
 		return 1;
 	sigaction(SIGCHLD, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	send_msg(MSG_READY, 0, NULL, 0);
-
 	for (;;) {
 		struct pollfd pfd[2 + 2 * MAX_CMDS];
 		struct command *owner[2 + 2 * MAX_CMDS];
@@ -432,7 +438,9 @@ int main(int argc, char **argv)
 				pfd[n++] = (struct pollfd){ .fd = cmds[i].err, .events = POLLIN };
 			}
 		}
-		if (poll(pfd, n, -1) < 0)
+		if (!heard_from_host)
+			send_msg(MSG_READY, 0, NULL, 0);
+		if (poll(pfd, n, heard_from_host ? -1 : 500) < 0)
 			continue;
 		if (pfd[0].revents)
 			read_port();
