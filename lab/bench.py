@@ -18,7 +18,7 @@ from .devices import NIC, lookup
 from .errors import LabError
 from .guest import Guest
 
-BASELINE_DRIVERS = ["e1000", "pcnet32", "8139too", "e100"]
+BASELINE_DRIVERS = ["e1000", "pcnet32", "8139cp", "e100"]
 
 
 def log(msg: str) -> None:

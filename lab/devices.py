@@ -19,23 +19,34 @@ CATALOGUE = {d.name: d for d in [
     Device("e1000", "e1000", NIC, "e1000", "8086:100e", "Nooks, Live Update, Live Migration, Guardrail"),
     Device("e1000e", "e1000e", NIC, "e1000e", "8086:10d3", "Live Migration (other Intel NIC)"),
     Device("pcnet", "pcnet", NIC, "pcnet32", "1022:2000", "Nooks (pcnet32)"),
-    Device("rtl8139", "rtl8139", NIC, "8139too", "10ec:8139", "DDE, Live Migration"),
+    # QEMU's rtl8139 is revision 0x20, an 8139C+, which 8139too refuses ("use
+    # 8139cp") and QEMU has no property to change: 8139cp is its driver here.
+    Device("rtl8139", "rtl8139", NIC, "8139cp", "10ec:8139", "DDE, Live Migration"),
     Device("i82559er", "i82559er", NIC, "e100", "8086:1209", "Nooks, Live Update (e100)"),
     Device("tulip", "tulip", NIC, "tulip", "1011:0019", "Live Update"),
     Device("ne2k_pci", "ne2k_pci", NIC, "ne2k_pci", "10ec:8029", "DDE"),
-    Device("virtio-net", "virtio-net-pci", NIC, "virtio_net", "1af4:1000", "baseline"),
+    Device("virtio-net", "virtio-net-pci", NIC, "virtio_net", "1af4:1041", "baseline"),
     Device("ES1370", "ES1370", SOUND, "snd_ens1370", "1274:5000", "Nooks, Live Update (sound)"),
     Device("lsi53c895a", "lsi53c895a", STORAGE, "sym53c8xx", "1000:0012", "Guardrail (sym53c8xx)"),
     Device("nvme", "nvme", STORAGE, "nvme", "1b36:0010", "storage"),
-    Device("virtio-blk", "virtio-blk-pci", STORAGE, "virtio_blk", "1af4:1001", "storage"),
+    Device("virtio-blk", "virtio-blk-pci", STORAGE, "virtio_blk", "1af4:1042", "storage"),
 ]}
 
 # The in-kernel driver a user means by each name (bench --driver e1000|pcnet32|...).
 BY_DRIVER = {d.driver: d for d in CATALOGUE.values()}
 
 
+# Drivers users may ask for that no lab device can run, and why.
+UNDRIVABLE = {
+    "8139too": "QEMU's rtl8139 is an 8139C+ (PCI revision 0x20), which 8139too refuses "
+               "and leaves to 8139cp; use --driver 8139cp",
+}
+
+
 def lookup(name: str) -> Device:
     dev = CATALOGUE.get(name) or BY_DRIVER.get(name.replace("-", "_"))
+    if dev is None and name in UNDRIVABLE:
+        raise KeyError(f"no lab device for {name}: {UNDRIVABLE[name]}")
     if dev is None:
         known = ", ".join(CATALOGUE)
         raise KeyError(f"unknown device {name!r}; the lab knows: {known}")

@@ -17,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from qemu.qmp import ConnectError
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -35,10 +36,21 @@ GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # is the host's 127.0.0.1: a server the host runs on loopback is reachable there.
 SLIRP_GUEST_IP = "10.0.2.15"
 SLIRP_GATEWAY = "10.0.2.2"
+# QEMU 7.2 caps migration at 32 MiB/s by default, slower than a busy TCG guest
+# dirties its memory; over a local unix socket there is no reason to cap it.
+# The downtime limit is QEMU's default, stated here because the tests rely on it.
+MIGRATION_PARAMETERS = {"max-bandwidth": 8 << 30, "downtime-limit": 300}
 
 
 class GuestFailed(LabError):
     """The guest panicked, hung or stopped; the message carries its console tail."""
+
+
+class TapSource(Protocol):
+    """Where a guest's NICs get their TAPs when not on slirp (lab.netns.LabNetwork)."""
+
+    def open_tap(self) -> int:
+        """An open TAP file descriptor, already attached to its network."""
 
 
 def _die_with_parent() -> None:
@@ -66,7 +78,7 @@ class Guest:
     memory_mib: int | None = None
     cpus: int | None = None
     kvm: bool = False
-    netdev: str = "user"              # "user" (slirp) or "tap:<ifname-prefix>" (see lab/netns.py)
+    netdev: str | TapSource = "user"  # "user" (slirp) or a TapSource (lab/netns.py)
     incoming: bool = False            # start paused, waiting for a live migration
     extra_append: str = ""
     share_dir: Path | None = None     # host directory mounted read-write at /run/lab
@@ -84,19 +96,28 @@ class Guest:
             mac = f"52:54:00:12:34:{0x56 + i:02x}" if dev.kind == NIC else None
             prefix = {NIC: "nic", STORAGE: "disk", SOUND: "snd"}[dev.kind]
             self.placed.append(PlacedDevice(dev, f"{prefix}{i}", f"rp{i}", mac))
-        self.free_ports = [f"rp{len(self.placed) + i}" for i in range(SPARE_ROOT_PORTS)]
+        # The root ports keep their order (hence PCI addresses) and chassis numbers
+        # for the guest's whole life: a migration destination must declare the
+        # very same ones, whatever was unplugged or plugged since (incoming_twin).
+        self.ports = [f"rp{i}" for i in range(len(self.placed) + SPARE_ROOT_PORTS)]
+        self.host_root_attached = True   # see detach_host_root()
+        self._tap_fds: dict[str, int] = {}  # NIC id -> TAP fd, from start() until QEMU has it
         self.qemu: subprocess.Popen | None = None
         self.qmp: QEMUMonitorProtocol | None = None
         self.agent = AgentClient(str(self.rundir / "agent.sock"))
         self._console_log = self.rundir / "console.log"
+
+    @property
+    def free_ports(self) -> list[str]:
+        used = {pd.port for pd in self.placed}
+        return [port for port in self.ports if port not in used]
 
     # -- QEMU command line ---------------------------------------------------
 
     def _netdev_args(self, pd: PlacedDevice) -> list[str]:
         if self.netdev == "user":
             return ["-netdev", f"user,id=net-{pd.id}"]
-        prefix = self.netdev.split(":", 1)[1]
-        return ["-netdev", f"tap,id=net-{pd.id},ifname={prefix}{pd.id},script=no,downscript=no"]
+        return ["-netdev", f"tap,id=net-{pd.id},fd={self._tap_fds[pd.id]}"]
 
     def device_args(self, pd: PlacedDevice) -> list[str]:
         """-device (and backend) arguments for one catalogue device on its root port."""
@@ -142,7 +163,7 @@ class Guest:
         if self.share_dir:
             argv += ["-fsdev", f"local,id=labshare,path={self.share_dir},security_model=none,multidevs=remap",
                      "-device", "virtio-9p-pci,fsdev=labshare,mount_tag=labshare"]
-        for i, port in enumerate([pd.port for pd in self.placed] + self.free_ports):
+        for i, port in enumerate(self.ports):
             argv += ["-device", f"pcie-root-port,id={port},chassis={i + 1},slot={i + 1}"]
         for pd in self.placed:
             argv += self.device_args(pd)
@@ -159,11 +180,21 @@ class Guest:
             raise LabError("qemu-system-x86_64 is not installed", hint="run `python3 -m lab setup`")
         if self.kvm and not os.access("/dev/kvm", os.W_OK):
             raise LabError("--kvm asked for but /dev/kvm is not usable")
-        argv = self.qemu_argv()
-        (self.rundir / "qemu.argv").write_text(shlex.join(argv) + "\n")
-        self._qemu_stderr = open(self.rundir / "qemu.stderr", "wb")
-        self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._qemu_stderr,
-                                     stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        if self.netdev != "user":
+            self._tap_fds = {pd.id: self.netdev.open_tap()
+                             for pd in self.placed if pd.device.kind == NIC}
+        try:
+            argv = self.qemu_argv()
+            (self.rundir / "qemu.argv").write_text(shlex.join(argv) + "\n")
+            self._qemu_stderr = open(self.rundir / "qemu.stderr", "wb")
+            self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._qemu_stderr,
+                                         stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                                         pass_fds=list(self._tap_fds.values()))
+        finally:
+            # QEMU has its own copies: a TAP must vanish when the QEMU using it exits.
+            for fd in self._tap_fds.values():
+                os.close(fd)
+            self._tap_fds = {}
         deadline = time.monotonic() + timeout
         try:
             self._connect_qmp(deadline)
@@ -178,6 +209,9 @@ class Guest:
         sock = str(self.rundir / "qmp.sock")
         while True:
             self._check_alive("while starting")
+            if not os.path.exists(sock):
+                time.sleep(0.02)
+                continue
             try:
                 qmp = QEMUMonitorProtocol(sock)
                 qmp.connect()
@@ -257,10 +291,14 @@ class Guest:
     # -- commands and files ---------------------------------------------------
 
     def spawn(self, cmd: str | list[str], cwd: str = "/", env: dict[str, str] | None = None,
-              sink: OutputSink | None = None, in_initramfs: bool = False) -> GuestProcess:
+              sink: OutputSink | None = None, in_initramfs: bool | None = None) -> GuestProcess:
+        """Starts a command in the host root, or in the initramfs (busybox) if asked or
+        if the host root is detached (detach_host_root)."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         full_env = {"PATH": _pyenv_free_path(), "HOME": "/root", "TERM": "dumb",
                     "LANG": "C.UTF-8", **(env or {})}
+        if in_initramfs is None:
+            in_initramfs = not self.host_root_attached
         return self.agent.spawn(argv, full_env, cwd, sink, in_initramfs)
 
     def run(self, cmd: str | list[str], timeout: float = 300, check: bool = False,
@@ -277,13 +315,34 @@ class Guest:
             raise
         return res.check() if check else res
 
+    def _agent_path(self, path: str) -> str:
+        """The agent runs outside the host root: commands' absolute paths are under /host."""
+        return "/host" + path if self.host_root_attached and path.startswith("/") else path
+
     def read_file(self, path: str) -> bytes:
-        """Reads a file as the guest sees it (paths in the host-root view)."""
-        return self.agent.read_file("/host" + path if path.startswith("/") else path)
+        """Reads a file as the guest's commands see it (see spawn)."""
+        return self.agent.read_file(self._agent_path(path))
 
     def write_file(self, path: str, data: bytes) -> None:
         """Writes a file in the guest (only its tmpfs parts are writable)."""
-        self.agent.write_file("/host" + path, data)
+        self.agent.write_file(self._agent_path(path), data)
+
+    def detach_host_root(self) -> None:
+        """Unmounts the host root (the overlay and its 9p lower layer) from the guest.
+
+        QEMU refuses to live-migrate while a 9p export is mounted in the guest.
+        The agent lives in the initramfs, so it carries on; afterwards commands
+        run there, with busybox (nc, sha256sum, ip, arping...), and kernel
+        modules loaded before stay loaded: modprobe what the guest will need
+        (including the driver of a NIC to be plugged after a migration) first.
+        """
+        mounts = "awk '$2 == \"/host\" || $2 ~ \"^/host/\" { print $2 }' /proc/mounts | sort -r"
+        res = self.run(f"for m in $({mounts}); do umount \"$m\" || exit 1; done && umount /lower",
+                       in_initramfs=True, timeout=60)
+        if res.returncode != 0:
+            raise LabError(f"cannot detach the host root: {res.err.strip()}",
+                           hint="is a command still running in the host root?")
+        self.host_root_attached = False
 
     # -- devices -------------------------------------------------------------
 
@@ -313,7 +372,6 @@ class Guest:
         if pd.device.kind == NIC:
             self.qmp.cmd("netdev_del", id=f"net-{dev_id}")
         self.placed.remove(pd)
-        self.free_ports.append(pd.port)
 
     def hot_plug(self, name: str, dev_id: str, mac: str | None = None) -> PlacedDevice:
         """Plugs a catalogue NIC into a free root port; the guest sees it appear."""
@@ -322,14 +380,19 @@ class Guest:
             raise LabError(f"hot-plug is implemented for NICs; {name} is {dev.kind}")
         if not self.free_ports:
             raise LabError("no free root port left for hot-plug")
-        pd = PlacedDevice(dev, dev_id, self.free_ports.pop(0),
+        pd = PlacedDevice(dev, dev_id, self.free_ports[0],
                           mac or f"52:54:00:12:35:{len(self.placed):02x}")
         if self.netdev == "user":
             self.qmp.cmd("netdev_add", type="user", id=f"net-{dev_id}")
         else:
-            prefix = self.netdev.split(":", 1)[1]
-            self.qmp.cmd("netdev_add", type="tap", id=f"net-{dev_id}",
-                             ifname=f"{prefix}{dev_id}", script="no", downscript="no")
+            # The TAP reaches QEMU over the QMP socket (SCM_RIGHTS), named by getfd.
+            fd = self.netdev.open_tap()
+            try:
+                self.qmp.send_fd_scm(fd)
+            finally:
+                os.close(fd)
+            self.qmp.cmd("getfd", fdname=f"net-{dev_id}")
+            self.qmp.cmd("netdev_add", type="tap", id=f"net-{dev_id}", fd=f"net-{dev_id}")
         self.qmp.cmd("device_add", driver=dev.qemu_model, id=dev_id,
                          netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port)
         self.placed.append(pd)
@@ -343,38 +406,73 @@ class Guest:
 
     # -- live migration --------------------------------------------------------
 
-    def incoming_twin(self, devices: list[str] | None = None) -> "Guest":
-        """A paused destination for migrate_to(): same machine, possibly other devices."""
-        return Guest(devices=devices or [pd.device.name for pd in self.placed],
-                     memory_mib=self.memory_mib, cpus=self.cpus, kvm=self.kvm,
-                     netdev=self.netdev, incoming=True, extra_append=self.extra_append,
-                     share_dir=self.share_dir)
+    def incoming_twin(self) -> "Guest":
+        """A destination for migrate_to(): a second QEMU with this guest's hardware as it is now.
 
-    def migrate_to(self, dest: "Guest", timeout: float = 300) -> None:
-        """Live-migrates this guest into `dest` (started with incoming=True) over a unix socket.
-
-        The guest must not have 9p mounted during the switch-over (QEMU forbids
-        it); see lab/migration.py for a guest that lives in its initramfs.
+        Migration needs the same devices on both sides, so the twin declares the
+        same root ports (numbering and order) holding the same devices, ids and
+        MACs, including hot-plugged ones.  To land on another NIC model, unplug
+        the NIC here before migrating and plug the new model into the twin after.
         """
-        self.qmp.cmd("migrate-set-capabilities",
-                         capabilities=[{"capability": "events", "state": True}])
-        self.qmp.cmd("migrate", uri=f"unix:{dest.rundir / 'migrate.sock'}")
+        twin = Guest(devices=[pd.device.name for pd in self.placed], memory_mib=self.memory_mib,
+                     cpus=self.cpus, kvm=self.kvm, netdev=self.netdev, incoming=True,
+                     extra_append=self.extra_append, share_dir=self.share_dir,
+                     console=self.console)
+        twin.placed = [replace(pd) for pd in self.placed]
+        twin.ports = list(self.ports)
+        twin.host_root_attached = self.host_root_attached
+        return twin
+
+    def migrate_to(self, dest: "Guest", timeout: float = 300) -> dict:
+        """Live-migrates this guest into `dest` (an incoming_twin(), started); this QEMU exits.
+
+        Afterwards `dest` is the guest: the agent connection, with the commands
+        still running in the guest, moves to it.  Returns QEMU's final
+        query-migrate report (total-time and downtime in ms, ram statistics).
+        """
+        if self.host_root_attached:
+            raise LabError("QEMU does not migrate a guest with the 9p host root mounted",
+                           hint="call detach_host_root() first")
         deadline = time.monotonic() + timeout
-        while True:
-            status = self.qmp.cmd("query-migrate").get("status")
-            if status == "completed":
-                break
-            if status in ("failed", "cancelled"):
-                info = self.qmp.cmd("query-migrate")
-                raise LabError(f"live migration {status}: {info.get('error-desc', info)}")
-            if time.monotonic() > deadline:
-                self.qmp.cmd("migrate_cancel")
-                raise LabError(f"live migration did not complete within {timeout} s")
-            time.sleep(0.05)
-        dest.agent.connect(deadline)
-        dest.agent._ready.set()   # the agent kept running through the migration
+        self.qmp.cmd("migrate-set-parameters", **MIGRATION_PARAMETERS)
+        self.agent.follow(str(dest.rundir / "agent.sock"), deadline)
+        try:
+            self.qmp.cmd("migrate", uri=f"unix:{dest.rundir / 'migrate.sock'}")
+            report = self._await_migration(deadline)
+            dest._await_resumed(deadline)
+        except BaseException:
+            self.agent.abandon_follow()
+            raise
+        # This QEMU now only holds the guest's old TAP and serial socket; its
+        # exit closes the socket, which hands the agent connection to dest.
         self.qemu.kill()
         self.qemu.wait()
+        self.agent.await_follow(deadline)
+        dest.agent, self.agent = self.agent, dest.agent
+        self.stop()
+        return report
+
+    def _await_migration(self, deadline: float) -> dict:
+        while True:
+            report = self.qmp.cmd("query-migrate")
+            status = report.get("status")
+            if status == "completed":
+                return report
+            if status in ("failed", "cancelled"):
+                raise LabError(f"live migration {status}: {report.get('error-desc', report)}")
+            if time.monotonic() > deadline:
+                self.qmp.cmd("migrate_cancel")
+                raise LabError(f"live migration did not complete in time: {report}")
+            time.sleep(0.05)
+
+    def _await_resumed(self, deadline: float) -> None:
+        """The source calls a migration complete once it has sent everything; the
+        destination has taken over only when it has loaded it all and runs."""
+        while (status := self.qmp.cmd("query-status")["status"]) != "running":
+            self._check_alive("while receiving the migrated guest")
+            if status != "inmigrate" or time.monotonic() > deadline:
+                raise GuestFailed(self._report(f"the migration destination is {status!r}"))
+            time.sleep(0.02)
 
 
 def _walk(devices: list[dict], out: list[dict]) -> None:

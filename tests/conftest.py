@@ -1,9 +1,17 @@
 """Shared fixtures: the lab must be set up (`python3 -m lab setup`, run by `make test`)."""
+import os
 import subprocess
+import tempfile
 
 import pytest
 
 from lab import config
+
+# Guests keep their run directory under TMPDIR: a directory of this test session
+# tells its QEMU processes apart from any other lab running on the machine.
+SESSION_TMP = tempfile.mkdtemp(prefix="understudy-tests-")
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = SESSION_TMP
 
 
 @pytest.fixture(scope="session")
@@ -15,8 +23,8 @@ def lab_ready():
 
 
 def qemu_processes() -> set[int]:
-    """PIDs of lab QEMU processes (their command lines name an understudy-lab rundir)."""
-    res = subprocess.run(["pgrep", "-f", "qemu-system-x86_64.*understudy-lab-"],
+    """PIDs of this session's lab QEMU processes (their command lines name its rundirs)."""
+    res = subprocess.run(["pgrep", "-f", f"qemu-system-x86_64.*{SESSION_TMP}/understudy-lab-"],
                          capture_output=True, text=True)
     return {int(p) for p in res.stdout.split()}
 
