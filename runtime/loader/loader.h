@@ -88,8 +88,6 @@ struct ko_options {
 	size_t window_size;		/* 0: KO_WINDOW_SIZE_DEFAULT */
 	/* Bytes at the start of the per-cpu block the loader leaves alone. */
 	size_t percpu_reserved;		/* 0: KO_PERCPU_FIXED_SIZE */
-	/* Leave the "call __fentry__" at every __mcount_loc site in place. */
-	bool keep_fentry_calls;
 };
 
 /* ---------------------------------------------------------------------- */
@@ -313,7 +311,9 @@ void ko_context_destroy(struct ko_context *ctx);
 
 /*
  * Loads one module. Returns it, or NULL with the reason in ko_last_error().
- * A failed load leaves the context as it was before the call.
+ * A failed load leaves the context as it was before the call, except for
+ * what the resolver itself allocated with ko_alloc_low()/ko_percpu_alloc():
+ * that stays, because the runtime may have remembered it.
  */
 const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path);
 

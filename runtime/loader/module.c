@@ -26,6 +26,14 @@ const char *ko_status_name(enum ko_status status)
 	return (unsigned int)status < ARRAY_SIZE(names) ? names[status] : "?";
 }
 
+/* Names in messages come from untrusted files: keep them printable ASCII. */
+static void make_printable(char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e)
+			*s = '?';
+}
+
 int ko_fail(struct ko_context *ctx, enum ko_status status, const char *fmt, ...)
 {
 	struct ko_error *e = &ctx->error;
@@ -37,6 +45,7 @@ int ko_fail(struct ko_context *ctx, enum ko_status status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(e->message + n, sizeof(e->message) - n, fmt, ap);
 	va_end(ap);
+	make_printable(e->message);
 	e->status = status;
 	return -1;
 }
@@ -67,6 +76,8 @@ int ko_add_problem(struct ko_context *ctx, enum ko_problem_kind kind,
 	va_start(ap, fmt);
 	vsnprintf(p->detail, sizeof(p->detail), fmt, ap);
 	va_end(ap);
+	make_printable(p->symbol);
+	make_printable(p->detail);
 	return 0;
 }
 
@@ -147,41 +158,56 @@ void ko_context_destroy(struct ko_context *ctx)
 	free(ctx);
 }
 
-/* Every step from the file to a linked, protected image. */
-static int load_steps(struct ko_context *ctx, struct loaded_module *m,
-		      size_t *file_size)
+/* From the file to a list of resolved imports: nothing is mapped yet. */
+static int read_and_resolve(struct ko_context *ctx, struct loaded_module *m)
 {
-	if (elf_read_file(ctx, m->pub.path, &m->file, file_size))
+	size_t size;
+
+	if (elf_read_file(ctx, m->pub.path, &m->file, &size))
 		return -1;
-	m->pub.signature_appended = elf_strip_signature(m->file, file_size);
-	if (elf_parse(ctx, &m->elf, m->file, *file_size) ||
+	m->pub.signature_appended = elf_strip_signature(m->file, &size);
+	if (elf_parse(ctx, &m->elf, m->file, size) ||
 	    modinfo_parse(ctx, m))
 		return -1;
 	if (ko_find_module(ctx, m->pub.name))
 		return ko_fail(ctx, KO_ERR_CONFLICT, "a module named '%s' is already loaded",
 			       m->pub.name);
-	if (versions_parse(ctx, m) ||
-	    entry_points_find(ctx, m) ||
-	    imports_resolve(ctx, m))
+	return versions_parse(ctx, m) ||
+	       entry_points_find(ctx, m) ||
+	       imports_resolve(ctx, m) ? -1 : 0;
+}
+
+/*
+ * From resolved imports to a relocated, protected image. On failure the low
+ * window and the per-cpu block are rolled back to where they were before the
+ * image; what the resolver allocated earlier stays, since the runtime may
+ * have remembered it.
+ */
+static int place_and_relocate(struct ko_context *ctx, struct loaded_module *m)
+{
+	size_t window_used = ctx->window_used;
+	size_t percpu_end = ctx->percpu_end, percpu_align = ctx->percpu_align;
+
+	if (layout_map(ctx, m) ||
+	    symbols_compute(ctx, m) ||
+	    relocations_apply(ctx, m) ||
+	    exports_parse(ctx, m) ||
+	    special_sections_parse(ctx, m) ||
+	    fentry_calls_patch(ctx, m) ||
+	    layout_protect(ctx, m) ||
+	    exports_prepare_commit(ctx, m)) {
+		window_rollback(ctx, window_used);
+		ctx->percpu_end = percpu_end;
+		ctx->percpu_align = percpu_align;
 		return -1;
-	/* The resolver may allocate low memory; the image comes after that. */
-	return layout_map(ctx, m) ||
-	       symbols_compute(ctx, m) ||
-	       relocations_apply(ctx, m) ||
-	       exports_parse(ctx, m) ||
-	       special_sections_parse(ctx, m) ||
-	       fentry_calls_patch(ctx, m) ||
-	       layout_protect(ctx, m) ||
-	       exports_prepare_commit(ctx, m) ? -1 : 0;
+	}
+	return 0;
 }
 
 const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
 {
 	struct loaded_module *m = calloc(1, sizeof(*m));
 	struct loaded_module **modules;
-	size_t window_mark = ctx->window_used;
-	size_t percpu_end = ctx->percpu_end, percpu_align = ctx->percpu_align;
-	size_t file_size;
 
 	clear_error(ctx);
 	ctx->loading = path;
@@ -191,18 +217,18 @@ const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
 		return NULL;
 	}
 	modules = realloc(ctx->modules, (ctx->nmodules + 1) * sizeof(*modules));
-	if (modules)
-		ctx->modules = modules;
-	if (!modules ? ko_fail(ctx, KO_ERR_NOMEM, "out of memory") :
-	    load_steps(ctx, m, &file_size)) {
-		/* Nothing of this load stays behind. */
-		window_rollback(ctx, window_mark);
-		ctx->percpu_end = percpu_end;
-		ctx->percpu_align = percpu_align;
+	if (!modules) {
+		module_free(m);
+		ko_fail(ctx, KO_ERR_NOMEM, "out of memory");
+		return NULL;
+	}
+	ctx->modules = modules;
+	if (read_and_resolve(ctx, m) || place_and_relocate(ctx, m)) {
 		module_free(m);
 		return NULL;
 	}
 
+	/* Nothing below can fail: the load happens completely or not at all. */
 	exports_commit(ctx, m);
 	if (m->has_init)
 		ctx->module_init_offset = m->init_offset;

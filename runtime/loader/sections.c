@@ -262,7 +262,8 @@ static int parse_extable(struct ko_context *ctx, struct loaded_module *m)
 			return -1;
 	}
 	/* Sorted for bsearch; Linux sorts module exception tables at load too. */
-	qsort(*x, t.count, sizeof(**x), compare_extable);
+	if (t.count)
+		qsort(*x, t.count, sizeof(**x), compare_extable);
 	m->pub.extable.count = t.count;
 	return 0;
 }
@@ -297,7 +298,8 @@ static int parse_bugs(struct ko_context *ctx, struct loaded_module *m)
 			return ko_fail(ctx, KO_ERR_SECTION,
 				       "__bug_table entry %zu: file name outside the module", i);
 	}
-	qsort(*b, t.count, sizeof(**b), compare_bug);
+	if (t.count)
+		qsort(*b, t.count, sizeof(**b), compare_bug);
 	m->pub.bugs.count = t.count;
 	return 0;
 }
@@ -361,7 +363,7 @@ int fentry_calls_patch(struct ko_context *ctx, struct loaded_module *m)
 {
 	const struct ko_import *fentry = NULL;
 
-	if (!m->pub.mcount_sites.count || ctx->opts.keep_fentry_calls)
+	if (!m->pub.mcount_sites.count)
 		return 0;
 	for (size_t i = 0; i < m->pub.imports.count; i++)
 		if (!strcmp(m->pub.imports.entries[i].name, "__fentry__"))

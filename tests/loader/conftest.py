@@ -77,8 +77,9 @@ def built():
 
 def run_ko_load(*args, timeout=TIMEOUT_S) -> subprocess.CompletedProcess:
     """Runs ko-load; fails the test if it died of a signal or hung."""
+    # errors="replace": a corrupt module's names need not be UTF-8.
     res = subprocess.run([str(KO_LOAD), *map(str, args)], capture_output=True,
-                         text=True, timeout=timeout)
+                         text=True, errors="replace", timeout=timeout)
     assert res.returncode >= 0, \
         f"ko-load was killed by signal {-res.returncode}:\n{res.stderr[-2000:]}"
     return res
