@@ -75,7 +75,11 @@ def table(rows: list[dict], keys: list[str]) -> str:
 
 
 def _fmt(v) -> str:
-    return "-" if v is None else f"{v:.3g}" if isinstance(v, float) else str(v)
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return str(v)
 
 
 BASELINE_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",

@@ -1,0 +1,38 @@
+"""`python3 -m lab bench baseline`: the in-kernel yardstick, as JSON other tools read."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lab import config
+
+pytestmark = pytest.mark.lab
+REQUIRED = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "reload_downtime_ms"]
+
+
+def bench(*args):
+    return subprocess.run([sys.executable, "-m", "lab", "bench", "baseline", *args],
+                          cwd=config.REPO_DIR, capture_output=True, text=True, timeout=600)
+
+
+def test_baseline_json_has_the_figures_other_tools_read(lab_ready, no_leftover_qemu):
+    res = bench("--driver", "e1000", "--runs", "2", "--seconds", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    for key in REQUIRED:
+        assert isinstance(report[key], (int, float)), key
+    assert report["runs"] == len(report["per_run"]) == 2
+    assert report["tx_mbps"] > 10 and report["rx_mbps"] > 10
+    assert 0 < report["rtt_ms_median"] <= report["rtt_ms_p99"]
+    assert report["ping_loss_pct"] == 0
+    # A reload re-runs the probe and waits for link: the sum of its parts.
+    assert report["reload_downtime_ms"] > report["reload_probe_ms"] > 0
+    assert "bench baseline --driver e1000" in report["command"]
+    assert "[bench]" in res.stderr, "progress goes to stderr"
+
+
+def test_a_driver_the_lab_cannot_run_is_refused_with_the_reason(lab_ready):
+    res = bench("--driver", "8139too", "--json")
+    assert res.returncode == 3
+    assert "8139cp" in res.stderr and res.stdout == ""
