@@ -41,7 +41,7 @@ def cmd_boot(args) -> int:
 
     devices = [d for d in args.devices.split(",") if d] if args.devices else []
     with Guest(devices=devices, memory_mib=args.mem, cpus=args.cpus, kvm=args.kvm) as guest:
-        if args.no_drivers is False:
+        if not args.no_drivers:
             from .net import load_kernel_drivers
             load_kernel_drivers(guest)
         cmd = args.cmd or ["true"]
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     except GuestFailed as e:
         print(f"lab: guest failed: {e}", file=sys.stderr)
         return EXIT_GUEST_FAILED
-    except (LabError, KeyError) as e:
+    except LabError as e:
         print(f"lab: {e}", file=sys.stderr)
         return EXIT_LAB_ERROR
     except KeyboardInterrupt:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import LabError
+
 NIC, STORAGE, SOUND = "nic", "storage", "sound"
 
 
@@ -46,8 +48,8 @@ UNDRIVABLE = {
 def lookup(name: str) -> Device:
     dev = CATALOGUE.get(name) or BY_DRIVER.get(name.replace("-", "_"))
     if dev is None and name in UNDRIVABLE:
-        raise KeyError(f"no lab device for {name}: {UNDRIVABLE[name]}")
+        raise LabError(f"no lab device for {name}: {UNDRIVABLE[name]}")
     if dev is None:
         known = ", ".join(CATALOGUE)
-        raise KeyError(f"unknown device {name!r}; the lab knows: {known}")
+        raise LabError(f"unknown device {name!r}; the lab knows: {known}")
     return dev
