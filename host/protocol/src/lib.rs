@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The host ↔ driver-process wire formats of `docs/protocol.md`.
+//!
+//! Every struct here mirrors one in `runtime/ddekit/protocol.h` field by field;
+//! `tests/layout.rs` compiles a C program against that header and checks that
+//! both agree on every size and offset.
+//!
+//! Everything a driver sends is untrusted: [`parse_driver_message`] turns raw
+//! bytes into a [`DriverMessage`] or a [`ProtocolError`] that names the
+//! offending value, and never panics, whatever the bytes.
+
+use std::mem::size_of;
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+pub const ARENA_SIZE: u64 = 64 << 20;
+pub const ARENA_IOVA: u64 = 0x1000_0000;
+pub const POOL_BUFFERS: u32 = 4096;
+pub const BUFFER_SIZE: u32 = 2048;
+pub const RING_SIZE: u32 = 512;
+
+pub const RING_TX: usize = 0;
+pub const RING_TX_DONE: usize = 1;
+pub const RING_RX_FILL: usize = 2;
+pub const RING_RX: usize = 3;
+pub const RING_COUNT: usize = 4;
+
+pub const TX_DONE_DROPPED: u16 = 0x0001;
+pub const RING_ENTRIES_OFFSET: usize = 192;
+pub const PAGE_SIZE: u64 = 4096;
+
+pub const MSG_HELLO: u16 = 1;
+pub const MSG_PROBE: u16 = 2;
+pub const MSG_OPEN: u16 = 3;
+pub const MSG_STOP: u16 = 4;
+pub const MSG_SET_MTU: u16 = 5;
+pub const MSG_SET_MAC: u16 = 6;
+pub const MSG_SET_RX_MODE: u16 = 7;
+pub const MSG_SET_FEATURES: u16 = 8;
+pub const MSG_ETHTOOL: u16 = 9;
+pub const MSG_PING: u16 = 10;
+pub const MSG_REPLY: u16 = 64;
+pub const MSG_REGISTERED: u16 = 65;
+pub const MSG_CARRIER: u16 = 66;
+pub const MSG_TX_QUEUE: u16 = 67;
+pub const MSG_LOG: u16 = 68;
+pub const MSG_WARN: u16 = 69;
+
+pub const MSG_MAX: usize = 2048;
+pub const MAX_MODULES: usize = 4;
+pub const PATH_MAX: usize = 256;
+pub const PCI_ADDR_MAX: usize = 16;
+pub const NAME_MAX: usize = 32;
+pub const TEXT_MAX: usize = 1024;
+pub const MAX_MC: usize = 64;
+pub const ETHTOOL_DATA_MAX: usize = 512;
+
+pub const RX_MODE_PROMISC: u32 = 0x1;
+pub const RX_MODE_ALLMULTI: u32 = 0x2;
+
+pub const ETHTOOL_DRVINFO: u32 = 1;
+pub const ETHTOOL_LINK: u32 = 2;
+
+/// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
+/// to whole pages (`us_ring_stride`).
+pub const fn ring_stride(ring_size: u32) -> u64 {
+    let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<RingEntry>() as u64;
+    (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// Plain old data: every bit pattern is a valid value and there is no padding
+/// the compiler could leave uninitialised.
+///
+/// # Safety
+/// Implement only for `#[repr(C, packed)]` structs of integers and byte arrays.
+pub unsafe trait Wire: Copy + Sized {
+    fn from_prefix(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the length is checked, Self is packed (alignment 1) POD.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Self is packed POD without padding.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), size_of::<Self>()) }
+    }
+}
+
+macro_rules! wire_structs {
+    ($($(#[$meta:meta])* pub struct $name:ident { $(pub $field:ident : $ty:ty,)* })*) => {
+        $(
+            $(#[$meta])*
+            #[repr(C, packed)]
+            #[derive(Clone, Copy, Debug)]
+            pub struct $name { $(pub $field: $ty,)* }
+            unsafe impl Wire for $name {}
+            impl Default for $name {
+                fn default() -> Self {
+                    // SAFETY: all-zero is a valid value of a Wire struct.
+                    unsafe { std::mem::zeroed() }
+                }
+            }
+        )*
+        /// (struct, field, offset, size) for every field, and (struct, "", 0, size) for
+        /// every struct: what the layout test compares with the C header.
+        pub fn layout_table() -> Vec<(&'static str, &'static str, usize, usize)> {
+            let mut table = Vec::new();
+            $(
+                table.push((stringify!($name), "", 0, size_of::<$name>()));
+                $(
+                    table.push((stringify!($name), stringify!($field),
+                                std::mem::offset_of!($name, $field), size_of::<$ty>()));
+                )*
+            )*
+            table
+        }
+    };
+}
+
+wire_structs! {
+    pub struct RingEntry { pub buf: u32, pub len: u16, pub flags: u16, }
+
+    /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
+    pub struct RingHeader {
+        pub head: u32, pub pad0: [u8; 60],
+        pub tail: u32, pub pad1: [u8; 60],
+        pub consumer_waiting: u32, pub pad2: [u8; 60],
+    }
+
+    pub struct MsgHeader { pub type_: u16, pub flags: u16, pub seq: u32, }
+
+    pub struct Hello {
+        pub version: u32, pub ring_size: u32, pub pool_buffers: u32, pub buffer_size: u32,
+        pub arena_size: u64, pub arena_iova: u64, pub pool_size: u64, pub rings_size: u64,
+    }
+
+    pub struct Probe {
+        pub pci_address: [u8; PCI_ADDR_MAX],
+        pub n_modules: u32,
+        pub modules: [[u8; PATH_MAX]; MAX_MODULES],
+    }
+
+    pub struct SetMtu { pub mtu: u32, }
+    pub struct SetMac { pub mac: [u8; 6], }
+    pub struct SetRxMode { pub flags: u32, pub n_mc: u16, }
+    pub struct SetFeatures { pub features: u64, }
+    pub struct Ethtool { pub cmd: u32, }
+
+    pub struct EthtoolDrvinfo {
+        pub driver: [u8; NAME_MAX], pub version: [u8; NAME_MAX],
+        pub fw_version: [u8; NAME_MAX], pub bus_info: [u8; NAME_MAX],
+    }
+
+    pub struct EthtoolLink { pub speed: u32, pub duplex: u8, pub autoneg: u8, pub port: u8, pub link: u8, }
+
+    pub struct Reply { pub status: i32, pub data_len: u32, }
+
+    pub struct Registered {
+        pub perm_addr: [u8; 6], pub dev_addr: [u8; 6],
+        pub mtu: u32, pub min_mtu: u32, pub max_mtu: u32,
+        pub features: u64, pub hw_features: u64,
+        pub n_tx_queues: u16, pub n_rx_queues: u16,
+        pub driver: [u8; NAME_MAX], pub version: [u8; NAME_MAX],
+    }
+
+    pub struct Carrier { pub on: u8, }
+    pub struct TxQueue { pub stopped: u8, }
+    pub struct Log { pub level: u32, }
+    pub struct Warn { pub line: u32, pub file: [u8; 128], }
+}
+
+/// Why a driver's message was refused. Each one ends that driver.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("message of {0} bytes is shorter than its 8-byte header")]
+    TooShort(usize),
+    #[error("message of {0} bytes is longer than the protocol's {MSG_MAX}")]
+    TooLong(usize),
+    #[error("unknown message type {0}")]
+    UnknownType(u16),
+    #[error("message type {0} is a host request; a driver may not send it")]
+    NotFromDriver(u16),
+    #[error("reserved header flags {0:#x} are set")]
+    ReservedFlags(u16),
+    #[error("message type {type_} has {len} bytes, expected {expected}")]
+    WrongSize { type_: u16, len: usize, expected: usize },
+    #[error("{field} = {value} is out of range")]
+    OutOfRange { field: &'static str, value: u64 },
+    #[error("{0} is not NUL-terminated")]
+    Unterminated(&'static str),
+}
+
+/// A validated message from a driver process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverMessage {
+    Reply { seq: u32, status: i32, data: Vec<u8> },
+    Registered(RegisteredInfo),
+    Carrier(bool),
+    TxQueue { stopped: bool },
+    Log { level: u32, text: String },
+    Warn { file: String, line: u32, text: String },
+}
+
+/// `REGISTERED` after validation: strings are printable, MTUs consistent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredInfo {
+    pub perm_addr: [u8; 6],
+    pub dev_addr: [u8; 6],
+    pub mtu: u32,
+    pub min_mtu: u32,
+    pub max_mtu: u32,
+    pub features: u64,
+    pub hw_features: u64,
+    pub n_tx_queues: u16,
+    pub n_rx_queues: u16,
+    pub driver: String,
+    pub version: String,
+}
+
+/// Text from a driver made safe for a log line: control characters and
+/// invalid UTF-8 are escaped, so a driver cannot forge log lines.
+pub fn printable(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).chars().flat_map(char::escape_debug).collect()
+}
+
+/// A NUL-terminated string from a fixed-size field.
+pub fn c_string(field: &'static str, bytes: &[u8]) -> Result<String, ProtocolError> {
+    let end = bytes.iter().position(|&b| b == 0).ok_or(ProtocolError::Unterminated(field))?;
+    Ok(printable(&bytes[..end]))
+}
+
+fn exact<T: Wire>(type_: u16, body: &[u8]) -> Result<T, ProtocolError> {
+    if body.len() != size_of::<T>() {
+        return Err(ProtocolError::WrongSize {
+            type_,
+            len: body.len() + size_of::<MsgHeader>(),
+            expected: size_of::<T>() + size_of::<MsgHeader>(),
+        });
+    }
+    Ok(T::from_prefix(body).expect("length checked"))
+}
+
+/// A fixed part followed by at most `max_tail` bytes.
+fn with_tail<T: Wire>(type_: u16, body: &[u8], max_tail: usize) -> Result<(T, &[u8]), ProtocolError> {
+    let fixed = size_of::<T>();
+    if body.len() < fixed || body.len() - fixed > max_tail {
+        return Err(ProtocolError::WrongSize {
+            type_,
+            len: body.len() + size_of::<MsgHeader>(),
+            expected: fixed + size_of::<MsgHeader>(),
+        });
+    }
+    Ok((T::from_prefix(body).expect("length checked"), &body[fixed..]))
+}
+
+fn boolean(field: &'static str, value: u8) -> Result<bool, ProtocolError> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(ProtocolError::OutOfRange { field, value: v.into() }),
+    }
+}
+
+/// Validates one message received from a driver process.
+pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> {
+    if msg.len() > MSG_MAX {
+        return Err(ProtocolError::TooLong(msg.len()));
+    }
+    let header = MsgHeader::from_prefix(msg).ok_or(ProtocolError::TooShort(msg.len()))?;
+    let body = &msg[size_of::<MsgHeader>()..];
+    let type_ = header.type_;
+    if header.flags != 0 {
+        return Err(ProtocolError::ReservedFlags(header.flags));
+    }
+    match type_ {
+        MSG_REPLY => {
+            let (reply, data) = with_tail::<Reply>(type_, body, ETHTOOL_DATA_MAX)?;
+            if reply.data_len as usize != data.len() {
+                return Err(ProtocolError::OutOfRange { field: "reply.data_len", value: reply.data_len.into() });
+            }
+            // A status is 0 or a negative errno; anything else is a confused driver.
+            if reply.status > 0 || reply.status < -4095 {
+                return Err(ProtocolError::OutOfRange { field: "reply.status", value: reply.status as i64 as u64 });
+            }
+            Ok(DriverMessage::Reply { seq: header.seq, status: reply.status, data: data.to_vec() })
+        }
+        MSG_REGISTERED => {
+            let r: Registered = exact(type_, body)?;
+            let (mtu, min_mtu, max_mtu) = (r.mtu, r.min_mtu, r.max_mtu);
+            if min_mtu > max_mtu || mtu < min_mtu || mtu > max_mtu || max_mtu > 65535 {
+                return Err(ProtocolError::OutOfRange { field: "registered.mtu", value: mtu.into() });
+            }
+            if r.n_tx_queues == 0 || r.n_rx_queues == 0 {
+                return Err(ProtocolError::OutOfRange { field: "registered.n_queues", value: 0 });
+            }
+            Ok(DriverMessage::Registered(RegisteredInfo {
+                perm_addr: r.perm_addr,
+                dev_addr: r.dev_addr,
+                mtu,
+                min_mtu,
+                max_mtu,
+                features: r.features,
+                hw_features: r.hw_features,
+                n_tx_queues: r.n_tx_queues,
+                n_rx_queues: r.n_rx_queues,
+                driver: c_string("registered.driver", &r.driver)?,
+                version: c_string("registered.version", &r.version)?,
+            }))
+        }
+        MSG_CARRIER => Ok(DriverMessage::Carrier(boolean("carrier.on", exact::<Carrier>(type_, body)?.on)?)),
+        MSG_TX_QUEUE => Ok(DriverMessage::TxQueue {
+            stopped: boolean("tx_queue.stopped", exact::<TxQueue>(type_, body)?.stopped)?,
+        }),
+        MSG_LOG => {
+            let (log, text) = with_tail::<Log>(type_, body, TEXT_MAX)?;
+            if log.level > 7 {
+                return Err(ProtocolError::OutOfRange { field: "log.level", value: log.level.into() });
+            }
+            Ok(DriverMessage::Log { level: log.level, text: printable(text) })
+        }
+        MSG_WARN => {
+            let (warn, text) = with_tail::<Warn>(type_, body, TEXT_MAX)?;
+            Ok(DriverMessage::Warn { file: c_string("warn.file", &warn.file)?, line: warn.line, text: printable(text) })
+        }
+        MSG_HELLO..=MSG_PING => Err(ProtocolError::NotFromDriver(type_)),
+        other => Err(ProtocolError::UnknownType(other)),
+    }
+}
+
+/// A request the host sends; each is answered by a `REPLY` with its `seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Hello(Hello),
+    Probe { pci_address: String, modules: Vec<String> },
+    Open,
+    Stop,
+    SetMtu(u32),
+    SetMac([u8; 6]),
+    SetRxMode { flags: u32, multicast: Vec<[u8; 6]> },
+    SetFeatures(u64),
+    Ethtool(u32),
+    Ping,
+}
+
+impl PartialEq for Hello {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for Hello {}
+
+/// Copies `s` into a fixed NUL-terminated field; `None` if it does not fit.
+fn fill_c_string(dst: &mut [u8], s: &str) -> Option<()> {
+    let b = s.as_bytes();
+    if b.len() >= dst.len() || b.contains(&0) {
+        return None;
+    }
+    dst[..b.len()].copy_from_slice(b);
+    Some(())
+}
+
+/// A request that cannot be expressed on the wire (the host's own input check).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EncodeError(pub String);
+
+impl Request {
+    pub fn type_(&self) -> u16 {
+        match self {
+            Request::Hello(_) => MSG_HELLO,
+            Request::Probe { .. } => MSG_PROBE,
+            Request::Open => MSG_OPEN,
+            Request::Stop => MSG_STOP,
+            Request::SetMtu(_) => MSG_SET_MTU,
+            Request::SetMac(_) => MSG_SET_MAC,
+            Request::SetRxMode { .. } => MSG_SET_RX_MODE,
+            Request::SetFeatures(_) => MSG_SET_FEATURES,
+            Request::Ethtool(_) => MSG_ETHTOOL,
+            Request::Ping => MSG_PING,
+        }
+    }
+
+    pub fn encode(&self, seq: u32) -> Result<Vec<u8>, EncodeError> {
+        let mut out = MsgHeader { type_: self.type_(), flags: 0, seq }.as_bytes().to_vec();
+        match self {
+            Request::Hello(h) => out.extend_from_slice(h.as_bytes()),
+            Request::Probe { pci_address, modules } => {
+                if modules.is_empty() || modules.len() > MAX_MODULES {
+                    return Err(EncodeError(format!("1 to {MAX_MODULES} modules, not {}", modules.len())));
+                }
+                let mut p = Probe { n_modules: modules.len() as u32, ..Default::default() };
+                fill_c_string(&mut p.pci_address, pci_address)
+                    .ok_or_else(|| EncodeError(format!("PCI address {pci_address:?} is too long")))?;
+                for (slot, path) in p.modules.iter_mut().zip(modules) {
+                    fill_c_string(slot, path).ok_or_else(|| {
+                        EncodeError(format!("module path {path:?} is longer than {} bytes", PATH_MAX - 1))
+                    })?;
+                }
+                out.extend_from_slice(p.as_bytes());
+            }
+            Request::Open | Request::Stop | Request::Ping => {}
+            Request::SetMtu(mtu) => out.extend_from_slice(SetMtu { mtu: *mtu }.as_bytes()),
+            Request::SetMac(mac) => out.extend_from_slice(SetMac { mac: *mac }.as_bytes()),
+            Request::SetRxMode { flags, multicast } => {
+                if multicast.len() > MAX_MC {
+                    return Err(EncodeError(format!("{} multicast addresses, at most {MAX_MC}", multicast.len())));
+                }
+                out.extend_from_slice(SetRxMode { flags: *flags, n_mc: multicast.len() as u16 }.as_bytes());
+                multicast.iter().for_each(|mac| out.extend_from_slice(mac));
+            }
+            Request::SetFeatures(f) => out.extend_from_slice(SetFeatures { features: *f }.as_bytes()),
+            Request::Ethtool(cmd) => out.extend_from_slice(Ethtool { cmd: *cmd }.as_bytes()),
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(type_: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let mut m = MsgHeader { type_, flags: 0, seq }.as_bytes().to_vec();
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn registered() -> Registered {
+        let mut r = Registered {
+            perm_addr: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+            dev_addr: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+            mtu: 1500,
+            min_mtu: 46,
+            max_mtu: 16110,
+            n_tx_queues: 1,
+            n_rx_queues: 1,
+            ..Default::default()
+        };
+        r.driver[..5].copy_from_slice(b"e1000");
+        r
+    }
+
+    #[test]
+    fn ring_stride_is_whole_pages() {
+        assert_eq!(ring_stride(512), 8192);
+        assert_eq!(ring_stride(256), 4096);
+        assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
+    }
+
+    #[test]
+    fn a_valid_registered_parses() {
+        let m = parse_driver_message(&msg(MSG_REGISTERED, 0, registered().as_bytes())).unwrap();
+        let DriverMessage::Registered(info) = m else { panic!("{m:?}") };
+        assert_eq!(info.driver, "e1000");
+        assert_eq!(info.mtu, 1500);
+    }
+
+    #[test]
+    fn registered_with_inconsistent_mtu_or_unterminated_name_is_refused() {
+        let mut r = registered();
+        r.mtu = 20000;
+        assert!(matches!(parse_driver_message(&msg(MSG_REGISTERED, 0, r.as_bytes())),
+                         Err(ProtocolError::OutOfRange { field: "registered.mtu", .. })));
+        let mut r = registered();
+        r.version = [b'x'; NAME_MAX];
+        assert_eq!(parse_driver_message(&msg(MSG_REGISTERED, 0, r.as_bytes())),
+                   Err(ProtocolError::Unterminated("registered.version")));
+    }
+
+    #[test]
+    fn sizes_flags_types_and_booleans_are_checked() {
+        assert_eq!(parse_driver_message(&[1, 2, 3]), Err(ProtocolError::TooShort(3)));
+        assert!(matches!(parse_driver_message(&msg(MSG_CARRIER, 0, &[1, 0])), Err(ProtocolError::WrongSize { .. })));
+        assert_eq!(parse_driver_message(&msg(MSG_CARRIER, 0, &[2])),
+                   Err(ProtocolError::OutOfRange { field: "carrier.on", value: 2 }));
+        assert_eq!(parse_driver_message(&msg(MSG_CARRIER, 0, &[1])), Ok(DriverMessage::Carrier(true)));
+        assert_eq!(parse_driver_message(&msg(MSG_OPEN, 0, &[])), Err(ProtocolError::NotFromDriver(MSG_OPEN)));
+        assert_eq!(parse_driver_message(&msg(999, 0, &[])), Err(ProtocolError::UnknownType(999)));
+        let mut m = msg(MSG_CARRIER, 0, &[1]);
+        m[2] = 1;
+        assert_eq!(parse_driver_message(&m), Err(ProtocolError::ReservedFlags(1)));
+        assert_eq!(parse_driver_message(&vec![0; MSG_MAX + 1]), Err(ProtocolError::TooLong(MSG_MAX + 1)));
+    }
+
+    #[test]
+    fn reply_length_and_status_are_checked() {
+        let mut body = Reply { status: -22, data_len: 2 }.as_bytes().to_vec();
+        body.extend_from_slice(&[7, 8]);
+        assert_eq!(parse_driver_message(&msg(MSG_REPLY, 9, &body)),
+                   Ok(DriverMessage::Reply { seq: 9, status: -22, data: vec![7, 8] }));
+        body.push(0);
+        assert!(parse_driver_message(&msg(MSG_REPLY, 9, &body)).is_err());
+        let body = Reply { status: 5, data_len: 0 }.as_bytes().to_vec();
+        assert!(parse_driver_message(&msg(MSG_REPLY, 9, &body)).is_err());
+    }
+
+    #[test]
+    fn log_text_cannot_forge_log_lines() {
+        let mut body = Log { level: 6 }.as_bytes().to_vec();
+        body.extend_from_slice(b"e1000: up\n[daemon] fake\x1b[31m\xff");
+        let DriverMessage::Log { text, .. } = parse_driver_message(&msg(MSG_LOG, 0, &body)).unwrap() else {
+            panic!()
+        };
+        assert!(!text.contains('\n') && !text.contains('\x1b'), "{text}");
+    }
+
+    /// A small xorshift generator: deterministic, no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..200_000 {
+            let len = (rng.next() % 200) as usize;
+            let mut m: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            // Steer half of the inputs to valid types so the bodies get exercised.
+            if len >= 8 && rng.next() % 2 == 0 {
+                let t = [MSG_REPLY, MSG_REGISTERED, MSG_CARRIER, MSG_TX_QUEUE, MSG_LOG, MSG_WARN][(rng.next() % 6) as usize];
+                m[..2].copy_from_slice(&t.to_le_bytes());
+                m[2] = 0;
+                m[3] = 0;
+            }
+            let _ = parse_driver_message(&m);
+        }
+    }
+
+    #[test]
+    fn requests_encode_to_their_c_sizes() {
+        assert_eq!(Request::Open.encode(1).unwrap().len(), 8);
+        assert_eq!(Request::SetMtu(9000).encode(1).unwrap().len(), 12);
+        let p = Request::Probe { pci_address: "0000:00:02.0".into(), modules: vec!["/x/e1000.ko".into()] };
+        assert_eq!(p.encode(1).unwrap().len(), 8 + size_of::<Probe>());
+        let m = Request::SetRxMode { flags: RX_MODE_PROMISC, multicast: vec![[1, 0, 0x5e, 0, 0, 1]] };
+        assert_eq!(m.encode(1).unwrap().len(), 8 + 6 + 6);
+        assert!(Request::Probe { pci_address: "0".repeat(16), modules: vec!["a".into()] }.encode(1).is_err());
+    }
+}

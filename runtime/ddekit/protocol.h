@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The host <-> driver-process protocol, the driver's side (docs/protocol.md).
+ *
+ * understudyd (host/protocol/src/lib.rs) mirrors every struct and constant
+ * here; host/protocol/tests/layout.rs compiles a program against this header
+ * and checks that both sides agree on every size and offset. Change both, or
+ * neither.
+ *
+ * Everything is little-endian (x86_64) and packed: these structs are wire and
+ * shared-memory formats, never handed to kernel code. No Linux header is
+ * included (DESIGN.md: the libc side never includes one).
+ */
+#ifndef UNDERSTUDY_PROTOCOL_H
+#define UNDERSTUDY_PROTOCOL_H
+
+#include <stdint.h>
+
+#define US_PROTOCOL_VERSION 1u
+
+/* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
+
+#define US_ARENA_SIZE    (64u << 20)
+#define US_ARENA_IOVA    0x10000000ull
+#define US_POOL_BUFFERS  4096u
+#define US_BUFFER_SIZE   2048u
+#define US_RING_SIZE     512u
+
+/* ---- rings ---------------------------------------------------------------- */
+
+/* The four rings, in this order, in the rings memfd. */
+enum us_ring_id {
+	US_RING_TX = 0,      /* host -> driver: frames to transmit    */
+	US_RING_TX_DONE = 1, /* driver -> host: transmitted buffers   */
+	US_RING_RX_FILL = 2, /* host -> driver: empty buffers         */
+	US_RING_RX = 3,      /* driver -> host: received frames       */
+	US_RING_COUNT = 4,
+};
+
+struct us_ring_entry {
+	uint32_t buf;   /* pool buffer index */
+	uint16_t len;   /* frame length in bytes */
+	uint16_t flags; /* US_TX_DONE_DROPPED in tx_done; 0 elsewhere */
+} __attribute__((packed));
+
+#define US_TX_DONE_DROPPED 0x0001u
+
+/* Each counter on its own cache line: producer and consumer never share one. */
+struct us_ring {
+	uint32_t head;             /* written by the producer */
+	uint8_t pad0[60];
+	uint32_t tail;             /* written by the consumer */
+	uint8_t pad1[60];
+	uint32_t consumer_waiting; /* consumer sets 1 before sleeping */
+	uint8_t pad2[60];
+	struct us_ring_entry entries[]; /* ring_size of them */
+} __attribute__((packed));
+
+#define US_RING_ENTRIES_OFFSET 192u
+#define US_PAGE_SIZE 4096u
+
+/* Ring i starts at i * us_ring_stride(ring_size) in the rings memfd: each ring
+ * is rounded up to whole pages. */
+static inline uint64_t us_ring_stride(uint32_t ring_size)
+{
+	uint64_t bytes = US_RING_ENTRIES_OFFSET + (uint64_t)ring_size * sizeof(struct us_ring_entry);
+	return (bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1);
+}
+
+/* ---- control messages (SOCK_SEQPACKET, one message per packet) ------------ */
+
+enum us_msg_type {
+	/* host -> driver requests, each answered by US_MSG_REPLY */
+	US_MSG_HELLO = 1,
+	US_MSG_PROBE = 2,
+	US_MSG_OPEN = 3,
+	US_MSG_STOP = 4,
+	US_MSG_SET_MTU = 5,
+	US_MSG_SET_MAC = 6,
+	US_MSG_SET_RX_MODE = 7,
+	US_MSG_SET_FEATURES = 8,
+	US_MSG_ETHTOOL = 9,
+	US_MSG_PING = 10,
+	/* driver -> host */
+	US_MSG_REPLY = 64,
+	US_MSG_REGISTERED = 65,
+	US_MSG_CARRIER = 66,
+	US_MSG_TX_QUEUE = 67,
+	US_MSG_LOG = 68,
+	US_MSG_WARN = 69,
+};
+
+/* Every message starts with this. `flags` is reserved and must be 0. */
+struct us_msg_header {
+	uint16_t type;
+	uint16_t flags;
+	uint32_t seq;
+} __attribute__((packed));
+
+/* The largest message either side sends or accepts (a receive buffer this
+ * big never truncates a valid message). */
+#define US_MSG_MAX 2048u
+
+#define US_MAX_MODULES 4u
+#define US_PATH_MAX 256u
+#define US_PCI_ADDR_MAX 16u
+#define US_NAME_MAX 32u
+#define US_TEXT_MAX 1024u
+#define US_MAX_MC 64u
+#define US_ETHTOOL_DATA_MAX 512u
+
+struct us_hello {
+	uint32_t version;       /* US_PROTOCOL_VERSION */
+	uint32_t ring_size;
+	uint32_t pool_buffers;
+	uint32_t buffer_size;
+	uint64_t arena_size;
+	uint64_t arena_iova;
+	uint64_t pool_size;     /* pool_buffers * buffer_size */
+	uint64_t rings_size;    /* bytes of the rings memfd */
+} __attribute__((packed));
+
+/* Modules are loaded in order (dependencies first, the driver last); the
+ * unused tail of `modules` is zero. Strings are NUL-terminated. */
+struct us_probe {
+	char pci_address[US_PCI_ADDR_MAX]; /* "0000:00:02.0" */
+	uint32_t n_modules;                /* 1 .. US_MAX_MODULES */
+	char modules[US_MAX_MODULES][US_PATH_MAX];
+} __attribute__((packed));
+
+struct us_set_mtu {
+	uint32_t mtu;
+} __attribute__((packed));
+
+struct us_set_mac {
+	uint8_t mac[6];
+} __attribute__((packed));
+
+#define US_RX_MODE_PROMISC  0x1u
+#define US_RX_MODE_ALLMULTI 0x2u
+
+/* Followed by n_mc addresses of 6 bytes: the message is exactly
+ * header + sizeof(struct us_set_rx_mode) + 6 * n_mc bytes. */
+struct us_set_rx_mode {
+	uint32_t flags;
+	uint16_t n_mc; /* <= US_MAX_MC */
+} __attribute__((packed));
+
+struct us_set_features {
+	uint64_t features; /* NETIF_F_* bits as the kernel ABI defines them */
+} __attribute__((packed));
+
+enum us_ethtool_cmd {
+	US_ETHTOOL_DRVINFO = 1, /* reply data: struct us_ethtool_drvinfo */
+	US_ETHTOOL_LINK = 2,    /* reply data: struct us_ethtool_link */
+};
+
+struct us_ethtool {
+	uint32_t cmd;
+} __attribute__((packed));
+
+struct us_ethtool_drvinfo {
+	char driver[US_NAME_MAX];
+	char version[US_NAME_MAX];
+	char fw_version[US_NAME_MAX];
+	char bus_info[US_NAME_MAX];
+} __attribute__((packed));
+
+struct us_ethtool_link {
+	uint32_t speed;   /* Mb/s, 0xffffffff unknown */
+	uint8_t duplex;   /* 0 half, 1 full, 0xff unknown */
+	uint8_t autoneg;  /* 0 off, 1 on */
+	uint8_t port;     /* PORT_* of the kernel ABI */
+	uint8_t link;     /* ethtool_op_get_link */
+} __attribute__((packed));
+
+/* Followed by data_len bytes (<= US_ETHTOOL_DATA_MAX): the message is exactly
+ * header + sizeof(struct us_reply) + data_len bytes. */
+struct us_reply {
+	int32_t status;    /* 0 or a negative errno */
+	uint32_t data_len;
+} __attribute__((packed));
+
+struct us_registered {
+	uint8_t perm_addr[6];
+	uint8_t dev_addr[6];
+	uint32_t mtu;
+	uint32_t min_mtu;
+	uint32_t max_mtu;
+	uint64_t features;
+	uint64_t hw_features;
+	uint16_t n_tx_queues;
+	uint16_t n_rx_queues;
+	char driver[US_NAME_MAX];  /* NUL-terminated */
+	char version[US_NAME_MAX]; /* NUL-terminated */
+} __attribute__((packed));
+
+struct us_carrier {
+	uint8_t on;
+} __attribute__((packed));
+
+struct us_tx_queue {
+	uint8_t stopped;
+} __attribute__((packed));
+
+/* Followed by the text (<= US_TEXT_MAX bytes, no NUL needed). */
+struct us_log {
+	uint32_t level; /* printk level 0 (emerg) .. 7 (debug) */
+} __attribute__((packed));
+
+/* Followed by the text (<= US_TEXT_MAX bytes, no NUL needed). */
+struct us_warn {
+	uint32_t line;
+	char file[128]; /* NUL-terminated */
+} __attribute__((packed));
+
+#endif /* UNDERSTUDY_PROTOCOL_H */
