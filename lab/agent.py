@@ -99,22 +99,55 @@ class AgentClient:
         self._waiting: dict[int, GuestProcess | queue.Queue] = {}
         self._ready = threading.Event()
         self._closed = False
+        self._successor: socket.socket | None = None   # see follow()
+        self._followed = threading.Event()
 
-    def connect(self, deadline: float) -> None:
+    @staticmethod
+    def _open(path: str, deadline: float) -> socket.socket:
         while True:
             try:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.connect(self._path)
-                break
+                s.connect(path)
+                return s
             except (FileNotFoundError, ConnectionRefusedError):
                 s.close()
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    def connect(self, deadline: float) -> None:
+        s = self._open(self._path, deadline)
         self._sock = s
         self._closed = False
         self._ready.clear()
         threading.Thread(target=self._reader, args=(s,), daemon=True, name="lab-agent").start()
+
+    def follow(self, sock_path: str, deadline: float) -> None:
+        """Connects ahead to the serial socket of the QEMU the guest is migrating into.
+
+        The agent and its commands run on through a live migration; only the
+        socket that reaches them changes.  The connection is made before the
+        switch-over because QEMU drops serial output while no client is
+        connected.  It is read once the current connection has closed (when the
+        source QEMU exits), by the same reader thread with the same buffer: a
+        frame the guest was writing at the switch-over arrives in two parts, one
+        through each QEMU, and output keeps its order.  Until then commands
+        still go to the source.  await_follow() waits for the change.
+        """
+        self._successor = self._open(sock_path, deadline)
+        self._path = sock_path
+        self._followed.clear()
+
+    def await_follow(self, deadline: float) -> None:
+        if not self._followed.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the old connection to the guest agent did not close")
+
+    def abandon_follow(self) -> None:
+        """The migration did not happen: forget the destination's socket."""
+        with self._lock:
+            s, self._successor = self._successor, None
+        if s is not None:
+            s.close()
 
     def wait_ready(self, deadline: float, alive: Callable[[], bool]) -> None:
         """Waits for the agent's READY, which it repeats until the host first speaks."""
@@ -133,11 +166,22 @@ class AgentClient:
 
     def _reader(self, s: socket.socket) -> None:
         buf = bytearray()
+        while True:
+            self._read_frames(s, buf)
+            with self._lock:
+                if s is not self._sock:
+                    return   # close() on purpose: nobody is waiting for anything
+                s = self._sock = self._successor
+                self._successor = None
+            if s is None:
+                self._fail_all("the guest agent's connection closed")
+                return
+            self._followed.set()
+
+    def _read_frames(self, s: socket.socket, buf: bytearray) -> None:
+        """Dispatches the frames arriving on s until it closes; a partial one stays in buf."""
         try:
-            while True:
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
+            while chunk := s.recv(1 << 16):
                 buf.extend(chunk)
                 while len(buf) >= HEADER.size:
                     magic, kind, _flags, ident, length = HEADER.unpack_from(buf)
@@ -151,9 +195,6 @@ class AgentClient:
                     self._dispatch(kind, ident, payload)
         except OSError:
             pass
-        finally:
-            if s is self._sock:
-                self._fail_all("the guest agent's connection closed")
 
     def _dispatch(self, kind: int, ident: int, payload: bytes) -> None:
         if kind in (READY, PONG):
@@ -226,6 +267,7 @@ class AgentClient:
             pass
 
     def close(self) -> None:
+        self.abandon_follow()
         s, self._sock = self._sock, None
         if s is not None:
             try:

@@ -78,8 +78,9 @@ def _pump(sock: socket.socket, direction_send: bool, total: int) -> dict:
     return prog.report(resets, error)
 
 
-def bulk_serve(port: int, send: bool, total: int, ready_file: str | None, timeout: float) -> dict:
-    with socket.create_server(("127.0.0.1", port)) as srv:
+def bulk_serve(bind: str, port: int, send: bool, total: int, ready_file: str | None,
+               timeout: float) -> dict:
+    with socket.create_server((bind, port)) as srv:
         srv.settimeout(timeout)
         if ready_file:
             Path(ready_file).write_text(str(srv.getsockname()[1]))
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("role", choices=["serve", "connect"])
     b.add_argument("--host", default="10.0.2.2")
     b.add_argument("--port", type=int, default=0)
+    b.add_argument("--bind", default="127.0.0.1",
+                   help="serve: the address to listen on (a lab network's peer address)")
     b.add_argument("--direction", choices=["to-client", "from-client"], required=True,
                    help="which way the bytes flow")
     b.add_argument("--bytes", type=int, default=200 << 20, help="bytes to send (sender only)")
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "bulk":
         sends = (a.role == "serve") == (a.direction == "to-client")
         if a.role == "serve":
-            out = bulk_serve(a.port, sends, a.bytes, a.ready_file, a.timeout)
+            out = bulk_serve(a.bind, a.port, sends, a.bytes, a.ready_file, a.timeout)
         else:
             out = bulk_connect(a.host, a.port, sends, a.bytes, a.timeout)
         out["role"] = "sender" if sends else "receiver"
