@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The four SPSC rings of docs/protocol.md, seen from the host.
+//!
+//! The host produces `tx` and `rx_fill` and consumes `tx_done` and `rx`. What
+//! it reads back from shared memory (the driver's `head` on rings it consumes,
+//! the driver's `tail` on rings it produces) is checked before use; the host's
+//! own counters are kept in host memory, never re-read from the ring.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use understudy_protocol::{ring_stride, RingEntry, Wire, RING_COUNT, RING_ENTRIES_OFFSET};
+
+use crate::region::SharedRegion;
+use crate::ShmError;
+
+const HEAD: usize = 0;
+const TAIL: usize = 64;
+const WAITING: usize = 128;
+
+pub const RING_NAMES: [&str; RING_COUNT] = ["tx", "tx_done", "rx_fill", "rx"];
+
+pub struct Rings {
+    region: SharedRegion,
+    ring_size: u32,
+}
+
+impl Rings {
+    pub fn create(ring_size: u32) -> Result<Self, ShmError> {
+        if !ring_size.is_power_of_two() {
+            return Err(ShmError::Geometry(format!("ring size {ring_size} is not a power of two")));
+        }
+        let len = RING_COUNT * ring_stride(ring_size) as usize;
+        Ok(Rings { region: SharedRegion::create(c"understudy-rings", len)?, ring_size })
+    }
+
+    /// Wraps an existing mapping (tests map the same memfd a second time to
+    /// play the driver).
+    pub fn from_region(region: SharedRegion, ring_size: u32) -> Self {
+        assert!(region.len() >= RING_COUNT * ring_stride(ring_size) as usize);
+        Rings { region, ring_size }
+    }
+
+    pub fn region(&self) -> &SharedRegion {
+        &self.region
+    }
+
+    pub fn ring_size(&self) -> u32 {
+        self.ring_size
+    }
+
+    fn counter(&self, ring: usize, at: usize) -> &AtomicU32 {
+        let offset = ring * ring_stride(self.ring_size) as usize + at;
+        assert!(offset + 4 <= self.region.len());
+        // SAFETY: in bounds, 4-byte aligned (page-aligned rings, 64-byte lines),
+        // and only ever accessed atomically by the host.
+        unsafe { &*self.region.base().add(offset).cast::<AtomicU32>() }
+    }
+
+    pub fn head(&self, ring: usize) -> &AtomicU32 {
+        self.counter(ring, HEAD)
+    }
+
+    pub fn tail(&self, ring: usize) -> &AtomicU32 {
+        self.counter(ring, TAIL)
+    }
+
+    pub fn consumer_waiting(&self, ring: usize) -> &AtomicU32 {
+        self.counter(ring, WAITING)
+    }
+
+    fn entry_offset(&self, ring: usize, counter: u32) -> usize {
+        let index = (counter & (self.ring_size - 1)) as usize;
+        ring * ring_stride(self.ring_size) as usize + RING_ENTRIES_OFFSET + index * std::mem::size_of::<RingEntry>()
+    }
+
+    pub fn read_entry(&self, ring: usize, counter: u32) -> RingEntry {
+        let mut bytes = [0u8; std::mem::size_of::<RingEntry>()];
+        self.region.read(self.entry_offset(ring, counter), &mut bytes);
+        RingEntry::from_prefix(&bytes).expect("sized")
+    }
+
+    pub fn write_entry(&self, ring: usize, counter: u32, entry: RingEntry) {
+        self.region.write(self.entry_offset(ring, counter), entry.as_bytes());
+    }
+}
+
+/// The host's end of a ring it produces (`tx`, `rx_fill`).
+pub struct Producer {
+    ring: usize,
+    head: u32,
+    tail: u32,
+}
+
+impl Producer {
+    pub fn new(ring: usize) -> Self {
+        Producer { ring, head: 0, tail: 0 }
+    }
+
+    /// Re-reads the driver's `tail`; it may only have moved forward, up to `head`.
+    fn refresh_tail(&mut self, rings: &Rings) -> Result<(), ShmError> {
+        let tail = rings.tail(self.ring).load(Ordering::Acquire);
+        let advanced = tail.wrapping_sub(self.tail);
+        if advanced > self.head.wrapping_sub(self.tail) {
+            return Err(ShmError::Violation(format!(
+                "{} ring: the driver set tail to {tail}, outside [{}, {}] (its previous tail and the host's head)",
+                RING_NAMES[self.ring], self.tail, self.head
+            )));
+        }
+        self.tail = tail;
+        Ok(())
+    }
+
+    /// Free slots, after checking what the driver has consumed.
+    pub fn space(&mut self, rings: &Rings) -> Result<u32, ShmError> {
+        self.refresh_tail(rings)?;
+        Ok(rings.ring_size - self.head.wrapping_sub(self.tail))
+    }
+
+    /// Entries published and not yet consumed by the driver.
+    pub fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
+    }
+
+    /// Writes one entry and publishes it; the caller checked `space()`.
+    pub fn push(&mut self, rings: &Rings, entry: RingEntry) {
+        assert!(self.head.wrapping_sub(self.tail) < rings.ring_size, "push into a full ring");
+        rings.write_entry(self.ring, self.head, entry);
+        self.head = self.head.wrapping_add(1);
+        rings.head(self.ring).store(self.head, Ordering::Release);
+    }
+
+    /// sDDF's rule: signal only a consumer that said it sleeps, and clear its flag.
+    pub fn take_wakeup(&self, rings: &Rings) -> bool {
+        rings.consumer_waiting(self.ring).swap(0, Ordering::AcqRel) != 0
+    }
+}
+
+/// The host's end of a ring it consumes (`tx_done`, `rx`).
+pub struct Consumer {
+    ring: usize,
+    tail: u32,
+}
+
+impl Consumer {
+    pub fn new(ring: usize) -> Self {
+        Consumer { ring, tail: 0 }
+    }
+
+    /// The next entry, if the driver published one. The entry itself is
+    /// returned unchecked: its meaning (buffer ownership, length) is the pool's.
+    pub fn pop(&mut self, rings: &Rings) -> Result<Option<RingEntry>, ShmError> {
+        let head = rings.head(self.ring).load(Ordering::Acquire);
+        let available = head.wrapping_sub(self.tail);
+        if available > rings.ring_size {
+            return Err(ShmError::Violation(format!(
+                "{} ring: head {head} is {available} entries past tail {} (ring size {})",
+                RING_NAMES[self.ring], self.tail, rings.ring_size
+            )));
+        }
+        if available == 0 {
+            return Ok(None);
+        }
+        let entry = rings.read_entry(self.ring, self.tail);
+        self.tail = self.tail.wrapping_add(1);
+        rings.tail(self.ring).store(self.tail, Ordering::Release);
+        Ok(Some(entry))
+    }
+
+    /// Before sleeping: announce it, then re-check for a producer that raced.
+    /// Returns true if the ring is still empty (safe to sleep).
+    pub fn prepare_to_sleep(&self, rings: &Rings) -> bool {
+        rings.consumer_waiting(self.ring).store(1, Ordering::SeqCst);
+        rings.head(self.ring).load(Ordering::SeqCst) == self.tail
+    }
+}

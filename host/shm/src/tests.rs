@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The host's end of the rings against a hostile driver: every invalid index,
+//! length, flag and ownership case is a Violation, and nothing panics.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+
+use super::*;
+use understudy_protocol::{RING_RX, RING_RX_FILL, RING_TX, RING_TX_DONE};
+
+const GEOMETRY: Geometry =
+    Geometry { arena_size: 1 << 20, arena_iova: 0x1000_0000, pool_buffers: 16, buffer_size: 2048, ring_size: 8 };
+
+/// The driver's view: a second mapping of the same memfds, written directly.
+struct Driver {
+    rings: Rings,
+    arena: SharedRegion,
+}
+
+impl Driver {
+    fn attach(host: &SharedMemory) -> Driver {
+        let map = |r: &SharedRegion| SharedRegion::map(r.as_fd().try_clone_to_owned().unwrap(), r.len()).unwrap();
+        Driver { rings: Rings::from_region(map(host.rings().region()), GEOMETRY.ring_size), arena: map(host.arena()) }
+    }
+
+    /// Takes the next entry of a host-produced ring, as an honest driver would.
+    fn consume(&self, ring: usize) -> Option<RingEntry> {
+        let tail = self.rings.tail(ring).load(Ordering::Acquire);
+        if self.rings.head(ring).load(Ordering::Acquire) == tail {
+            return None;
+        }
+        let e = self.rings.read_entry(ring, tail);
+        self.rings.tail(ring).store(tail.wrapping_add(1), Ordering::Release);
+        Some(e)
+    }
+
+    /// Publishes an entry on a driver-produced ring, whatever it holds.
+    fn produce(&self, ring: usize, buf: u32, len: u16, flags: u16) {
+        let head = self.rings.head(ring).load(Ordering::Acquire);
+        self.rings.write_entry(ring, head, RingEntry { buf, len, flags });
+        self.rings.head(ring).store(head.wrapping_add(1), Ordering::Release);
+    }
+}
+
+fn setup() -> (SharedMemory, Driver) {
+    let host = SharedMemory::create(GEOMETRY).unwrap();
+    let driver = Driver::attach(&host);
+    (host, driver)
+}
+
+fn send_one(host: &mut SharedMemory, payload: &[u8]) -> u32 {
+    let buf = host.take_free().unwrap();
+    host.host_buffer(buf)[..payload.len()].copy_from_slice(payload);
+    assert!(host.send(buf, payload.len() as u16).unwrap());
+    buf
+}
+
+fn violation<T: std::fmt::Debug>(r: Result<T, ShmError>) -> String {
+    match r {
+        Err(ShmError::Violation(why)) => why,
+        other => panic!("expected a violation, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_honest_driver_round_trips_tx_and_rx() {
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, b"frame-to-send");
+    let e = driver.consume(RING_TX).unwrap();
+    assert_eq!(({ e.buf }, { e.len }), (buf, 13));
+    let mut seen = vec![0; 13];
+    driver.arena.read(buf as usize * 2048, &mut seen);
+    assert_eq!(seen, b"frame-to-send", "zero copy: the driver sees the host's bytes in place");
+    driver.produce(RING_TX_DONE, buf, 13, 0);
+    assert_eq!(host.reap_tx_done().unwrap(), Some(TxDone { buf, dropped: false }));
+    assert_eq!(host.reap_tx_done().unwrap(), None);
+
+    assert_eq!(host.fill_rx(4).unwrap(), 8, "the ring holds 8");
+    assert_eq!(host.lent(), Lent { tx: 0, rx_fill: 8 });
+    let fill = driver.consume(RING_RX_FILL).unwrap();
+    let frame: Vec<u8> = (0..60).collect();
+    driver.arena.write(fill.buf as usize * 2048, &frame);
+    driver.produce(RING_RX, fill.buf, 60, 0);
+    let mut got = Vec::new();
+    assert!(host.take_rx(&mut got).unwrap());
+    assert_eq!(got, frame);
+    assert!(!host.take_rx(&mut got).unwrap());
+    assert_eq!(host.lent(), Lent { tx: 0, rx_fill: 7 });
+}
+
+#[test]
+fn a_dropped_transmit_is_reported() {
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, &[0; 60]);
+    driver.consume(RING_TX);
+    driver.produce(RING_TX_DONE, buf, 60, TX_DONE_DROPPED);
+    assert_eq!(host.reap_tx_done().unwrap(), Some(TxDone { buf, dropped: true }));
+}
+
+#[test]
+fn head_more_than_a_ring_ahead_is_a_violation() {
+    let (mut host, driver) = setup();
+    driver.rings.head(RING_TX_DONE).store(9, Ordering::Release);
+    assert!(violation(host.reap_tx_done()).contains("head 9 is 9 entries past tail 0"));
+    // A head behind the tail wraps to a huge distance: also refused.
+    driver.rings.head(RING_RX).store(u32::MAX, Ordering::Release);
+    assert!(violation(host.take_rx(&mut Vec::new())).contains("rx ring"));
+}
+
+#[test]
+fn buffer_index_outside_the_pool_is_a_violation() {
+    let (mut host, driver) = setup();
+    driver.produce(RING_TX_DONE, 16, 60, 0);
+    assert!(violation(host.reap_tx_done()).contains("buffer 16 is outside the pool of 16"));
+    let (mut host, driver) = setup();
+    driver.produce(RING_RX, u32::MAX, 60, 0);
+    assert!(violation(host.take_rx(&mut Vec::new())).contains("outside the pool"));
+}
+
+#[test]
+fn a_buffer_never_lent_or_returned_twice_is_a_violation() {
+    let (mut host, driver) = setup();
+    driver.produce(RING_TX_DONE, 3, 60, 0);
+    assert!(violation(host.reap_tx_done()).contains("buffer 3 was not lent through tx"));
+
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, &[0; 60]);
+    driver.produce(RING_TX_DONE, buf, 60, 0);
+    driver.produce(RING_TX_DONE, buf, 60, 0);
+    host.reap_tx_done().unwrap();
+    assert!(violation(host.reap_tx_done()).contains("was not lent"));
+}
+
+#[test]
+fn a_buffer_returned_through_the_wrong_ring_is_a_violation() {
+    let (mut host, driver) = setup();
+    let tx_buf = send_one(&mut host, &[0; 60]);
+    host.fill_rx(0).unwrap();
+    driver.produce(RING_RX, tx_buf, 60, 0);
+    assert!(violation(host.take_rx(&mut Vec::new())).contains("not lent through rx_fill"));
+
+    let (mut host, driver) = setup();
+    host.fill_rx(0).unwrap();
+    let fill = driver.consume(RING_RX_FILL).unwrap();
+    driver.produce(RING_TX_DONE, fill.buf, 60, 0);
+    assert!(violation(host.reap_tx_done()).contains("not lent through tx"));
+}
+
+#[test]
+fn bad_lengths_are_violations() {
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, &[0; 60]);
+    driver.produce(RING_TX_DONE, buf, 2049, 0);
+    assert!(violation(host.reap_tx_done()).contains("length 2049"));
+
+    for len in [0, 13, 2049, u16::MAX] {
+        let (mut host, driver) = setup();
+        host.fill_rx(0).unwrap();
+        let fill = driver.consume(RING_RX_FILL).unwrap();
+        driver.produce(RING_RX, fill.buf, len, 0);
+        violation(host.take_rx(&mut Vec::new()));
+    }
+}
+
+#[test]
+fn reserved_flags_are_violations() {
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, &[0; 60]);
+    driver.produce(RING_TX_DONE, buf, 60, 0x2);
+    assert!(violation(host.reap_tx_done()).contains("reserved flags 0x2"));
+
+    let (mut host, driver) = setup();
+    host.fill_rx(0).unwrap();
+    let fill = driver.consume(RING_RX_FILL).unwrap();
+    driver.produce(RING_RX, fill.buf, 60, TX_DONE_DROPPED);
+    assert!(violation(host.take_rx(&mut Vec::new())).contains("reserved flags"));
+}
+
+#[test]
+fn a_tail_moved_backwards_or_past_head_is_a_violation() {
+    let (mut host, driver) = setup();
+    send_one(&mut host, &[0; 60]);
+    driver.rings.tail(RING_TX).store(2, Ordering::Release);
+    assert!(violation(host.send(0, 60)).contains("tx ring: the driver set tail to 2, outside [0, 1]"));
+
+    let (mut host, driver) = setup();
+    host.fill_rx(0).unwrap();
+    driver.rings.tail(RING_RX_FILL).store(4, Ordering::Release);
+    host.fill_rx(0).unwrap();
+    driver.rings.tail(RING_RX_FILL).store(3, Ordering::Release);
+    assert!(violation(host.fill_rx(0)).contains("rx_fill ring"));
+}
+
+#[test]
+fn a_full_tx_ring_keeps_the_buffer_with_the_host() {
+    let (mut host, _driver) = setup();
+    for _ in 0..8 {
+        send_one(&mut host, &[0; 60]);
+    }
+    let buf = host.take_free().unwrap();
+    assert!(!host.send(buf, 60).unwrap());
+    host.put_free(buf);
+    assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 0 });
+}
+
+#[test]
+fn wakeups_follow_the_consumer_waiting_flag() {
+    let (mut host, driver) = setup();
+    send_one(&mut host, &[0; 60]);
+    assert!(!host.driver_wants_kick());
+    driver.rings.consumer_waiting(RING_TX).store(1, Ordering::Release);
+    assert!(host.driver_wants_kick());
+    assert!(!host.driver_wants_kick(), "the flag is cleared by the signal");
+    assert!(host.prepare_to_sleep());
+    assert_eq!(driver.rings.consumer_waiting(RING_RX).load(Ordering::Acquire), 1);
+    driver.produce(RING_RX, 0, 60, 0);
+    assert!(!host.prepare_to_sleep(), "a raced producer is seen before sleeping");
+}
+
+#[test]
+fn reclaim_all_returns_every_buffer_and_empties_the_rings() {
+    let (mut host, driver) = setup();
+    send_one(&mut host, &[0; 60]);
+    host.fill_rx(0).unwrap();
+    driver.rings.head(RING_RX).store(12345, Ordering::Release);
+    host.reclaim_all();
+    assert_eq!(host.lent(), Lent::default());
+    assert_eq!(driver.rings.head(RING_RX).load(Ordering::Acquire), 0);
+    assert!(!host.take_rx(&mut Vec::new()).unwrap());
+    assert_eq!(host.fill_rx(0).unwrap(), 8);
+}
+
+#[test]
+fn random_driver_writes_never_panic_the_host() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..300 {
+        let (mut host, driver) = setup();
+        let mut frame = Vec::new();
+        for _ in 0..200 {
+            let r = rng();
+            let ring = (r % 4) as usize;
+            match (r >> 8) % 5 {
+                0 => driver.rings.head(ring).store(rng() as u32 % 24, Ordering::Release),
+                1 => driver.rings.tail(ring).store(rng() as u32 % 24, Ordering::Release),
+                2 => driver.rings.write_entry(ring, rng() as u32, RingEntry { buf: rng() as u32 % 20, len: rng() as u16 % 2100, flags: rng() as u16 % 3 }),
+                3 => driver.produce(ring, rng() as u32 % 18, rng() as u16 % 2100, 0),
+                _ => { driver.consume(ring); }
+            }
+            let outcome = match rng() % 4 {
+                0 => host.reap_tx_done().map(drop),
+                1 => host.take_rx(&mut frame).map(drop),
+                2 => host.fill_rx(2).map(drop),
+                _ => match host.take_free() {
+                    Some(buf) => host.send(buf, 60).map(|sent| if !sent { host.put_free(buf) }),
+                    None => Ok(()),
+                },
+            };
+            if outcome.is_err() {
+                break; // the daemon would end this driver here
+            }
+        }
+    }
+}
