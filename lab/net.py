@@ -17,6 +17,7 @@ from . import config
 from .devices import NIC
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, SLIRP_GUEST_IP, Guest
+from .netns import PEER_ADDRESS, LabNetwork
 
 GUEST_ADDRESS = f"{SLIRP_GUEST_IP}/24"
 WORKLOAD = [sys.executable, "-m", "lab.workload"]
@@ -97,17 +98,21 @@ class BulkResult:
 
 
 class HostBulk:
-    """The host half of a bulk transfer, serving on an ephemeral loopback port."""
+    """The host half of a bulk transfer, serving on an ephemeral loopback port, or on
+    the peer address of a LabNetwork (lab/netns.py) from inside its namespace."""
 
-    def __init__(self, direction: str, nbytes: int, timeout: float = 120):
+    def __init__(self, direction: str, nbytes: int, timeout: float = 120,
+                 network: LabNetwork | None = None):
         self.direction = direction
         self._ready = Path(tempfile.mktemp(prefix="understudy-bulk-"))
         wire = "from-client" if direction == "tx" else "to-client"
         self.wire = wire
-        self.proc = subprocess.Popen(
-            [*WORKLOAD, "bulk", "serve", "--direction", wire, "--bytes", str(nbytes),
-             "--ready-file", str(self._ready), "--timeout", str(timeout)],
-            cwd=config.REPO_DIR, stdout=subprocess.PIPE, text=True)
+        self.host = PEER_ADDRESS if network else SLIRP_GATEWAY
+        argv = [*WORKLOAD, "bulk", "serve", "--direction", wire, "--bytes", str(nbytes),
+                "--bind", PEER_ADDRESS if network else "127.0.0.1",
+                "--ready-file", str(self._ready), "--timeout", str(timeout)]
+        start = network.spawn if network else subprocess.Popen
+        self.proc = start(argv, cwd=config.REPO_DIR, stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20
         while not self._ready.exists() or not self._ready.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -117,7 +122,7 @@ class HostBulk:
         self._ready.unlink()
 
     def guest_args(self, nbytes: int) -> list[str]:
-        return ["bulk", "connect", "--host", SLIRP_GATEWAY, "--port", str(self.port),
+        return ["bulk", "connect", "--host", self.host, "--port", str(self.port),
                 "--direction", self.wire, "--bytes", str(nbytes)]
 
     def result(self, timeout: float = 600) -> dict:
