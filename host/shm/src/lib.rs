@@ -67,7 +67,7 @@ impl Geometry {
         if self.pool_size() >= self.arena_size {
             return bad(format!("a pool of {} bytes leaves no runtime memory in a {}-byte arena", self.pool_size(), self.arena_size));
         }
-        if self.arena_iova.checked_add(self.arena_size).map_or(true, |end| end > 1 << 32) {
+        if self.arena_iova.checked_add(self.arena_size).is_none_or(|end| end > 1 << 32) {
             return bad("the arena must end below 4 GiB (32-bit DMA devices)".into());
         }
         Ok(())
@@ -182,7 +182,8 @@ impl SharedMemory {
         assert_eq!(self.owners[buf as usize], Owner::Host, "buffer {buf} is lent to the driver");
         // SAFETY: the driver does not hold this buffer, and &mut self keeps
         // the slice unique on the host's side.
-        unsafe { self.arena.slice_mut(self.buffer_offset(buf), self.geometry.buffer_size as usize) }
+        let (offset, len) = (self.buffer_offset(buf), self.geometry.buffer_size as usize);
+        unsafe { self.arena.slice_mut(offset, len) }
     }
 
     /// Lends `buf` (holding a `len`-byte frame) to the driver through `tx`.

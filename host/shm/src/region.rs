@@ -74,9 +74,9 @@ impl SharedRegion {
     /// A mutable slice of the region, for `read(2)` straight into a buffer.
     ///
     /// # Safety
-    /// The caller must not keep it past its use and must own that range (a
-    /// pool buffer the driver does not hold).
-    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+    /// The caller must own that range (a pool buffer the driver does not hold):
+    /// another process may write anywhere else.
+    pub unsafe fn slice_mut(&mut self, offset: usize, len: usize) -> &mut [u8] {
         assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "slice outside the region");
         std::slice::from_raw_parts_mut(self.base().add(offset), len)
     }
