@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `understudy`: asks understudyd to run, report on and stop devices.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use understudy_api::{DeviceStatus, Request, Response, DEFAULT_SOCKET};
+
+/// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
+///
+/// The daemon understudyd (run it as root) owns each device through VFIO and
+/// its TAP interface; the driver itself runs in a process of its own and can
+/// die without taking the interface, the daemon or the machine with it.
+///
+/// Exit status: 0 done; 1 the daemon refused or failed the request (the
+/// message says why); 2 bad usage; 3 the daemon is not reachable.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Cli {
+    /// The daemon's socket.
+    #[arg(long, env = "UNDERSTUDY_SOCKET", default_value = DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Take a device and run a driver module for it.
+    ///
+    /// The device must be bound to vfio-pci and have an IOMMU group. The
+    /// daemon opens it, maps a DMA arena into its IOMMU domain, creates the
+    /// TAP interface and starts the driver process, which loads the modules
+    /// (dependencies first, the driver last) and probes the device.
+    Run {
+        /// PCI address of the device, e.g. 0000:00:02.0.
+        #[arg(long)]
+        device: String,
+        /// A kernel module (.ko) to load; repeat for dependencies, driver last.
+        #[arg(long = "module", required = true)]
+        modules: Vec<String>,
+        /// Name of the network interface to create (default: the first free usN).
+        #[arg(long)]
+        ifname: Option<String>,
+    },
+    /// Show every device: driver module and its sha256, process, uptime,
+    /// counters, carrier, and why a driver died.
+    Status {
+        /// Print the daemon's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a device's driver, release the device and remove its interface.
+    Stop {
+        /// PCI address of the device.
+        device: String,
+    },
+}
+
+fn ask(socket: &PathBuf, request: &Request) -> Result<Response, String> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        format!("cannot reach understudyd at {}: {e} (is it running? start it as root: understudyd)", socket.display())
+    })?;
+    let mut line = serde_json::to_string(request).expect("requests serialise");
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(|e| format!("talking to understudyd: {e}"))?;
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply).map_err(|e| format!("talking to understudyd: {e}"))?;
+    serde_json::from_str(&reply).map_err(|e| format!("understudyd answered something unreadable ({e}): {reply:?}"))
+}
+
+fn print_device(d: &DeviceStatus) {
+    let state = serde_json::to_value(d.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    println!("{}  {}  {}  pid {}  up {:.1} s  carrier {}",
+             d.device, d.ifname, state, d.pid.map_or("-".into(), |p| p.to_string()), d.uptime_s,
+             if d.carrier { "on" } else { "off" });
+    for m in &d.modules {
+        println!("    module {}  sha256 {}", m.path, m.sha256);
+    }
+    if let (Some(mac), Some(mtu)) = (&d.mac, d.mtu) {
+        println!("    driver {}  mac {mac}  mtu {mtu}", d.driver_name.as_deref().unwrap_or("?"));
+    }
+    let c = &d.counters;
+    println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes",
+             c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes);
+    if let Some(death) = &d.death {
+        println!("    died: {death}");
+    }
+    if let Some(s) = &d.device_stop {
+        println!("    device stopped: bus mastering {}, interrupts {}, reset {}, IOMMU mappings {}",
+                 if s.bus_master_off { "off" } else { "STILL ON" },
+                 if s.irqs_disabled { "disabled" } else { "not all disabled" }, s.reset,
+                 if s.iommu_unmapped { "cleared" } else { "NOT cleared" });
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (request, json) = match cli.command {
+        Command::Run { device, modules, ifname } => (Request::Run { device, modules, ifname }, false),
+        Command::Status { json } => (Request::Status, json),
+        Command::Stop { device } => (Request::Stop { device }, false),
+    };
+    let response = match ask(&cli.socket, &request) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("understudy: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&response).expect("serialisable"));
+    } else if let Some(e) = &response.error {
+        eprintln!("understudy: {e}");
+    } else {
+        match &request {
+            Request::Run { .. } => response.devices.iter().for_each(|d| {
+                println!("{}: driver process {} started, interface {}", d.device, d.pid.unwrap_or(0), d.ifname)
+            }),
+            Request::Status if response.devices.is_empty() => println!("no devices"),
+            Request::Status => response.devices.iter().for_each(print_device),
+            Request::Stop { device } => println!("{device}: stopped and released"),
+        }
+    }
+    if response.ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

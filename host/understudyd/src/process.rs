@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Starting the driver process with exactly the fds docs/protocol.md names,
+//! and learning how it ended.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+/// The fds a driver process inherits, by their command-line option.
+pub struct DriverFds<'a> {
+    pub control: BorrowedFd<'a>,
+    pub device: BorrowedFd<'a>,
+    pub arena: BorrowedFd<'a>,
+    pub rings: BorrowedFd<'a>,
+    pub kick: BorrowedFd<'a>,
+    pub notify: BorrowedFd<'a>,
+}
+
+pub struct DriverProcess {
+    pub pid: libc::pid_t,
+    /// Readable when the process has exited (pidfd_open, Linux >= 5.3).
+    pub pidfd: OwnedFd,
+}
+
+pub fn spawn(binary: &Path, fds: &DriverFds) -> io::Result<DriverProcess> {
+    let named: [(&str, RawFd); 6] = [
+        ("--control-fd", fds.control.as_raw_fd()),
+        ("--device-fd", fds.device.as_raw_fd()),
+        ("--arena-fd", fds.arena.as_raw_fd()),
+        ("--rings-fd", fds.rings.as_raw_fd()),
+        ("--kick-fd", fds.kick.as_raw_fd()),
+        ("--notify-fd", fds.notify.as_raw_fd()),
+    ];
+    let mut cmd = Command::new(binary);
+    for (opt, fd) in named {
+        cmd.arg(opt).arg(fd.to_string());
+    }
+    let inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &inherited {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // A driver never outlives its daemon: the daemon holds its device.
+            // (The signal follows the thread that forked: the device's supervisor.)
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start the driver process {}: {e}", binary.display())))?;
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: plain syscall; the result is a new fd we own.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        kill(pid);
+        wait(pid);
+        return Err(e);
+    }
+    Ok(DriverProcess { pid, pidfd: unsafe { OwnedFd::from_raw_fd(raw) } })
+}
+
+pub fn kill(pid: libc::pid_t) {
+    // SAFETY: our own child, not yet reaped, so the pid cannot be reused.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Reaps the process (blocking) and says how it ended.
+pub fn wait(pid: libc::pid_t) -> String {
+    let mut status = 0;
+    // SAFETY: our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if r < 0 {
+        return format!("could not be reaped: {}", io::Error::last_os_error());
+    }
+    describe_status(status)
+}
+
+pub fn describe_status(status: libc::c_int) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        // SAFETY: strsignal returns a static or thread-local string.
+        let name = unsafe { std::ffi::CStr::from_ptr(libc::strsignal(sig)) }.to_string_lossy().into_owned();
+        format!("killed by signal {sig} ({name}){}", if libc::WCOREDUMP(status) { ", core dumped" } else { "" })
+    } else {
+        format!("ended with wait status {status:#x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_statuses_read_well() {
+        assert_eq!(describe_status(3 << 8), "exited with status 3");
+        assert!(describe_status(9).starts_with("killed by signal 9 (Killed"));
+    }
+}
