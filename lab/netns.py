@@ -51,6 +51,11 @@ def guest_address(index: int) -> str:
     return f"10.203.0.{index + 1}/{SUBNET_PREFIX}"
 
 
+def namespace_exists(name: str) -> bool:
+    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return any(line.split()[0] == name for line in res.stdout.splitlines() if line)
+
+
 def _in_namespace(netns_path: str, fn):
     """Runs fn() in a thread that has entered the network namespace; returns its result.
 
@@ -155,7 +160,3 @@ class LabNetwork:
         if self._created:
             subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
             self._created = False
-
-    def exists(self) -> bool:
-        res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-        return any(line.split()[0] == self.name for line in res.stdout.splitlines() if line)
