@@ -1,0 +1,159 @@
+"""understudyd in a lab guest: taking an e1000 through VFIO, refusing bad input
+with nothing left behind, and surviving drivers that misbehave or die.
+
+The driver process here is tests/host/hostile_driver.c, a test stand-in that
+gets the device "running" and then breaks the protocol or kills itself."""
+import json
+import time
+
+import pytest
+
+from lab.guest import Guest
+
+pytestmark = pytest.mark.lab
+SOCKET = "/run/understudy-test.sock"
+
+
+class Daemon:
+    """understudyd running in the guest with the hostile stand-in as its driver."""
+
+    def __init__(self, g: Guest, bins: dict, mode: str):
+        self.g, self.bins = g, bins
+        self.proc = g.spawn([str(bins["understudyd"]), "--socket", SOCKET, "--driver", str(bins["hostile_driver"])],
+                            env={"UNDERSTUDY_TEST_DRIVER_MODE": mode, "RUST_LOG": "info"})
+        deadline = time.monotonic() + 30
+        while self.cli("status").returncode == 3:
+            assert self.proc.poll() is None, self.proc.wait(1).err
+            assert time.monotonic() < deadline, "understudyd did not start listening"
+            time.sleep(0.2)
+
+    def cli(self, *args: str):
+        return self.g.run([str(self.bins["understudy"]), "--socket", SOCKET, *args], timeout=60)
+
+    def status(self) -> dict:
+        res = self.cli("status", "--json")
+        assert res.returncode == 0, res.err
+        return {d["device"]: d for d in json.loads(res.out)["devices"]}
+
+    def wait_state(self, bdf: str, state: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.status()[bdf]
+            if d["state"] == state:
+                return d
+            assert time.monotonic() < deadline, f"{bdf} never reached {state}: {d}"
+            time.sleep(0.3)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> str:
+        self.proc.kill(15)
+        return self.proc.wait(30).err
+
+
+def bus_master_on(g: Guest, bdf: str) -> bool:
+    config = g.read_file(f"/sys/bus/pci/devices/{bdf}/config")
+    return bool(int.from_bytes(config[4:6], "little") & 0x4)
+
+
+def interface_exists(g: Guest, name: str) -> bool:
+    return g.run(f"test -e /sys/class/net/{name}").returncode == 0
+
+
+def driver_processes(g: Guest, bins: dict) -> str:
+    return g.run(["pgrep", "-x", bins["hostile_driver"].name]).out.strip()
+
+
+def bind_vfio(g: Guest, bdf: str) -> None:
+    g.run(f"echo vfio-pci > /sys/bus/pci/devices/{bdf}/driver_override && "
+          f"echo {bdf} > /sys/bus/pci/devices/{bdf}/driver/unbind && "
+          f"echo {bdf} > /sys/bus/pci/drivers_probe", check=True)
+
+
+def e1000_module(g: Guest) -> str:
+    return g.run("readlink -f $(modinfo -n e1000)", check=True).out.strip()
+
+
+def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries):
+    bins = host_binaries
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        g.run("modprobe vfio-pci && modprobe tun", check=True)
+        ko = e1000_module(g)
+        d = Daemon(g, bins, "sigkill-mid-transfer")
+
+        # Bound to no driver, then to the kernel's e1000: refused, nothing created.
+        res = d.cli("run", "--device", bdf, "--module", ko)
+        assert res.returncode == 1 and f"{bdf} is not bound to vfio-pci" in res.err, res.err
+        g.run("modprobe e1000", check=True)
+        res = d.cli("run", "--device", bdf, "--module", ko)
+        assert res.returncode == 1
+        assert f"{bdf} is bound to the kernel driver e1000" in res.err and "vfio-pci" in res.err
+        assert not interface_exists(g, "us0") and not driver_processes(g, bins)
+
+        res = d.cli("run", "--device", "0000:0f:1f.0", "--module", ko)
+        assert res.returncode == 1 and "no PCI device 0000:0f:1f.0" in res.err
+        res = d.cli("run", "--device", bdf, "--module", "/nonexistent.ko")
+        assert res.returncode == 1 and "/nonexistent.ko" in res.err
+
+        bind_vfio(g, bdf)
+        res = d.cli("run", "--device", bdf, "--module", ko)
+        assert res.returncode == 0, res.err
+        assert interface_exists(g, "us0")
+        running = d.wait_state(bdf, "running")
+        assert running["mac"] == "52:54:00:12:34:56" and running["carrier"]
+        sha256 = g.run(["sha256sum", ko], check=True).out.split()[0]
+        assert running["modules"] == [{"path": ko, "sha256": sha256}]
+        assert "52:54:00:12:34:56" in g.run("ip link show us0", check=True).out
+        assert bus_master_on(g, bdf), "the stand-in enabled bus mastering, as pci_set_master does"
+
+        # A second run for the same device is refused and leaves the first alone.
+        res = d.cli("run", "--device", bdf, "--module", ko, "--ifname", "us9")
+        assert res.returncode == 1 and "already run" in res.err
+        assert not interface_exists(g, "us9") and d.status()[bdf]["state"] == "running"
+
+        # Traffic into us0 reaches the tx ring; the stand-in dies holding the buffer.
+        g.run("ip link set us0 up && ip addr add 192.0.2.1/24 dev us0", check=True)
+        g.run("ping -c 1 -W 1 192.0.2.2")
+        dead = d.wait_state(bdf, "dead")
+        assert "killed by signal 9" in dead["death"], dead
+        assert dead["device_stop"]["bus_master_off"] and dead["device_stop"]["iommu_unmapped"]
+        assert dead["pid"] is None and not dead["carrier"]
+        assert not bus_master_on(g, bdf)
+        assert interface_exists(g, "us0"), "the TAP survives its driver"
+        assert d.alive()
+
+        res = d.cli("stop", bdf)
+        assert res.returncode == 0, res.err
+        assert not interface_exists(g, "us0") and d.status() == {}
+        d.stop()
+
+        for mode, cause in [("bad-rx-index", "rx ring: buffer 57005 is outside the pool"),
+                            ("bad-message", "carrier.on = 7 is out of range"),
+                            ("garbage-message", "protocol violation")]:
+            d = Daemon(g, bins, mode)
+            res = d.cli("run", "--device", bdf, "--module", ko)
+            assert res.returncode == 0, res.err
+            dead = d.wait_state(bdf, "dead")
+            assert cause in dead["death"], dead
+            assert "ended by the daemon" in dead["death"]
+            assert not bus_master_on(g, bdf) and interface_exists(g, "us0") and d.alive()
+            assert not driver_processes(g, bins)
+            log = d.stop()
+            assert "driver died" in log and "interface us0 removed" in log, log
+            assert not interface_exists(g, "us0")
+
+
+def test_without_an_iommu_run_is_refused_and_leaves_nothing(lab_ready, no_leftover_qemu, host_binaries):
+    bins = host_binaries
+    with Guest(devices=["e1000"], extra_append="intel_iommu=off") as g:
+        bdf = g.pci_address("nic0")
+        g.run("modprobe vfio-pci && modprobe tun", check=True)
+        d = Daemon(g, bins, "bad-message")
+        res = d.cli("run", "--device", bdf, "--module", e1000_module(g))
+        assert res.returncode == 1
+        assert f"{bdf} has no IOMMU group" in res.err and "intel_iommu=on" in res.err
+        assert not interface_exists(g, "us0") and not driver_processes(g, bins)
+        assert d.status() == {}
+        d.stop()
