@@ -524,7 +524,7 @@ mod tests {
             let len = (rng.next() % 200) as usize;
             let mut m: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             // Steer half of the inputs to valid types so the bodies get exercised.
-            if len >= 8 && rng.next() % 2 == 0 {
+            if len >= 8 && rng.next() & 1 == 0 {
                 let t = [MSG_REPLY, MSG_REGISTERED, MSG_CARRIER, MSG_TX_QUEUE, MSG_LOG, MSG_WARN][(rng.next() % 6) as usize];
                 m[..2].copy_from_slice(&t.to_le_bytes());
                 m[2] = 0;
