@@ -45,7 +45,9 @@ struct us_ring_entry {
 
 #define US_TX_DONE_DROPPED 0x0001u
 
-/* Each counter on its own cache line: producer and consumer never share one. */
+/* Each counter on its own cache line: producer and consumer never share one.
+ * Not packed (its layout has no padding anyway): the counters stay naturally
+ * aligned, so &ring->head can be handed to __atomic builtins. */
 struct us_ring {
 	uint32_t head;             /* written by the producer */
 	uint8_t pad0[60];
@@ -54,9 +56,11 @@ struct us_ring {
 	uint32_t consumer_waiting; /* consumer sets 1 before sleeping */
 	uint8_t pad2[60];
 	struct us_ring_entry entries[]; /* ring_size of them */
-} __attribute__((packed));
+};
 
 #define US_RING_ENTRIES_OFFSET 192u
+_Static_assert(sizeof(struct us_ring) == US_RING_ENTRIES_OFFSET, "ring header layout");
+_Static_assert(sizeof(struct us_ring_entry) == 8, "ring entry layout");
 #define US_PAGE_SIZE 4096u
 
 /* Ring i starts at i * us_ring_stride(ring_size) in the rings memfd: each ring

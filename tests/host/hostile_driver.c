@@ -9,6 +9,8 @@
  *   bad-rx-index          publishes an rx entry whose buffer is outside the pool
  *   bad-message           sends CARRIER with on = 7
  *   garbage-message       sends random bytes as a control message
+ *   echo                  behaves: returns every transmitted frame as a received
+ *                         one (a loopback NIC), so the data path can be tested
  *
  * Like the real driver it enables bus mastering on the device (pci_set_master),
  * so the tests can see the daemon turn it off.
@@ -26,7 +28,7 @@
 
 #include "../../runtime/ddekit/protocol.h"
 
-static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1;
+static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1, arena_fd = -1;
 
 static void die(const char *what)
 {
@@ -80,6 +82,42 @@ static struct us_ring *ring(void *base, struct us_hello *hello, int i)
 	return (struct us_ring *)((char *)base + i * us_ring_stride(hello->ring_size));
 }
 
+static uint32_t acquire(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void release(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+/* Polls (a stand-in need not sleep properly): each tx frame is copied into an
+ * rx_fill buffer and published on rx, its tx buffer returned on tx_done. */
+static void echo(void *rings, struct us_hello *hello)
+{
+	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
+	struct us_ring *fill = ring(rings, hello, US_RING_RX_FILL), *rx = ring(rings, hello, US_RING_RX);
+	uint32_t mask = hello->ring_size - 1, bs = hello->buffer_size;
+	char *arena = mmap(NULL, hello->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+	if (arena == MAP_FAILED)
+		die("mmap arena");
+	for (;;) {
+		if (acquire(&tx->head) == tx->tail || acquire(&fill->head) == fill->tail) {
+			usleep(1000);
+			continue;
+		}
+		struct us_ring_entry t = tx->entries[tx->tail & mask];
+		struct us_ring_entry f = fill->entries[fill->tail & mask];
+		release(&fill->tail, fill->tail + 1);
+		release(&tx->tail, tx->tail + 1);
+		memcpy(arena + (size_t)f.buf * bs, arena + (size_t)t.buf * bs, t.len);
+		rx->entries[rx->head & mask] = (struct us_ring_entry){ .buf = f.buf, .len = t.len };
+		release(&rx->head, rx->head + 1);
+		done->entries[done->head & mask] = (struct us_ring_entry){ .buf = t.buf, .len = t.len };
+		release(&done->head, done->head + 1);
+		if (__atomic_exchange_n(&rx->consumer_waiting, 0, __ATOMIC_ACQ_REL) |
+		    __atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
+			uint64_t one = 1;
+			if (write(notify_fd, &one, 8) != 8)
+				die("notify");
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -88,9 +126,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--device-fd")) device_fd = fd;
 		else if (!strcmp(argv[i], "--rings-fd")) rings_fd = fd;
 		else if (!strcmp(argv[i], "--notify-fd")) notify_fd = fd;
+		else if (!strcmp(argv[i], "--arena-fd")) arena_fd = fd;
 	}
 	const char *mode = getenv("UNDERSTUDY_TEST_DRIVER_MODE");
-	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || !mode) {
+	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || arena_fd < 0 || !mode) {
 		fprintf(stderr, "hostile-driver: needs the daemon's fds and UNDERSTUDY_TEST_DRIVER_MODE\n");
 		return 2;
 	}
@@ -143,6 +182,8 @@ int main(int argc, char **argv)
 			junk[i] = (unsigned char)(i * 151 + 7);
 		if (send(control_fd, junk, sizeof junk, MSG_NOSIGNAL) < 0)
 			die("send");
+	} else if (!strcmp(mode, "echo")) {
+		echo(rings, &hello);
 	} else {
 		fprintf(stderr, "hostile-driver: unknown mode %s\n", mode);
 		return 2;
