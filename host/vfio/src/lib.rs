@@ -355,6 +355,11 @@ mod tests {
 
         let (root, a) = fake_sysfs(Some("3"), None);
         assert!(matches!(check_device(&root, &a), Err(VfioError::NotBoundToVfio(_))));
+        for dir in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+            if dir.file_name().to_string_lossy().starts_with(&format!("understudy-vfio-test-{}-", std::process::id())) {
+                let _ = std::fs::remove_dir_all(dir.path());
+            }
+        }
     }
 
     #[test]
