@@ -1,8 +1,12 @@
 """Live migration between two QEMU processes while a TCP stream runs through the guest's NIC
 (lab/migration.py has the procedure).  Each test leaves no QEMU and no namespace behind."""
+import socket
+import struct
+import time
+
 import pytest
 
-from lab import migration
+from lab import agent, migration
 from lab.devices import lookup
 from lab.errors import LabError
 from lab.guest import Guest
@@ -41,10 +45,11 @@ def test_nic_model_changes_across_live_migration(lab_ready, no_leftover_qemu):
     assert (run.dest_nic.driver, run.dest_nic.vendor_device) == (rtl8139.driver,
                                                                  rtl8139.vendor_device)
     assert run.dest_nic.mac != run.source_nic.mac
-    assert f"lladdr {run.dest_nic.mac}" in run.peer_neighbour, \
-        "the peer did not learn the new MAC (gratuitous ARP)"
-    # Unplug, migration and probe take about a second; a peer still sending to
-    # the old MAC would stall until its ARP entry expired (tens of seconds).
+    # From the gratuitous ARP, or from the new NIC's first ARP request for the
+    # peer; a peer still sending to the old MAC would stall for tens of seconds.
+    assert f"lladdr {run.dest_nic.mac}" in run.peer_neighbour, "the peer kept the old MAC"
+    # Unplug, migration, probe and address take about a second, TCP's
+    # retransmission back-off adds up to as much again.
     assert run.peer["max_stall_ms"] < 15000, run.summary()
 
 
@@ -62,3 +67,35 @@ def test_a_failed_migration_leaves_the_guest_running_on_the_source(lab_ready, no
                 source.migrate_to(twin)
         assert source.run("ping -c 1 -W 5 10.203.0.1").returncode == 0
     assert not namespace_exists(network.name)
+
+
+def test_agent_connection_follows_the_guest_to_the_destination_socket(tmp_path):
+    """A frame cut in two by the switch-over is reassembled, in order, from both QEMUs."""
+    def listener(name):
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(str(tmp_path / name))
+        srv.listen()
+        return srv
+
+    def frame(kind, ident, payload):
+        return agent.HEADER.pack(agent.MAGIC, kind, 0, ident, len(payload)) + payload
+
+    source, dest = listener("source.sock"), listener("dest.sock")
+    deadline = time.monotonic() + 10
+    client = agent.AgentClient(str(tmp_path / "source.sock"))
+    client.connect(deadline)
+    to_source, _ = source.accept()
+    proc = client.spawn(["true"], {}, "/")
+    client.follow(str(tmp_path / "dest.sock"), deadline)
+    to_dest, _ = dest.accept()
+    output = frame(agent.OUT, proc.id, b"written across the switch-over")
+    # The destination's part is there first; it must still be read second.
+    to_dest.sendall(output[20:] + frame(agent.EXIT, proc.id, struct.pack("<i", 0)))
+    to_source.sendall(output[:20])
+    to_source.close()
+    client.await_follow(deadline)
+    res = proc.wait(5)
+    assert (res.returncode, res.stdout) == (0, b"written across the switch-over")
+    client.close()
+    for s in (to_dest, source, dest):
+        s.close()
