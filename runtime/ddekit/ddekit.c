@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ddekit: the libc half of the driver-process runtime. Kernel code calls in
+ * here for everything the Linux kernel would get from hardware or from the
+ * scheduler: time, the CPU lock, threads, memory, and the PCI function
+ * behind its VFIO device fd (config space, BARs, port I/O, INTx).
+ *
+ * Built with -mincoming-stack-boundary=3 (see ddekit.h). Only the uapi
+ * <linux/vfio.h> is included, never a kernel-internal header.
+ */
+#define _GNU_SOURCE
+#include <asm/prctl.h>
+#include <errno.h>
+#include <linux/vfio.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/io.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddekit.h"
+#include "setup.h"
+
+#define PCI_STD_BARS		6
+#define PCI_BAR0		0x10
+#define PCI_BAR_IO		0x1
+#define PCI_BAR_MEM_64		0x4
+#define PCI_BAR_PREFETCH	0x8
+
+static struct {
+	int fd;
+	char name[32];
+	struct vfio_region_info regions[VFIO_PCI_NUM_REGIONS];
+	void *bar_map[PCI_STD_BARS];
+	int irq_eventfd;
+	atomic_bool irq_attached;
+} device = { .fd = -1, .irq_eventfd = -1 };
+
+static struct {
+	void *va;
+	uint64_t iova;
+	size_t size;
+} dma;
+
+static void *percpu_block;
+static int log_level = 7;
+static void (*rx_handler)(const void *frame, unsigned int len);
+static void (*event_observer)(const char *line);
+
+static pthread_mutex_t cpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cpu_wakeup;
+static __thread void *thread_data;
+
+/* ---- logging ------------------------------------------------------------ */
+
+void ddekit_setup_loglevel(int level)
+{
+	log_level = level;
+}
+
+void ddekit_log(int level, const char *text, unsigned long len)
+{
+	if (level > log_level)
+		return;
+	while (len && text[len - 1] == '\n')
+		len--;
+	fprintf(stderr, "<%d>%.*s\n", level, (int)len, text);
+}
+
+void ddekit_setup_event_observer(void (*observer)(const char *line))
+{
+	event_observer = observer;
+}
+
+void ddekit_event(const char *line)
+{
+	printf("%s\n", line);
+	fflush(stdout);
+	if (event_observer)
+		event_observer(line);
+}
+
+void ddekit_panic(const char *why)
+{
+	fprintf(stderr, "understudy-driver: kernel panic: %s\n", why);
+	printf("PANIC %s\n", why);
+	fflush(stdout);
+	_exit(70);
+}
+
+/* ---- time --------------------------------------------------------------- */
+
+unsigned long long ddekit_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+void ddekit_spin_ns(unsigned long long ns)
+{
+	unsigned long long end = ddekit_now_ns() + ns;
+
+	while (ddekit_now_ns() < end)
+		__builtin_ia32_pause();
+}
+
+/* ---- the CPU lock ------------------------------------------------------- */
+
+static void __attribute__((constructor)) init_cpu_wakeup(void)
+{
+	pthread_condattr_t attr;
+
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&cpu_wakeup, &attr);
+	pthread_condattr_destroy(&attr);
+}
+
+void ddekit_cpu_lock(void)
+{
+	pthread_mutex_lock(&cpu_lock);
+}
+
+void ddekit_cpu_unlock(void)
+{
+	pthread_mutex_unlock(&cpu_lock);
+}
+
+void ddekit_cpu_wait(unsigned long long deadline_ns)
+{
+	struct timespec ts;
+
+	if (!deadline_ns) {
+		pthread_cond_wait(&cpu_wakeup, &cpu_lock);
+		return;
+	}
+	ts.tv_sec = deadline_ns / 1000000000ULL;
+	ts.tv_nsec = deadline_ns % 1000000000ULL;
+	pthread_cond_timedwait(&cpu_wakeup, &cpu_lock, &ts);
+}
+
+void ddekit_cpu_wake_all(void)
+{
+	pthread_cond_broadcast(&cpu_wakeup);
+}
+
+int ddekit_setup_percpu(void *block)
+{
+	percpu_block = block;
+	return syscall(SYS_arch_prctl, ARCH_SET_GS, block);
+}
+
+void *ddekit_percpu_block(void)
+{
+	return percpu_block;
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+struct thread_start {
+	void (*fn)(void *);
+	void *arg;
+};
+
+static void *thread_trampoline(void *p)
+{
+	struct thread_start start = *(struct thread_start *)p;
+
+	free(p);
+	if (syscall(SYS_arch_prctl, ARCH_SET_GS, percpu_block))
+		ddekit_panic("arch_prctl(ARCH_SET_GS) failed in a new thread");
+	start.fn(start.arg);
+	return NULL;
+}
+
+int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name)
+{
+	struct thread_start *start = malloc(sizeof(*start));
+	pthread_t thread;
+	int err;
+
+	if (!start)
+		return -ENOMEM;
+	start->fn = fn;
+	start->arg = arg;
+	err = pthread_create(&thread, NULL, thread_trampoline, start);
+	if (err) {
+		free(start);
+		return -err;
+	}
+	pthread_setname_np(thread, name);
+	pthread_detach(thread);
+	return 0;
+}
+
+void *ddekit_thread_data(void)
+{
+	return thread_data;
+}
+
+void ddekit_thread_set_data(void *data)
+{
+	thread_data = data;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t runtime_offset)
+{
+	void *va;
+
+	if (runtime_offset >= size)
+		return -EINVAL;
+	if (arena_fd >= 0)
+		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+	else
+		va = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (va == MAP_FAILED)
+		return -errno;
+	dma.va = (char *)va + runtime_offset;
+	dma.iova = arena_fd >= 0 ? iova + runtime_offset : 0;
+	dma.size = size - runtime_offset;
+	return 0;
+}
+
+void ddekit_dma_region(void **va, unsigned long long *iova, unsigned long *size)
+{
+	*va = dma.va;
+	*iova = dma.iova;
+	*size = dma.size;
+}
+
+void *ddekit_zalloc(unsigned long size)
+{
+	return calloc(1, size);
+}
+
+/* ---- PCI through VFIO --------------------------------------------------- */
+
+int ddekit_setup_device(int device_fd, const char *pci_name)
+{
+	for (unsigned int i = 0; i < VFIO_PCI_NUM_REGIONS; i++) {
+		struct vfio_region_info *r = &device.regions[i];
+
+		r->argsz = sizeof(*r);
+		r->index = i;
+		if (ioctl(device_fd, VFIO_DEVICE_GET_REGION_INFO, r))
+			r->size = 0;
+	}
+	device.fd = device_fd;
+	snprintf(device.name, sizeof(device.name), "%s", pci_name);
+	return 0;
+}
+
+int ddekit_pci_present(void)
+{
+	return device.fd >= 0;
+}
+
+const char *ddekit_pci_name(void)
+{
+	return device.name;
+}
+
+static int region_rw(unsigned int index, unsigned int offset, void *buf,
+		     unsigned int len, int write)
+{
+	const struct vfio_region_info *r = &device.regions[index];
+	ssize_t done;
+
+	if (device.fd < 0 || offset + (uint64_t)len > r->size)
+		return -EINVAL;
+	if (write)
+		done = pwrite(device.fd, buf, len, r->offset + offset);
+	else
+		done = pread(device.fd, buf, len, r->offset + offset);
+	return done == (ssize_t)len ? 0 : -EIO;
+}
+
+int ddekit_pci_config_read(unsigned int offset, void *buf, unsigned int len)
+{
+	return region_rw(VFIO_PCI_CONFIG_REGION_INDEX, offset, buf, len, 0);
+}
+
+int ddekit_pci_config_write(unsigned int offset, const void *buf, unsigned int len)
+{
+	return region_rw(VFIO_PCI_CONFIG_REGION_INDEX, offset, (void *)buf, len, 1);
+}
+
+int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
+		   unsigned int *flags)
+{
+	uint32_t lo, hi = 0;
+
+	if (bar < 0 || bar >= PCI_STD_BARS || device.fd < 0)
+		return -EINVAL;
+	*size = device.regions[bar].size;
+	*start = 0;
+	*flags = 0;
+	if (!*size)
+		return 0;
+	/* vfio-pci's virtual config space holds the BAR as the host set it. */
+	if (ddekit_pci_config_read(PCI_BAR0 + 4 * bar, &lo, 4))
+		return -EIO;
+	if (lo & PCI_BAR_IO) {
+		*start = lo & ~3u;
+		*flags = DDEKIT_BAR_IO;
+		return 0;
+	}
+	*flags = DDEKIT_BAR_MMIO;
+	if (lo & PCI_BAR_PREFETCH)
+		*flags |= DDEKIT_BAR_PREFETCH;
+	if (lo & PCI_BAR_MEM_64) {
+		*flags |= DDEKIT_BAR_64BIT;
+		if (bar + 1 < PCI_STD_BARS &&
+		    ddekit_pci_config_read(PCI_BAR0 + 4 * (bar + 1), &hi, 4))
+			return -EIO;
+	}
+	*start = ((unsigned long long)hi << 32) | (lo & ~0xfu);
+	return 0;
+}
+
+void *ddekit_pci_bar_map(int bar)
+{
+	const struct vfio_region_info *r;
+	void *p;
+
+	if (bar < 0 || bar >= PCI_STD_BARS || device.fd < 0)
+		return NULL;
+	if (device.bar_map[bar])
+		return device.bar_map[bar];
+	r = &device.regions[bar];
+	if (!r->size || !(r->flags & VFIO_REGION_INFO_FLAG_MMAP))
+		return NULL;
+	p = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, device.fd, r->offset);
+	if (p == MAP_FAILED)
+		return NULL;
+	device.bar_map[bar] = p;
+	return p;
+}
+
+int ddekit_ioport_enable(unsigned long base, unsigned long len)
+{
+	/* ioperm covers ports below 0x10000 only, which is all of x86 I/O space. */
+	if (base + len > 0x10000)
+		return -EINVAL;
+	return ioperm(base, len, 1) ? -errno : 0;
+}
+
+/* ---- INTx --------------------------------------------------------------- */
+
+static int set_irqs(uint32_t flags, uint32_t count, int32_t eventfd)
+{
+	struct {
+		struct vfio_irq_set set;
+		int32_t fd;
+	} req = {
+		.set = {
+			.argsz = sizeof(struct vfio_irq_set) + (count ? sizeof(int32_t) : 0),
+			.flags = flags,
+			.index = VFIO_PCI_INTX_IRQ_INDEX,
+			.start = 0,
+			.count = count,
+		},
+		.fd = eventfd,
+	};
+
+	return ioctl(device.fd, VFIO_DEVICE_SET_IRQS, &req) ? -errno : 0;
+}
+
+int ddekit_irq_attach(void)
+{
+	int fd, err;
+
+	if (device.fd < 0)
+		return -ENODEV;
+	fd = eventfd(0, EFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = set_irqs(VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 1, fd);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	device.irq_eventfd = fd;
+	atomic_store(&device.irq_attached, true);
+	return 0;
+}
+
+int ddekit_irq_wait(void)
+{
+	uint64_t count;
+
+	while (atomic_load(&device.irq_attached)) {
+		if (read(device.irq_eventfd, &count, sizeof(count)) == sizeof(count))
+			return atomic_load(&device.irq_attached) ? 0 : -1;
+		if (errno != EINTR)
+			return -1;
+	}
+	return -1;
+}
+
+void ddekit_irq_unmask(void)
+{
+	/* VFIO masked the level-triggered line when it fired. */
+	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, 1, -1);
+}
+
+void ddekit_irq_detach(void)
+{
+	uint64_t one = 1;
+
+	if (!atomic_exchange(&device.irq_attached, false))
+		return;
+	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, -1);
+	/* Wakes the IRQ thread so it sees the line is gone. */
+	if (write(device.irq_eventfd, &one, sizeof(one)) != sizeof(one))
+		ddekit_panic("cannot wake the IRQ thread");
+}
+
+/* ---- network taps ------------------------------------------------------- */
+
+void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
+{
+	rx_handler = handler;
+}
+
+void ddekit_net_rx(const void *frame, unsigned int len)
+{
+	if (rx_handler)
+		rx_handler(frame, len);
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * ddekit: the libc half of the driver-process runtime, as seen from the
+ * kernel half (runtime/kernel) and from the executable's main.
+ *
+ * This header is included by Kbuild-compiled kernel code and by ordinary
+ * libc code, so it uses nothing but builtin C types: no libc header, no
+ * Linux kernel header (Genode's rule). The kernel half's undefined symbols
+ * resolve to these functions through the loader's resolver callback.
+ *
+ * Calling convention: kernel code keeps its stack only 8-byte aligned
+ * (-mpreferred-stack-boundary=3), so every ddekit object file is compiled
+ * with -mincoming-stack-boundary=3 and realigns on entry. None of these
+ * functions is variadic, because kernel code leaves %al undefined.
+ */
+#ifndef UNDERSTUDY_DDEKIT_H
+#define UNDERSTUDY_DDEKIT_H
+
+/* ---- logging ---------------------------------------------------------- */
+
+/* One preformatted printk record; level is the KERN_* digit (0..7). */
+void ddekit_log(int level, const char *text, unsigned long len);
+/* A line of the runtime's machine-readable event stream (stdout). */
+void ddekit_event(const char *line);
+/* "module+0xoffset" for a code address, for %pS; implemented by main. */
+void ddekit_symbolize(unsigned long addr, char *buf, unsigned long len);
+/*
+ * Ends the process after printing why (BUG, stack smash, fortify, ...).
+ * Not declared noreturn to kernel code: objtool only knows the kernel's own
+ * noreturn functions, so the kernel half follows the call with a loop.
+ */
+#ifdef __KERNEL__
+void ddekit_panic(const char *why);
+#else
+void ddekit_panic(const char *why) __attribute__((noreturn));
+#endif
+
+/* ---- time ------------------------------------------------------------- */
+
+unsigned long long ddekit_now_ns(void);		/* CLOCK_MONOTONIC */
+void ddekit_spin_ns(unsigned long long ns);	/* busy wait, keeps the CPU */
+
+/* ---- the kernel "CPU" (DESIGN.md decision 6) -------------------------- */
+
+/*
+ * One lock: a thread runs kernel code only while it holds it. Waiting
+ * releases it, like a sleeping task gives up its CPU; every change a waiter
+ * might be waiting for is announced with ddekit_cpu_wake_all().
+ */
+void ddekit_cpu_lock(void);
+void ddekit_cpu_unlock(void);
+/* Releases the CPU until woken or until deadline_ns (0: no deadline). */
+void ddekit_cpu_wait(unsigned long long deadline_ns);
+void ddekit_cpu_wake_all(void);
+
+/* The per-cpu block every thread's GS base points to. */
+void *ddekit_percpu_block(void);
+
+/* ---- threads ---------------------------------------------------------- */
+
+/* Starts fn(arg) on a new thread whose GS base is the per-cpu block. */
+int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
+/* One pointer of thread-local storage for the kernel half (its task). */
+void *ddekit_thread_data(void);
+void ddekit_thread_set_data(void *data);
+
+/* ---- memory ----------------------------------------------------------- */
+
+/*
+ * The runtime's share of the DMA arena: [va, va + size) is IOMMU-mapped at
+ * iova. Without an arena (self-test mode) iova is 0 and nothing is mapped.
+ */
+void ddekit_dma_region(void **va, unsigned long long *iova, unsigned long *size);
+/* Zeroed memory the device never sees (runtime bookkeeping). */
+void *ddekit_zalloc(unsigned long size);
+
+/* ---- the PCI function, through its VFIO device fd --------------------- */
+
+int ddekit_pci_present(void);
+const char *ddekit_pci_name(void);		/* "0000:00:03.0" */
+int ddekit_pci_config_read(unsigned int offset, void *buf, unsigned int len);
+int ddekit_pci_config_write(unsigned int offset, const void *buf, unsigned int len);
+
+#define DDEKIT_BAR_MMIO		1
+#define DDEKIT_BAR_IO		2
+#define DDEKIT_BAR_64BIT	4
+#define DDEKIT_BAR_PREFETCH	8
+/* Size, bus address (what the BAR register holds) and DDEKIT_BAR_* flags. */
+int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
+		   unsigned int *flags);
+/* Maps a memory BAR (cached per BAR); NULL if it cannot be mapped. */
+void *ddekit_pci_bar_map(int bar);
+/* Grants this process in/out on ports [base, base + len) (ioperm). */
+int ddekit_ioport_enable(unsigned long base, unsigned long len);
+
+/*
+ * Legacy INTx through VFIO: an eventfd the kernel signals on each interrupt;
+ * VFIO masks the line until ddekit_irq_unmask().
+ */
+int ddekit_irq_attach(void);
+/* Blocks (without the CPU) until an interrupt; 0, or -1 once detached. */
+int ddekit_irq_wait(void);
+void ddekit_irq_unmask(void);
+void ddekit_irq_detach(void);
+
+/* ---- network taps ----------------------------------------------------- */
+
+/*
+ * A frame the stack above the driver received (netif_receive_skb,
+ * napi_gro_receive, ...). Called with the CPU held; the frame is only valid
+ * during the call.
+ */
+void ddekit_net_rx(const void *frame, unsigned int len);
+
+#endif /* UNDERSTUDY_DDEKIT_H */

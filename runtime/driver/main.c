@@ -1,0 +1,536 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * understudy-driver: one driver process. Loads the runtime's kernel half
+ * (understudy-kernel.ko) and then an unmodified driver module chain with
+ * libloader, gives them the VFIO device and the DMA arena it inherited
+ * (docs/protocol.md), runs the modules' init (which probes the device),
+ * and turns BUG/WARN (ud2) and exception-table faults into what the kernel
+ * would do.
+ *
+ *	understudy-driver --runtime KO [--module KO]... [--symvers FILE]
+ *		[--device-fd N --pci-address DDDD:BB:SS.F]
+ *		[--arena-fd N --arena-iova X --arena-size X --pool-size X]
+ *		[--control-fd N] [--rings-fd N] [--kick-fd N] [--notify-fd N]
+ *		[--open] [--wait-carrier SECONDS] [--arp SRC_IP,DST_IP]
+ *		[--loglevel N]
+ *
+ * Until the host daemon speaks the control protocol, the actions after
+ * loading are chosen on the command line (--open, --wait-carrier, --arp);
+ * the control, rings, kick and notify fds are accepted and left alone.
+ * Output: one event per line on stdout (PROBE, REGISTERED, CARRIER, ...),
+ * kernel log records on stderr.
+ *
+ * Exit status: 0 done, 1 an action failed, 2 bad usage or load failure,
+ * 70 kernel panic (BUG, corruption).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "../ddekit/ddekit.h"
+#include "../ddekit/setup.h"
+#include "../loader/loader.h"
+
+#define DEFAULT_SYMVERS		"/usr/src/linux-headers-6.1.0-55-amd64/Module.symvers"
+#define DEFAULT_ARENA_IOVA	0x10000000ULL
+#define DEFAULT_ARENA_SIZE	(64ULL << 20)
+#define DEFAULT_POOL_SIZE	(8ULL << 20)
+#define SELFTEST_ARENA_SIZE	(32ULL << 20)
+#define MAX_MODULES		8
+#define STACK_CANARY_OFFSET	40
+#define EX_TYPE_MASK		0xff
+#define EX_TYPE_DEFAULT		1
+#define BUGFLAG_DONE_BIT	(1 << 2)
+
+static struct ko_context *ctx;
+
+/* The kernel half's entry points, found among its exports. */
+static struct {
+	int (*boot)(void);
+	void (*cpu_enter)(void);
+	void (*cpu_leave)(void);
+	int (*net_open)(void);
+	int (*net_xmit)(const void *frame, unsigned int len);
+} kernel;
+
+/* What main waits for, set from event lines and received frames. */
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t state_changed = PTHREAD_COND_INITIALIZER;
+static bool carrier_on;
+static bool arp_answered;
+static uint8_t mac[6];
+static struct in_addr arp_src, arp_dst;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("understudy-driver: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(2);
+}
+
+/* ---- ddekit functions implemented here (they need the loader) --------- */
+
+void ddekit_symbolize(unsigned long addr, char *buf, unsigned long len)
+{
+	const struct ko_module *m = ctx ? ko_module_containing(ctx, addr) : NULL;
+
+	if (m)
+		snprintf(buf, len, "%s+%#lx", m->name, addr - (unsigned long)m->image.addr);
+	else
+		snprintf(buf, len, "%#lx", addr);
+}
+
+/* ---- faults: ud2 (BUG/WARN) and exception-table fixups ------------------ */
+
+static void write_str(const char *s)
+{
+	if (write(STDERR_FILENO, s, strlen(s)) < 0)
+		_exit(70);
+}
+
+static void on_sigill(int sig, siginfo_t *info, void *uctx)
+{
+	ucontext_t *uc = uctx;
+	uint64_t rip = uc->uc_mcontext.gregs[REG_RIP];
+	const struct ko_bug_entry *bug = ko_find_bug(ctx, rip);
+	const uint8_t *insn = (const uint8_t *)rip;
+	char line[512], where[64];
+
+	ddekit_symbolize(rip, where, sizeof(where));
+	if (!bug || insn[0] != 0x0f || insn[1] != 0x0b) {
+		snprintf(line, sizeof(line), "PANIC illegal instruction at %s\n", where);
+		write_str(line + 6);
+		printf("%s", line);
+		fflush(stdout);
+		_exit(70);
+	}
+	if (bug->flags & KO_BUG_WARNING) {
+		uint16_t *flags = (uint16_t *)bug->flags_addr;
+		bool silent = (bug->flags & KO_BUG_ONCE) && (*flags & BUGFLAG_DONE_BIT);
+
+		if (bug->flags & KO_BUG_ONCE)
+			*flags |= BUGFLAG_DONE_BIT;
+		if (!silent) {
+			snprintf(line, sizeof(line), "WARN file=%s line=%u at=%s",
+				 bug->file ? bug->file : "?", bug->line, where);
+			ddekit_event(line);
+		}
+		uc->uc_mcontext.gregs[REG_RIP] = rip + 2;
+		return;
+	}
+	snprintf(line, sizeof(line), "BUG at %s:%u (%s)", bug->file ? bug->file : "?",
+		 bug->line, where);
+	ddekit_panic(line);
+}
+
+static void on_sigsegv(int sig, siginfo_t *info, void *uctx)
+{
+	ucontext_t *uc = uctx;
+	uint64_t rip = uc->uc_mcontext.gregs[REG_RIP];
+	const struct ko_extable_entry *ex = ctx ? ko_find_exception(ctx, rip) : NULL;
+	char line[256], where[64];
+
+	if (ex && (ex->data & EX_TYPE_MASK) == EX_TYPE_DEFAULT) {
+		uc->uc_mcontext.gregs[REG_RIP] = ex->fixup;
+		return;
+	}
+	ddekit_symbolize(rip, where, sizeof(where));
+	snprintf(line, sizeof(line), "page fault at address %p, rip %s%s", info->si_addr,
+		 where, ex ? " (exception-table type not handled)" : "");
+	ddekit_panic(line);
+}
+
+static void install_fault_handlers(void)
+{
+	struct sigaction sa = { .sa_flags = SA_SIGINFO | SA_NODEFER };
+
+	sigemptyset(&sa.sa_mask);
+	sa.sa_sigaction = on_sigill;
+	sigaction(SIGILL, &sa, NULL);
+	sa.sa_sigaction = on_sigsegv;
+	sigaction(SIGSEGV, &sa, NULL);
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+/* Imports of the kernel half that no module exports: the ddekit functions. */
+static int resolve_ddekit(void *arg, const char *name, struct ko_symbol *out)
+{
+	void *addr;
+
+	if (strncmp(name, "ddekit_", 7))
+		return -1;
+	addr = dlsym(RTLD_DEFAULT, name);
+	if (!addr)
+		return -1;
+	out->value = (uint64_t)addr;
+	out->percpu = false;
+	return 0;
+}
+
+/* The vermagic string of a module file, which every later module must match. */
+static char *read_vermagic(const char *path)
+{
+	static char vermagic[256];
+	FILE *f = fopen(path, "rb");
+	char *buf, *hit;
+	long size;
+
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	rewind(f);
+	buf = malloc(size + 1);
+	if (!buf || fread(buf, 1, size, f) != (size_t)size)
+		die("%s: cannot read", path);
+	buf[size] = '\0';
+	fclose(f);
+	hit = memmem(buf, size, "vermagic=", 9);
+	if (!hit)
+		die("%s: no vermagic", path);
+	snprintf(vermagic, sizeof(vermagic), "%s", hit + 9);
+	free(buf);
+	return vermagic;
+}
+
+static const struct ko_module *load(const char *path)
+{
+	const struct ko_module *m = ko_load_file(ctx, path);
+	const struct ko_error *err;
+
+	if (m)
+		return m;
+	err = ko_last_error(ctx);
+	fprintf(stderr, "understudy-driver: %s\n", err->message);
+	for (size_t i = 0; i < err->n_problems; i++)
+		fprintf(stderr, "  %s %s%s%s\n",
+			err->problems[i].kind == KO_PROBLEM_MISSING ? "missing" : "crc-mismatch",
+			err->problems[i].symbol, err->problems[i].detail[0] ? ": " : "",
+			err->problems[i].detail);
+	printf("LOAD_FAILED module=%s status=%s problems=%zu\n", path,
+	       ko_status_name(err->status), err->n_problems);
+	exit(2);
+}
+
+static void *kernel_export(const char *name)
+{
+	const struct ko_export *e = ko_find_export(ctx, name);
+
+	if (!e || e->value.percpu)
+		die("the runtime module does not export %s", name);
+	return (void *)e->value.value;
+}
+
+static void setup_percpu(void)
+{
+	struct ko_percpu_layout layout;
+	void *block;
+
+	ko_percpu_layout(ctx, &layout);
+	if (layout.align < 64)
+		layout.align = 64;
+	block = aligned_alloc(layout.align, (layout.size + layout.align - 1) & ~(layout.align - 1));
+	if (!block)
+		die("no memory for the per-cpu block");
+	ko_percpu_init_block(ctx, block);
+	/* GCC's stack protector reads its canary from %gs:40. */
+	*(uint64_t *)((char *)block + STACK_CANARY_OFFSET) = 0x5eed5eed0badcafeULL ^ (uint64_t)time(NULL);
+	if (ddekit_setup_percpu(block))
+		die("arch_prctl(ARCH_SET_GS): %s", strerror(errno));
+}
+
+/* ---- network tests driven from the command line ------------------------- */
+
+static void watch_events(const char *line)
+{
+	unsigned int m[6];
+	const char *p;
+
+	pthread_mutex_lock(&state_lock);
+	if (!strncmp(line, "CARRIER ", 8))
+		carrier_on = strstr(line, " on=1") != NULL;
+	if (!strncmp(line, "REGISTERED ", 11) && (p = strstr(line, " mac=")) &&
+	    sscanf(p, " mac=%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) == 6)
+		for (int i = 0; i < 6; i++)
+			mac[i] = m[i];
+	pthread_cond_broadcast(&state_changed);
+	pthread_mutex_unlock(&state_lock);
+}
+
+struct arp_frame {
+	uint8_t dst[6], src[6];
+	uint16_t ethertype;
+	uint16_t htype, ptype;
+	uint8_t hlen, plen;
+	uint16_t oper;
+	uint8_t sha[6];
+	uint8_t spa[4];
+	uint8_t tha[6];
+	uint8_t tpa[4];
+} __attribute__((packed));
+
+static void on_rx(const void *data, unsigned int len)
+{
+	const struct arp_frame *arp = data;
+	char line[160];
+
+	snprintf(line, sizeof(line), "RX len=%u ethertype=%#06x", len,
+		 len >= 14 ? ntohs(arp->ethertype) : 0);
+	ddekit_event(line);
+	if (len < sizeof(*arp) || ntohs(arp->ethertype) != 0x0806 || ntohs(arp->oper) != 2 ||
+	    memcmp(arp->spa, &arp_dst, 4) || memcmp(arp->tpa, &arp_src, 4))
+		return;
+	snprintf(line, sizeof(line), "ARP_REPLY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x",
+		 inet_ntoa(arp_dst), arp->sha[0], arp->sha[1], arp->sha[2], arp->sha[3],
+		 arp->sha[4], arp->sha[5]);
+	ddekit_event(line);
+	pthread_mutex_lock(&state_lock);
+	arp_answered = true;
+	pthread_cond_broadcast(&state_changed);
+	pthread_mutex_unlock(&state_lock);
+}
+
+/* Waits until *flag is true or the deadline passes; returns *flag. */
+static bool wait_for(bool *flag, const struct timespec *deadline)
+{
+	bool ok;
+
+	pthread_mutex_lock(&state_lock);
+	while (!*flag)
+		if (pthread_cond_timedwait(&state_changed, &state_lock, deadline) == ETIMEDOUT)
+			break;
+	ok = *flag;
+	pthread_mutex_unlock(&state_lock);
+	return ok;
+}
+
+static struct timespec after(double seconds)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)seconds;
+	ts.tv_nsec += (long)((seconds - (time_t)seconds) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* Sends an ARP request for arp_dst once a second until answered. */
+static bool arp_probe(double timeout)
+{
+	struct timespec deadline = after(timeout);
+	struct arp_frame req = {
+		.dst = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff },
+		.ethertype = htons(0x0806),
+		.htype = htons(1), .ptype = htons(0x0800),
+		.hlen = 6, .plen = 4, .oper = htons(1),
+	};
+	uint8_t frame[60] = { 0 };	/* padded to the ethernet minimum */
+
+	memcpy(req.src, mac, 6);
+	memcpy(req.sha, mac, 6);
+	memcpy(req.spa, &arp_src, 4);
+	memcpy(req.tpa, &arp_dst, 4);
+	memcpy(frame, &req, sizeof(req));
+	for (;;) {
+		struct timespec retry = after(1.0);
+		int ret = kernel.net_xmit(frame, sizeof(frame));
+
+		printf("TX len=%zu result=%d\n", sizeof(frame), ret);
+		fflush(stdout);
+		if (retry.tv_sec > deadline.tv_sec ||
+		    (retry.tv_sec == deadline.tv_sec && retry.tv_nsec > deadline.tv_nsec))
+			retry = deadline;
+		if (wait_for(&arp_answered, &retry))
+			return true;
+		if (retry.tv_sec == deadline.tv_sec && retry.tv_nsec == deadline.tv_nsec)
+			return false;
+	}
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static unsigned long long number(const char *s, const char *what)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || end == s)
+		die("bad %s: %s", what, s);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
+	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_IGNORED_FD, OPT_OPEN,
+	       OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL };
+	static const struct option options[] = {
+		{ "runtime", required_argument, NULL, OPT_RUNTIME },
+		{ "module", required_argument, NULL, OPT_MODULE },
+		{ "symvers", required_argument, NULL, OPT_SYMVERS },
+		{ "device-fd", required_argument, NULL, OPT_DEVICE_FD },
+		{ "pci-address", required_argument, NULL, OPT_PCI },
+		{ "arena-fd", required_argument, NULL, OPT_ARENA_FD },
+		{ "arena-iova", required_argument, NULL, OPT_ARENA_IOVA },
+		{ "arena-size", required_argument, NULL, OPT_ARENA_SIZE },
+		{ "pool-size", required_argument, NULL, OPT_POOL_SIZE },
+		{ "control-fd", required_argument, NULL, OPT_IGNORED_FD },
+		{ "rings-fd", required_argument, NULL, OPT_IGNORED_FD },
+		{ "kick-fd", required_argument, NULL, OPT_IGNORED_FD },
+		{ "notify-fd", required_argument, NULL, OPT_IGNORED_FD },
+		{ "open", no_argument, NULL, OPT_OPEN },
+		{ "wait-carrier", required_argument, NULL, OPT_WAIT_CARRIER },
+		{ "arp", required_argument, NULL, OPT_ARP },
+		{ "loglevel", required_argument, NULL, OPT_LOGLEVEL },
+		{ 0 }
+	};
+	const char *runtime = NULL, *modules[MAX_MODULES], *symvers = DEFAULT_SYMVERS;
+	const char *pci_address = NULL;
+	int n_modules = 0, device_fd = -1, arena_fd = -1, opt, status = 0;
+	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
+	unsigned long long pool_size = DEFAULT_POOL_SIZE;
+	double wait_carrier = 0;
+	bool open_dev = false, arp = false;
+	struct ko_options kopts = { .resolve = resolve_ddekit };
+	struct ko_crc_table *crcs;
+	char err[256];
+
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_RUNTIME: runtime = optarg; break;
+		case OPT_MODULE:
+			if (n_modules == MAX_MODULES)
+				die("at most %d modules", MAX_MODULES);
+			modules[n_modules++] = optarg;
+			break;
+		case OPT_SYMVERS: symvers = optarg; break;
+		case OPT_DEVICE_FD: device_fd = number(optarg, "--device-fd"); break;
+		case OPT_PCI: pci_address = optarg; break;
+		case OPT_ARENA_FD: arena_fd = number(optarg, "--arena-fd"); break;
+		case OPT_ARENA_IOVA: arena_iova = number(optarg, "--arena-iova"); break;
+		case OPT_ARENA_SIZE: arena_size = number(optarg, "--arena-size"); break;
+		case OPT_POOL_SIZE: pool_size = number(optarg, "--pool-size"); break;
+		case OPT_IGNORED_FD: number(optarg, "fd"); break;
+		case OPT_OPEN: open_dev = true; break;
+		case OPT_WAIT_CARRIER: wait_carrier = strtod(optarg, NULL); break;
+		case OPT_ARP: {
+			char *comma = strchr(optarg, ',');
+
+			if (!comma)
+				die("--arp wants SRC_IP,DST_IP");
+			*comma = '\0';
+			if (!inet_aton(optarg, &arp_src) || !inet_aton(comma + 1, &arp_dst))
+				die("--arp: bad address");
+			arp = true;
+			break;
+		}
+		case OPT_LOGLEVEL: ddekit_setup_loglevel(number(optarg, "--loglevel")); break;
+		default:
+			die("usage: see the comment at the top of runtime/driver/main.c");
+		}
+	}
+	if (!runtime || optind != argc)
+		die("usage: understudy-driver --runtime understudy-kernel.ko [--module X.ko]...");
+	if ((device_fd >= 0) != (pci_address != NULL))
+		die("--device-fd and --pci-address go together");
+	if (device_fd < 0)
+		pool_size = 0, arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	install_fault_handlers();
+	if (device_fd >= 0 && ddekit_setup_device(device_fd, pci_address))
+		die("VFIO device fd %d unusable", device_fd);
+	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
+		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
+	ddekit_setup_event_observer(watch_events);
+	ddekit_setup_rx(on_rx);
+
+	crcs = ko_crc_table_load_symvers(symvers, err, sizeof(err));
+	if (!crcs)
+		die("%s", err);
+	kopts.crcs = crcs;
+	kopts.vermagic = read_vermagic(runtime);
+	ctx = ko_context_create(&kopts, err, sizeof(err));
+	if (!ctx)
+		die("%s", err);
+	load(runtime);
+	for (int i = 0; i < n_modules; i++)
+		load(modules[i]);
+	printf("LOADED modules=%zu\n", ko_module_count(ctx));
+
+	kernel.boot = kernel_export("us_boot");
+	kernel.cpu_enter = kernel_export("us_cpu_enter");
+	kernel.cpu_leave = kernel_export("us_cpu_leave");
+	kernel.net_open = kernel_export("us_net_open");
+	kernel.net_xmit = kernel_export("us_net_xmit");
+	setup_percpu();
+	if (kernel.boot())
+		die("the kernel half failed to boot");
+
+	for (size_t i = 1; i < ko_module_count(ctx); i++) {
+		const struct ko_module *m = ko_module_at(ctx, i);
+		int ret = 0;
+
+		if (m->init) {
+			kernel.cpu_enter();
+			ret = ((int (*)(void))m->init)();
+			kernel.cpu_leave();
+		}
+		printf("INIT module=%s result=%d\n", m->name, ret);
+		if (ret)
+			status = 1;
+	}
+	if (open_dev) {
+		int ret = kernel.net_open();
+
+		printf("OPEN result=%d\n", ret);
+		if (ret)
+			status = 1;
+	}
+	if (wait_carrier > 0) {
+		struct timespec deadline = after(wait_carrier);
+		bool up = wait_for(&carrier_on, &deadline);
+
+		printf("CARRIER_WAIT up=%d\n", up);
+		if (!up)
+			status = 1;
+	}
+	if (arp) {
+		bool answered = arp_probe(5.0);
+
+		printf("ARP_WAIT answered=%d\n", answered);
+		if (!answered)
+			status = 1;
+	}
+	printf("DONE status=%d\n", status);
+	fflush(stdout);
+	/* Kernel threads are still running; end the process without unwinding them. */
+	_exit(status);
+}

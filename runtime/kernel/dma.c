@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The DMA API. The host mapped the whole arena into the IOMMU before the
+ * process started, and all memory a module can hand the device comes from
+ * it (mem.c), so mapping is arithmetic and unmapping has nothing to undo.
+ * x86 DMA is cache-coherent: the sync calls only order memory accesses.
+ */
+#include <linux/module.h>
+#include <linux/dma-mapping.h>
+#include <linux/scatterlist.h>
+
+#include "internal.h"
+
+dma_addr_t dma_map_page_attrs(struct device *dev, struct page *page, size_t offset,
+			      size_t size, enum dma_data_direction dir, unsigned long attrs)
+{
+	phys_addr_t phys = page_to_phys(page) + offset;
+
+	if (!us_in_dma_region(page_address(page) + offset, size))
+		us_panic("dma_map_page(%px + %zu, %zu) from %pS: not arena memory",
+			 page_address(page), offset, size, __builtin_return_address(0));
+	return us_dma_addr(phys);
+}
+EXPORT_SYMBOL(dma_map_page_attrs);
+
+void dma_unmap_page_attrs(struct device *dev, dma_addr_t addr, size_t size,
+			  enum dma_data_direction dir, unsigned long attrs)
+{
+}
+EXPORT_SYMBOL(dma_unmap_page_attrs);
+
+unsigned int dma_map_sg_attrs(struct device *dev, struct scatterlist *sg, int nents,
+			      enum dma_data_direction dir, unsigned long attrs)
+{
+	struct scatterlist *s;
+	int i;
+
+	for_each_sg(sg, s, nents, i) {
+		s->dma_address = dma_map_page_attrs(dev, sg_page(s), s->offset, s->length,
+						    dir, attrs);
+		sg_dma_len(s) = s->length;
+	}
+	return nents;
+}
+EXPORT_SYMBOL(dma_map_sg_attrs);
+
+void dma_unmap_sg_attrs(struct device *dev, struct scatterlist *sg, int nents,
+			enum dma_data_direction dir, unsigned long attrs)
+{
+}
+EXPORT_SYMBOL(dma_unmap_sg_attrs);
+
+void dma_sync_single_for_cpu(struct device *dev, dma_addr_t addr, size_t size,
+			     enum dma_data_direction dir)
+{
+	rmb();
+}
+EXPORT_SYMBOL(dma_sync_single_for_cpu);
+
+void dma_sync_single_for_device(struct device *dev, dma_addr_t addr, size_t size,
+				enum dma_data_direction dir)
+{
+	wmb();
+}
+EXPORT_SYMBOL(dma_sync_single_for_device);
+
+void *dma_alloc_attrs(struct device *dev, size_t size, dma_addr_t *dma_handle,
+		      gfp_t flag, unsigned long attrs)
+{
+	void *va = us_alloc(PAGE_ALIGN(size), flag | __GFP_ZERO);
+
+	if (!va)
+		return NULL;
+	*dma_handle = us_dma_addr(virt_to_phys(va));
+	return va;
+}
+EXPORT_SYMBOL(dma_alloc_attrs);
+
+void dma_free_attrs(struct device *dev, size_t size, void *cpu_addr,
+		    dma_addr_t dma_handle, unsigned long attrs)
+{
+	us_free(cpu_addr);
+}
+EXPORT_SYMBOL(dma_free_attrs);
+
+/* A mask is supported if the device can reach the whole arena with it. */
+static bool mask_covers_arena(u64 mask)
+{
+	void *va;
+	unsigned long long iova;
+	unsigned long size;
+
+	ddekit_dma_region(&va, &iova, &size);
+	return iova + size - 1 <= mask;
+}
+
+int dma_set_mask(struct device *dev, u64 mask)
+{
+	if (!dev->dma_mask || !mask_covers_arena(mask))
+		return -EIO;
+	*dev->dma_mask = mask;
+	return 0;
+}
+EXPORT_SYMBOL(dma_set_mask);
+
+int dma_set_coherent_mask(struct device *dev, u64 mask)
+{
+	if (!mask_covers_arena(mask))
+		return -EIO;
+	dev->coherent_dma_mask = mask;
+	return 0;
+}
+EXPORT_SYMBOL(dma_set_coherent_mask);

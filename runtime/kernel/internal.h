@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Shared by the files of the kernel half: the CPU model (DESIGN.md
+ * decision 6), memory, and the hooks one subsystem needs from another.
+ */
+#ifndef UNDERSTUDY_KERNEL_INTERNAL_H
+#define UNDERSTUDY_KERNEL_INTERNAL_H
+
+#include <linux/types.h>
+#include <linux/sched.h>
+
+#include "../ddekit/ddekit.h"
+
+/*
+ * A thread that runs kernel code. The one kernel "CPU" is a lock; whoever
+ * holds it runs as its own task with its own preempt count, which are
+ * installed in the per-cpu block when the thread takes the CPU and saved
+ * when it gives it up (us_cpu_leave or while it waits in us_wait).
+ */
+struct us_task {
+	struct task_struct task;	/* first: current == &us_task->task */
+	int saved_preempt_count;
+};
+
+void us_cpu_enter(void);
+void us_cpu_leave(void);
+/*
+ * Gives up the CPU until something changes (us_wake) or until deadline_ns
+ * (CLOCK_MONOTONIC, 0: none); the caller re-checks its condition.
+ */
+void us_wait(u64 deadline_ns);
+void us_wake(void);
+/* Refreshes jiffies from the monotonic clock. */
+void us_update_jiffies(void);
+u64 us_jiffies_to_deadline(unsigned long expires);
+/*
+ * Ends the process with a message. A macro around a function objtool does
+ * not know as noreturn, with the kernel's own unreachable() annotation.
+ */
+void us_panic_print(const char *fmt, ...) __printf(1, 2) __cold;
+#define us_panic(fmt, ...) do {				\
+	us_panic_print(fmt, ##__VA_ARGS__);		\
+	unreachable();					\
+} while (0)
+/* For entry points that exist only behind a static key we never enable. */
+#define us_unreachable() us_panic("%s: reached, but the runtime never enables the path to it", __func__)
+
+/* mem.c: every allocation lives in the IOMMU-mapped DMA region. */
+int us_mem_init(void);
+void *us_alloc(size_t size, gfp_t flags);
+void us_free(const void *p);
+size_t us_alloc_size(const void *p);
+bool us_in_dma_region(const void *p, size_t len);
+dma_addr_t us_dma_addr(phys_addr_t phys);
+
+/* timer.c / softirq */
+void us_softirq_start(void);
+void us_raise_net_rx(void);
+bool us_in_softirq_thread(void);
+
+/* workqueue.c */
+void us_workqueue_start(void);
+
+/* pci.c */
+int us_pci_init(void);
+
+/* netdev.c */
+struct net_device;
+struct sk_buff;
+struct net_device *us_first_netdev(void);
+void us_net_deliver(struct sk_buff *skb);
+
+#endif /* UNDERSTUDY_KERNEL_INTERNAL_H */

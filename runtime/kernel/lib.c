@@ -1,0 +1,552 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The kernel's small library functions that modules call out of line:
+ * string and memory operations, bit searches, checksums, module
+ * parameter operations.
+ */
+/* These are the out-of-line string functions fortify-string.h wraps. */
+#define __NO_FORTIFY
+#include <linux/module.h>
+#include <linux/kernel.h>
+#include <linux/string.h>
+#include <linux/bitops.h>
+#include <linux/find.h>
+#include <linux/moduleparam.h>
+#include <linux/crc32.h>
+#include <linux/crc32poly.h>
+#include <net/checksum.h>
+#include <net/ip6_checksum.h>
+#include <linux/ctype.h>
+#include <linux/list.h>
+#include <linux/poison.h>
+#include <linux/refcount.h>
+#include <linux/scatterlist.h>
+
+#include "internal.h"
+
+/*
+ * String instructions, not C loops: GCC would turn a copy loop back into a
+ * call to memcpy, which is this function.
+ */
+void *memcpy(void *dst, const void *src, size_t n)
+{
+	void *ret = dst;
+
+	asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+	return ret;
+}
+EXPORT_SYMBOL(memcpy);
+
+void *memset(void *s, int c, size_t n)
+{
+	void *ret = s;
+
+	asm volatile("rep stosb" : "+D"(s), "+c"(n) : "a"(c) : "memory");
+	return ret;
+}
+EXPORT_SYMBOL(memset);
+
+void *memmove(void *dst, const void *src, size_t n)
+{
+	void *ret = dst;
+
+	if (dst <= src || (const char *)src + n <= (char *)dst)
+		return memcpy(dst, src, n);
+	dst = (char *)dst + n - 1;
+	src = (const char *)src + n - 1;
+	asm volatile("std; rep movsb; cld" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+	return ret;
+}
+EXPORT_SYMBOL(memmove);
+
+int memcmp(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+
+	for (; n; n--, x++, y++)
+		if (*x != *y)
+			return *x - *y;
+	return 0;
+}
+EXPORT_SYMBOL(memcmp);
+
+void *memchr(const void *s, int c, size_t n)
+{
+	const unsigned char *p = s;
+
+	for (; n; n--, p++)
+		if (*p == (unsigned char)c)
+			return (void *)p;
+	return NULL;
+}
+EXPORT_SYMBOL(memchr);
+
+size_t strlen(const char *s)
+{
+	const char *p = s;
+
+	while (*p)
+		p++;
+	return p - s;
+}
+EXPORT_SYMBOL(strlen);
+
+size_t strnlen(const char *s, size_t max)
+{
+	const char *p = s;
+
+	while (max-- && *p)
+		p++;
+	return p - s;
+}
+EXPORT_SYMBOL(strnlen);
+
+char *strchr(const char *s, int c)
+{
+	for (; *s != (char)c; s++)
+		if (!*s)
+			return NULL;
+	return (char *)s;
+}
+EXPORT_SYMBOL(strchr);
+
+int strcmp(const char *a, const char *b)
+{
+	for (; *a == *b; a++, b++)
+		if (!*a)
+			return 0;
+	return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+}
+EXPORT_SYMBOL(strcmp);
+
+int strncmp(const char *a, const char *b, size_t n)
+{
+	for (; n; n--, a++, b++) {
+		if (*a != *b)
+			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+		if (!*a)
+			break;
+	}
+	return 0;
+}
+EXPORT_SYMBOL(strncmp);
+
+char *strncpy(char *dst, const char *src, size_t n)
+{
+	char *d = dst;
+
+	for (; n; n--) {
+		*d++ = *src;
+		if (*src)
+			src++;
+	}
+	return dst;
+}
+EXPORT_SYMBOL(strncpy);
+
+ssize_t strscpy(char *dst, const char *src, size_t size)
+{
+	size_t i;
+
+	if (!size)
+		return -E2BIG;
+	for (i = 0; i < size; i++) {
+		dst[i] = src[i];
+		if (!src[i])
+			return i;
+	}
+	dst[size - 1] = '\0';
+	return -E2BIG;
+}
+EXPORT_SYMBOL(strscpy);
+
+size_t strlcpy(char *dst, const char *src, size_t size)
+{
+	size_t len = strlen(src);
+
+	if (size) {
+		size_t n = min(len, size - 1);
+
+		memcpy(dst, src, n);
+		dst[n] = '\0';
+	}
+	return len;
+}
+EXPORT_SYMBOL(strlcpy);
+
+/* ---- bit searches ------------------------------------------------------- */
+
+static unsigned long find_bit(const unsigned long *addr, unsigned long nbits,
+			      unsigned long start, unsigned long invert)
+{
+	while (start < nbits) {
+		unsigned long word = (addr[start / BITS_PER_LONG] ^ invert) >>
+				     (start % BITS_PER_LONG);
+
+		if (word)
+			return min(nbits, start + __ffs(word));
+		start = round_down(start, BITS_PER_LONG) + BITS_PER_LONG;
+	}
+	return nbits;
+}
+
+unsigned long _find_next_bit(const unsigned long *addr, unsigned long nbits,
+			     unsigned long start)
+{
+	return find_bit(addr, nbits, start, 0);
+}
+EXPORT_SYMBOL(_find_next_bit);
+
+unsigned long _find_next_zero_bit(const unsigned long *addr, unsigned long nbits,
+				  unsigned long start)
+{
+	return find_bit(addr, nbits, start, ~0UL);
+}
+EXPORT_SYMBOL(_find_next_zero_bit);
+
+unsigned long _find_first_bit(const unsigned long *addr, unsigned long size)
+{
+	return find_bit(addr, size, 0, 0);
+}
+EXPORT_SYMBOL(_find_first_bit);
+
+unsigned long _find_first_zero_bit(const unsigned long *addr, unsigned long size)
+{
+	return find_bit(addr, size, 0, ~0UL);
+}
+EXPORT_SYMBOL(_find_first_zero_bit);
+
+/* ---- checksums ---------------------------------------------------------- */
+
+static u64 add_words(u64 sum, const void *buf, int len)
+{
+	const u8 *p = buf;
+
+	for (; len > 1; len -= 2, p += 2)
+		sum += p[0] | p[1] << 8;	/* one's complement sum is byte-order blind */
+	if (len)
+		sum += p[0];
+	return sum;
+}
+
+static u32 fold64(u64 sum)
+{
+	while (sum >> 32)
+		sum = (sum & 0xffffffff) + (sum >> 32);
+	return sum;
+}
+
+__wsum csum_partial(const void *buf, int len, __wsum sum)
+{
+	return (__force __wsum)fold64(add_words((__force u32)sum, buf, len));
+}
+EXPORT_SYMBOL(csum_partial);
+
+__sum16 csum_ipv6_magic(const struct in6_addr *saddr, const struct in6_addr *daddr,
+			__u32 len, __u8 proto, __wsum csum)
+{
+	u64 sum = (__force u32)csum;
+
+	sum = add_words(sum, saddr, sizeof(*saddr));
+	sum = add_words(sum, daddr, sizeof(*daddr));
+	sum += (__force u32)htonl(len);
+	sum += (__force u32)htonl(proto);
+	return csum_fold((__force __wsum)fold64(sum));
+}
+EXPORT_SYMBOL(csum_ipv6_magic);
+
+u32 __pure crc32_le(u32 crc, unsigned char const *p, size_t len)
+{
+	while (len--) {
+		crc ^= *p++;
+		for (int i = 0; i < 8; i++)
+			crc = (crc >> 1) ^ (crc & 1 ? CRC32_POLY_LE : 0);
+	}
+	return crc;
+}
+EXPORT_SYMBOL(crc32_le);
+
+/* ---- module parameters -------------------------------------------------- */
+
+/*
+ * The ops a module's __param entries point to. The driver process sets no
+ * parameters today, but the tables must be real: the host may pass
+ * parameters later, and a module may call these through the ops.
+ */
+static int parse_ll(const char *s, long long *out)
+{
+	return kstrtoll(s, 0, out);
+}
+
+#define DEFINE_PARAM_OPS(name, type, fmt, lo, hi)				\
+int param_set_##name(const char *val, const struct kernel_param *kp)		\
+{										\
+	long long v;								\
+	if (!val || parse_ll(val, &v) || v < (lo) || v > (hi))			\
+		return -EINVAL;							\
+	*(type *)kp->arg = v;							\
+	return 0;								\
+}										\
+EXPORT_SYMBOL(param_set_##name);						\
+int param_get_##name(char *buffer, const struct kernel_param *kp)		\
+{										\
+	return scnprintf(buffer, PAGE_SIZE, fmt "\n", *(type *)kp->arg);	\
+}										\
+EXPORT_SYMBOL(param_get_##name);						\
+const struct kernel_param_ops param_ops_##name = {				\
+	.set = param_set_##name,						\
+	.get = param_get_##name,						\
+};										\
+EXPORT_SYMBOL(param_ops_##name)
+
+DEFINE_PARAM_OPS(int, int, "%d", INT_MIN, INT_MAX);
+DEFINE_PARAM_OPS(uint, unsigned int, "%u", 0, UINT_MAX);
+DEFINE_PARAM_OPS(ushort, unsigned short, "%hu", 0, USHRT_MAX);
+
+int param_set_bool(const char *val, const struct kernel_param *kp)
+{
+	return kstrtobool(val ? val : "1", kp->arg);
+}
+EXPORT_SYMBOL(param_set_bool);
+
+int param_get_bool(char *buffer, const struct kernel_param *kp)
+{
+	return sprintf(buffer, "%c\n", *(bool *)kp->arg ? 'Y' : 'N');
+}
+EXPORT_SYMBOL(param_get_bool);
+
+const struct kernel_param_ops param_ops_bool = {
+	.flags = KERNEL_PARAM_OPS_FL_NOARG,
+	.set = param_set_bool,
+	.get = param_get_bool,
+};
+EXPORT_SYMBOL(param_ops_bool);
+
+static int param_array_set(const char *val, const struct kernel_param *kp)
+{
+	const struct kparam_array *arr = kp->arr;
+	struct kernel_param elem = *kp;
+	char buf[64];
+	unsigned int n = 0;
+
+	while (*val && n < arr->max) {
+		size_t len = strcspn(val, ",");
+		int err;
+
+		if (len >= sizeof(buf))
+			return -ENOSPC;
+		memcpy(buf, val, len);
+		buf[len] = '\0';
+		elem.arg = (char *)arr->elem + n * arr->elemsize;
+		err = arr->ops->set(buf, &elem);
+		if (err)
+			return err;
+		n++;
+		val += len + (val[len] == ',');
+	}
+	if (arr->num)
+		*arr->num = n;
+	return *val ? -EINVAL : 0;
+}
+
+static int param_array_get(char *buffer, const struct kernel_param *kp)
+{
+	const struct kparam_array *arr = kp->arr;
+	struct kernel_param elem = *kp;
+	unsigned int n = arr->num ? *arr->num : arr->max;
+	int off = 0;
+
+	for (unsigned int i = 0; i < n; i++) {
+		elem.arg = (char *)arr->elem + i * arr->elemsize;
+		off += arr->ops->get(buffer + off, &elem);
+		buffer[off - 1] = ',';	/* replaces the element's newline */
+	}
+	if (off)
+		buffer[off - 1] = '\n';
+	return off;
+}
+
+const struct kernel_param_ops param_array_ops = {
+	.set = param_array_set,
+	.get = param_array_get,
+};
+EXPORT_SYMBOL(param_array_ops);
+
+/* ---- number parsing ----------------------------------------------------- */
+
+int _kstrtoull(const char *s, unsigned int base, unsigned long long *res)
+{
+	unsigned long long v = 0;
+	bool any = false;
+
+	if (base == 0) {
+		base = 10;
+		if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && isxdigit(s[2])) {
+			base = 16;
+			s += 2;
+		} else if (s[0] == '0') {
+			base = 8;
+		}
+	} else if (base == 16 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		s += 2;
+	}
+	for (; *s && *s != '\n'; s++, any = true) {
+		unsigned int d = isdigit(*s) ? *s - '0' :
+				 isxdigit(*s) ? (_tolower(*s) - 'a' + 10) : 99;
+
+		if (d >= base)
+			return -EINVAL;
+		if (v > (ULLONG_MAX - d) / base)
+			return -ERANGE;
+		v = v * base + d;
+	}
+	if (!any || (s[0] == '\n' && s[1]))
+		return -EINVAL;
+	*res = v;
+	return 0;
+}
+
+int kstrtoull(const char *s, unsigned int base, unsigned long long *res)
+{
+	return _kstrtoull(s[0] == '+' ? s + 1 : s, base, res);
+}
+EXPORT_SYMBOL(kstrtoull);
+
+int kstrtoll(const char *s, unsigned int base, long long *res)
+{
+	unsigned long long v;
+	int err;
+
+	if (s[0] == '-') {
+		err = _kstrtoull(s + 1, base, &v);
+		if (err)
+			return err;
+		if ((long long)-v > 0)
+			return -ERANGE;
+		*res = -v;
+		return 0;
+	}
+	err = kstrtoull(s, base, &v);
+	if (err)
+		return err;
+	if ((long long)v < 0)
+		return -ERANGE;
+	*res = v;
+	return 0;
+}
+EXPORT_SYMBOL(kstrtoll);
+
+int kstrtoint(const char *s, unsigned int base, int *res)
+{
+	long long v;
+	int err = kstrtoll(s, base, &v);
+
+	if (err)
+		return err;
+	if (v != (int)v)
+		return -ERANGE;
+	*res = v;
+	return 0;
+}
+EXPORT_SYMBOL(kstrtoint);
+
+int kstrtobool(const char *s, bool *res)
+{
+	switch (s[0]) {
+	case 'y': case 'Y': case '1':
+		*res = true;
+		return 0;
+	case 'n': case 'N': case '0':
+		*res = false;
+		return 0;
+	case 'o': case 'O':
+		if (s[1] == 'n' || s[1] == 'N') {
+			*res = true;
+			return 0;
+		}
+		if (s[1] == 'f' || s[1] == 'F') {
+			*res = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+EXPORT_SYMBOL(kstrtobool);
+
+size_t strcspn(const char *s, const char *reject)
+{
+	const char *p = s;
+
+	while (*p && !strchr(reject, *p))
+		p++;
+	return p - s;
+}
+EXPORT_SYMBOL(strcspn);
+
+int hex_to_bin(unsigned char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	ch = tolower(ch);
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	return -1;
+}
+EXPORT_SYMBOL(hex_to_bin);
+
+const char hex_asc[] = "0123456789abcdef";
+EXPORT_SYMBOL(hex_asc);
+const char hex_asc_upper[] = "0123456789ABCDEF";
+EXPORT_SYMBOL(hex_asc_upper);
+
+/* Latin-1 classes, as lib/ctype.c has them. */
+const unsigned char _ctype[256] = {
+	[0 ... 8] = _C, ['\t' ... '\r'] = _C | _S, [14 ... 31] = _C,
+	[' '] = _S | _SP, ['!' ... '/'] = _P, ['0' ... '9'] = _D, [':' ... '@'] = _P,
+	['A' ... 'F'] = _U | _X, ['G' ... 'Z'] = _U, ['[' ... '`'] = _P,
+	['a' ... 'f'] = _L | _X, ['g' ... 'z'] = _L, ['{' ... '~'] = _P, [127] = _C,
+	[128 ... 159] = _C, [160] = _S | _SP, [161 ... 191] = _P, [192 ... 214] = _U,
+	[215] = _P, [216 ... 222] = _U, [223 ... 246] = _L, [247] = _P, [248 ... 255] = _L,
+};
+EXPORT_SYMBOL(_ctype);
+
+/* CONFIG_DEBUG_LIST checks; with BUG_ON_DATA_CORRUPTION a failure is fatal. */
+bool __list_add_valid(struct list_head *new, struct list_head *prev, struct list_head *next)
+{
+	if (unlikely(next->prev != prev || prev->next != next || new == prev || new == next))
+		us_panic("list_add corruption: prev %px next %px new %px, caller %pS",
+			 prev, next, new, __builtin_return_address(0));
+	return true;
+}
+EXPORT_SYMBOL(__list_add_valid);
+
+bool __list_del_entry_valid(struct list_head *entry)
+{
+	struct list_head *prev = entry->prev, *next = entry->next;
+
+	if (unlikely(next == LIST_POISON1 || prev == LIST_POISON2 ||
+		     prev->next != entry || next->prev != entry))
+		us_panic("list_del corruption: entry %px (prev %px next %px), caller %pS",
+			 entry, prev, next, __builtin_return_address(0));
+	return true;
+}
+EXPORT_SYMBOL(__list_del_entry_valid);
+
+void refcount_warn_saturate(refcount_t *r, enum refcount_saturation_type t)
+{
+	refcount_set(r, REFCOUNT_SATURATED);
+	WARN_ONCE(1, "refcount_t %px: misuse of type %d, caller %pS\n", r, t,
+		  __builtin_return_address(0));
+}
+EXPORT_SYMBOL(refcount_warn_saturate);
+
+struct scatterlist *sg_next(struct scatterlist *sg)
+{
+	if (sg_is_last(sg))
+		return NULL;
+	sg++;
+	if (unlikely(sg_is_chain(sg)))
+		sg = sg_chain_ptr(sg);
+	return sg;
+}
+EXPORT_SYMBOL(sg_next);

@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Memory. Everything the runtime hands a module comes from its share of the
+ * DMA arena, which the host mapped into the IOMMU once (DESIGN.md decision
+ * 5), so any of it may be given to the device and dma_map_* is arithmetic.
+ *
+ * The arena is the runtime's "physical memory": a physical address is the
+ * offset into the region, the linear map (page_offset_base) is the region's
+ * address, and vmemmap covers it with one struct page per 4 KiB, so
+ * virt_to_page(), page_address() and page_to_phys() work inline in modules.
+ *
+ * The allocator hands out power-of-two blocks aligned to their size: blocks
+ * below a page are carved from pages of one size class, larger ones are
+ * whole naturally-aligned page runs. One byte per page records the class,
+ * so kfree() needs no header and kmalloc memory keeps the alignment the
+ * kernel promises (ARCH_KMALLOC_MINALIGN, power-of-two sizes aligned).
+ * Freed blocks go back to their class's free list; runs are not merged.
+ */
+#include <linux/module.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+#include <linux/gfp.h>
+#include <linux/log2.h>
+#include <linux/skbuff.h>
+#include <linux/string.h>
+
+#include "internal.h"
+
+#define MIN_ORDER	5		/* 32-byte blocks */
+#define MAX_ORDER_BITS	(BITS_PER_LONG)
+
+unsigned long page_offset_base __ro_after_init;
+EXPORT_SYMBOL(page_offset_base);
+unsigned long vmemmap_base __ro_after_init;
+EXPORT_SYMBOL(vmemmap_base);
+unsigned long phys_base __ro_after_init;
+EXPORT_SYMBOL(phys_base);
+
+/* The page cache of a running kernel; nothing here is ever device memory. */
+DEFINE_STATIC_KEY_FALSE(devmap_managed_key);
+EXPORT_SYMBOL(devmap_managed_key);
+DEFINE_STATIC_KEY_FALSE(hugetlb_optimize_vmemmap_key);
+EXPORT_SYMBOL(hugetlb_optimize_vmemmap_key);
+
+/* Indexed by the inline kmalloc(); the caches themselves are never used. */
+struct kmem_cache *kmalloc_caches[NR_KMALLOC_TYPES][KMALLOC_SHIFT_HIGH + 1] __ro_after_init;
+EXPORT_SYMBOL(kmalloc_caches);
+
+static struct {
+	char *va;
+	u64 iova;
+	unsigned long size;
+	unsigned long npages;
+	u8 *page_order;		/* block order of each page, 0: never allocated */
+	void *free[MAX_ORDER_BITS];
+	unsigned long bump;	/* offset of the first never-used page */
+	unsigned long in_use;	/* bytes */
+} region;
+
+int us_mem_init(void)
+{
+	void *va;
+	unsigned long long iova;
+	unsigned long size;
+
+	ddekit_dma_region(&va, &iova, &size);
+	if (!va || size < PAGE_SIZE)
+		return -ENOMEM;
+	region.va = va;
+	region.iova = iova;
+	region.size = size & PAGE_MASK;
+	region.npages = region.size >> PAGE_SHIFT;
+	region.page_order = ddekit_zalloc(region.npages);
+	vmemmap_base = (unsigned long)ddekit_zalloc(region.npages * sizeof(struct page));
+	if (!region.page_order || !vmemmap_base)
+		return -ENOMEM;
+	page_offset_base = (unsigned long)va;
+	phys_base = 0;
+	return 0;
+}
+
+bool us_in_dma_region(const void *p, size_t len)
+{
+	return (const char *)p >= region.va && len <= region.size &&
+	       (const char *)p - region.va <= region.size - len;
+}
+
+dma_addr_t us_dma_addr(phys_addr_t phys)
+{
+	if (phys >= region.size)
+		us_panic("DMA mapping of physical address %pa outside the arena", &phys);
+	return region.iova + phys;
+}
+
+static void *take_run(unsigned int order)
+{
+	unsigned long size = 1UL << order;
+	unsigned long start = ALIGN(region.bump, size);
+
+	if (start + size > region.size || start + size < start)
+		return NULL;
+	region.bump = start + size;
+	region.page_order[start >> PAGE_SHIFT] = order;
+	return region.va + start;
+}
+
+static void *take_block(unsigned int order)
+{
+	void **head = &region.free[order];
+	void *block = *head;
+
+	if (block) {
+		*head = *(void **)block;
+		return block;
+	}
+	if (order >= PAGE_SHIFT)
+		return take_run(order);
+	/* A fresh page for this size class, cut into blocks. */
+	block = take_block(PAGE_SHIFT);
+	if (!block)
+		return NULL;
+	region.page_order[((char *)block - region.va) >> PAGE_SHIFT] = order;
+	for (unsigned long off = PAGE_SIZE - (1UL << order); off; off -= 1UL << order) {
+		void **b = (void **)((char *)block + off);
+
+		*b = *head;
+		*head = b;
+	}
+	return block;
+}
+
+void *us_alloc(size_t size, gfp_t flags)
+{
+	unsigned int order;
+	void *p;
+
+	if (!size)
+		return ZERO_SIZE_PTR;
+	order = max_t(unsigned int, MIN_ORDER, order_base_2(size));
+	if (order >= MAX_ORDER_BITS - 1)
+		return NULL;
+	p = take_block(order);
+	if (!p)
+		return NULL;
+	region.in_use += 1UL << order;
+	if (flags & __GFP_ZERO)
+		memset(p, 0, 1UL << order);
+	return p;
+}
+
+static unsigned int block_order(const void *p, const char *who)
+{
+	unsigned long off = (const char *)p - region.va;
+	unsigned int order;
+
+	if (!us_in_dma_region(p, 1))
+		us_panic("%s(%px): not runtime memory (caller %pS)", who, p,
+			 __builtin_return_address(1));
+	order = region.page_order[off >> PAGE_SHIFT];
+	if (!order || off & ((1UL << order) - 1))
+		us_panic("%s(%px): not the start of an allocated block", who, p);
+	return order;
+}
+
+size_t us_alloc_size(const void *p)
+{
+	return 1UL << block_order(p, "ksize");
+}
+
+void us_free(const void *p)
+{
+	unsigned int order;
+
+	if (ZERO_OR_NULL_PTR(p))
+		return;
+	order = block_order(p, "kfree");
+	*(void **)p = region.free[order];
+	region.free[order] = (void *)p;
+	region.in_use -= 1UL << order;
+}
+
+/* Bytes currently allocated (self-tests check that frees balance). */
+unsigned long us_mem_in_use(void)
+{
+	return region.in_use;
+}
+EXPORT_SYMBOL_GPL(us_mem_in_use);
+
+/* ---- kmalloc and friends ----------------------------------------------- */
+
+void *__kmalloc(size_t size, gfp_t flags)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(__kmalloc);
+
+void *__kmalloc_node(size_t size, gfp_t flags, int node)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(__kmalloc_node);
+
+void *kmalloc_trace(struct kmem_cache *s, gfp_t flags, size_t size)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(kmalloc_trace);
+
+void *kmalloc_node_trace(struct kmem_cache *s, gfp_t flags, int node, size_t size)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(kmalloc_node_trace);
+
+void *kmalloc_large(size_t size, gfp_t flags)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(kmalloc_large);
+
+void kfree(const void *p)
+{
+	us_free(p);
+}
+EXPORT_SYMBOL(kfree);
+
+size_t ksize(const void *p)
+{
+	return ZERO_OR_NULL_PTR(p) ? 0 : us_alloc_size(p);
+}
+EXPORT_SYMBOL(ksize);
+
+void *krealloc(const void *p, size_t new_size, gfp_t flags)
+{
+	size_t old = ksize(p);
+	void *n;
+
+	if (!new_size) {
+		kfree(p);
+		return ZERO_SIZE_PTR;
+	}
+	if (new_size <= old)
+		return (void *)p;
+	n = us_alloc(new_size, flags);
+	if (n && old) {
+		memcpy(n, p, old);
+		kfree(p);
+	}
+	return n;
+}
+EXPORT_SYMBOL(krealloc);
+
+void *kmemdup(const void *src, size_t len, gfp_t gfp)
+{
+	void *p = us_alloc(len, gfp & ~__GFP_ZERO);
+
+	if (p)
+		memcpy(p, src, len);
+	return p;
+}
+EXPORT_SYMBOL(kmemdup);
+
+char *kstrdup(const char *s, gfp_t gfp)
+{
+	return s ? kmemdup(s, strlen(s) + 1, gfp) : NULL;
+}
+EXPORT_SYMBOL(kstrdup);
+
+/*
+ * vmalloc space is not separate here: "virtually contiguous" memory is
+ * arena memory like any other, so is_vmalloc_addr() is false for all of it
+ * and the DMA API may map it directly.
+ */
+void *vmalloc(unsigned long size)
+{
+	return us_alloc(size, GFP_KERNEL);
+}
+EXPORT_SYMBOL(vmalloc);
+
+void *vzalloc(unsigned long size)
+{
+	return us_alloc(size, GFP_KERNEL | __GFP_ZERO);
+}
+EXPORT_SYMBOL(vzalloc);
+
+void vfree(const void *addr)
+{
+	us_free(addr);
+}
+EXPORT_SYMBOL(vfree);
+
+void kvfree(const void *addr)
+{
+	us_free(addr);
+}
+EXPORT_SYMBOL(kvfree);
+
+void *kvmalloc_node(size_t size, gfp_t flags, int node)
+{
+	return us_alloc(size, flags);
+}
+EXPORT_SYMBOL(kvmalloc_node);
+
+bool is_vmalloc_addr(const void *x)
+{
+	return false;
+}
+EXPORT_SYMBOL(is_vmalloc_addr);
+
+/* ---- pages -------------------------------------------------------------- */
+
+struct page *alloc_pages(gfp_t gfp, unsigned int order)
+{
+	void *va = us_alloc(PAGE_SIZE << order, gfp);
+	struct page *page;
+
+	if (!va)
+		return NULL;
+	page = virt_to_page(va);
+	memset(page, 0, sizeof(*page) << order);
+	set_page_count(page, 1);
+	if (order && (gfp & __GFP_COMP)) {
+		__SetPageHead(page);
+		for (unsigned int i = 1; i < (1U << order); i++)
+			set_compound_head(page + i, page);
+		set_compound_order(page, order);
+	}
+	return page;
+}
+EXPORT_SYMBOL(alloc_pages);
+
+void __free_pages(struct page *page, unsigned int order)
+{
+	if (put_page_testzero(page))
+		us_free(page_address(page));
+}
+EXPORT_SYMBOL(__free_pages);
+
+unsigned long __get_free_pages(gfp_t gfp, unsigned int order)
+{
+	struct page *page = alloc_pages(gfp, order);
+
+	return page ? (unsigned long)page_address(page) : 0;
+}
+EXPORT_SYMBOL(__get_free_pages);
+
+void free_pages(unsigned long addr, unsigned int order)
+{
+	if (addr)
+		__free_pages(virt_to_page((void *)addr), order);
+}
+EXPORT_SYMBOL(free_pages);
+
+/* The last reference to a page (or compound page) went away. */
+void __folio_put(struct folio *folio)
+{
+	us_free(folio_address(folio));
+}
+EXPORT_SYMBOL(__folio_put);
+
+/* Reached only when devmap_managed_key is on, and it never is. */
+bool __put_devmap_managed_page_refs(struct page *page, int refs)
+{
+	us_unreachable();
+}
+EXPORT_SYMBOL(__put_devmap_managed_page_refs);
+
+/*
+ * Page fragments (RX buffers, skb heads). The kernel carves them out of a
+ * shared page with a biased refcount; here each fragment is a page (run) of
+ * its own with a reference count of one, which page_frag_free() drops, so
+ * get_page()/put_page() on a fragment keep their meaning.
+ */
+static void *alloc_frag(unsigned int fragsz, gfp_t gfp)
+{
+	struct page *page = alloc_pages(gfp | __GFP_COMP, get_order(fragsz));
+
+	return page ? page_address(page) : NULL;
+}
+
+void *__netdev_alloc_frag_align(unsigned int fragsz, unsigned int align_mask)
+{
+	return alloc_frag(fragsz, GFP_ATOMIC);
+}
+EXPORT_SYMBOL(__netdev_alloc_frag_align);
+
+void *__napi_alloc_frag_align(unsigned int fragsz, unsigned int align_mask)
+{
+	return alloc_frag(fragsz, GFP_ATOMIC);
+}
+EXPORT_SYMBOL(__napi_alloc_frag_align);
+
+void page_frag_free(void *addr)
+{
+	struct page *page = virt_to_head_page(addr);
+
+	if (put_page_testzero(page))
+		us_free(page_address(page));
+}
+EXPORT_SYMBOL(page_frag_free);

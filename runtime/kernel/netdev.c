@@ -1,0 +1,635 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The network device core for the driver process: net_device allocation
+ * and registration, carrier and queue state, NAPI, receive delivery and
+ * ethernet helpers. Where the kernel would hand packets and state to the
+ * stack, this runtime hands them to the host: registration, carrier and
+ * received frames become ddekit events and taps (DESIGN.md decision 7).
+ */
+#include <linux/module.h>
+#include <linux/netdevice.h>
+#include <linux/etherdevice.h>
+#include <linux/ethtool.h>
+#include <linux/dynamic_queue_limits.h>
+#include <linux/rtnetlink.h>
+#include <linux/slab.h>
+#include <linux/if_arp.h>
+#include <linux/if_vlan.h>
+#include <linux/net_tstamp.h>
+#include <net/pkt_sched.h>
+
+#include "internal.h"
+
+DEFINE_PER_CPU_ALIGNED(struct softnet_data, softnet_data);
+EXPORT_PER_CPU_SYMBOL(softnet_data);
+
+static LIST_HEAD(poll_list);
+static struct net_device *registered;
+static unsigned long rx_frames;
+
+struct net_device *us_first_netdev(void)
+{
+	return registered;
+}
+
+static void event(const char *fmt, ...)
+{
+	char line[256];
+	va_list args;
+
+	va_start(args, fmt);
+	vsnprintf(line, sizeof(line), fmt, args);
+	va_end(args);
+	ddekit_event(line);
+}
+
+/* ---- byte queue limits --------------------------------------------------- */
+
+/*
+ * BQL bounds the bytes queued in hardware so a qdisc above the driver can
+ * keep latency low. There is no qdisc here: the host's TX ring is the
+ * queue, and it is bounded already. So the limit stays at its maximum and
+ * only the accounting the inline helpers rely on is kept.
+ */
+void dql_reset(struct dql *dql)
+{
+	dql->limit = DQL_MAX_LIMIT;
+	dql->num_queued = 0;
+	dql->num_completed = 0;
+	dql->adj_limit = dql->limit;
+	dql->last_obj_cnt = 0;
+	dql->prev_num_queued = 0;
+	dql->prev_last_obj_cnt = 0;
+	dql->prev_ovlimit = 0;
+	dql->lowest_slack = UINT_MAX;
+	dql->slack_start_time = jiffies;
+}
+EXPORT_SYMBOL(dql_reset);
+
+void dql_init(struct dql *dql, unsigned int hold_time)
+{
+	dql->max_limit = DQL_MAX_LIMIT;
+	dql->min_limit = 0;
+	dql->slack_hold_time = hold_time;
+	dql_reset(dql);
+}
+EXPORT_SYMBOL(dql_init);
+
+void dql_completed(struct dql *dql, unsigned int count)
+{
+	unsigned int completed = dql->num_completed + count;
+
+	/* Completing more than was queued is a driver bug, as in the kernel. */
+	if (WARN_ON_ONCE((int)(completed - dql->num_queued) > 0))
+		return;
+	dql->num_completed = completed;
+	dql->adj_limit = dql->limit + completed;
+	dql->prev_num_queued = dql->num_queued;
+}
+EXPORT_SYMBOL(dql_completed);
+
+/* ---- net_device ---------------------------------------------------------- */
+
+void ether_setup(struct net_device *dev)
+{
+	dev->type = ARPHRD_ETHER;
+	dev->hard_header_len = ETH_HLEN;
+	dev->min_header_len = ETH_HLEN;
+	dev->mtu = ETH_DATA_LEN;
+	dev->min_mtu = ETH_MIN_MTU;
+	dev->max_mtu = ETH_DATA_LEN;
+	dev->addr_len = ETH_ALEN;
+	dev->tx_queue_len = DEFAULT_TX_QUEUE_LEN;
+	dev->flags = IFF_BROADCAST | IFF_MULTICAST;
+	dev->priv_flags |= IFF_TX_SKB_SHARING;
+	eth_broadcast_addr(dev->broadcast);
+}
+EXPORT_SYMBOL(ether_setup);
+
+struct net_device *alloc_netdev_mqs(int sizeof_priv, const char *name,
+				    unsigned char name_assign_type,
+				    void (*setup)(struct net_device *),
+				    unsigned int txqs, unsigned int rxqs)
+{
+	size_t size = ALIGN(sizeof(struct net_device), NETDEV_ALIGN) + sizeof_priv;
+	struct net_device *dev;
+
+	if (!txqs || !rxqs)
+		return NULL;
+	/* Allocations are aligned to their power-of-two size, >= NETDEV_ALIGN. */
+	dev = kzalloc(size, GFP_KERNEL);
+	if (!dev)
+		return NULL;
+	dev->_tx = kcalloc(txqs, sizeof(*dev->_tx), GFP_KERNEL);
+	dev->dev_addr = kzalloc(MAX_ADDR_LEN, GFP_KERNEL);
+	if (!dev->_tx || !dev->dev_addr)
+		goto fail;
+	dev->num_tx_queues = txqs;
+	dev->real_num_tx_queues = txqs;
+	dev->num_rx_queues = rxqs;
+	dev->real_num_rx_queues = rxqs;
+	for (unsigned int i = 0; i < txqs; i++) {
+		struct netdev_queue *q = &dev->_tx[i];
+
+		q->dev = dev;
+		spin_lock_init(&q->_xmit_lock);
+		q->xmit_lock_owner = -1;
+		dql_init(&q->dql, HZ);
+	}
+	INIT_LIST_HEAD(&dev->napi_list);
+	INIT_LIST_HEAD(&dev->uc.list);
+	INIT_LIST_HEAD(&dev->mc.list);
+	dev->gso_max_size = GSO_LEGACY_MAX_SIZE;
+	dev->gso_max_segs = GSO_MAX_SEGS;
+	dev->gro_max_size = GRO_LEGACY_MAX_SIZE;
+	dev->tso_max_size = TSO_LEGACY_MAX_SIZE;
+	dev->tso_max_segs = TSO_MAX_SEGS;
+	dev->upper_level = 1;
+	dev->lower_level = 1;
+	set_bit(__LINK_STATE_PRESENT, &dev->state);
+	setup(dev);
+	strscpy(dev->name, name, sizeof(dev->name));
+	dev->name_assign_type = name_assign_type;
+	return dev;
+fail:
+	kfree(dev->_tx);
+	kfree(dev);
+	return NULL;
+}
+EXPORT_SYMBOL(alloc_netdev_mqs);
+
+struct net_device *alloc_etherdev_mqs(int sizeof_priv, unsigned int txqs, unsigned int rxqs)
+{
+	return alloc_netdev_mqs(sizeof_priv, "eth%d", NET_NAME_ENUM, ether_setup, txqs, rxqs);
+}
+EXPORT_SYMBOL(alloc_etherdev_mqs);
+
+void free_netdev(struct net_device *dev)
+{
+	struct napi_struct *n, *next;
+
+	list_for_each_entry_safe(n, next, &dev->napi_list, dev_list)
+		list_del_init(&n->dev_list);
+	kfree(dev->dev_addr);
+	kfree(dev->_tx);
+	kfree(dev);
+}
+EXPORT_SYMBOL(free_netdev);
+
+void dev_addr_mod(struct net_device *dev, unsigned int offset, const void *addr, size_t len)
+{
+	memcpy((u8 *)dev->dev_addr + offset, addr, len);
+	memcpy(dev->dev_addr_shadow + offset, addr, len);
+}
+EXPORT_SYMBOL(dev_addr_mod);
+
+int register_netdev(struct net_device *dev)
+{
+	char *percent = strchr(dev->name, '%');
+
+	if (registered)
+		return -EEXIST;	/* one device per driver process */
+	if (percent)
+		snprintf(percent, sizeof(dev->name) - (percent - dev->name), "%d", 0);
+	if (dev->netdev_ops->ndo_init) {
+		int err = dev->netdev_ops->ndo_init(dev);
+
+		if (err)
+			return err;
+	}
+	if (dev->addr_assign_type == NET_ADDR_PERM)
+		memcpy(dev->perm_addr, dev->dev_addr, dev->addr_len);
+	dev->ifindex = 1;
+	dev->reg_state = NETREG_REGISTERED;
+	registered = dev;
+	event("REGISTERED name=%s driver=%s mac=%pM perm=%pM mtu=%u min_mtu=%u max_mtu=%u "
+	      "features=%#llx hw_features=%#llx txqs=%u rxqs=%u",
+	      dev->name, dev->dev.parent ? dev_driver_string(dev->dev.parent) : "?",
+	      dev->dev_addr, dev->perm_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
+	      (unsigned long long)dev->features, (unsigned long long)dev->hw_features,
+	      dev->real_num_tx_queues, dev->real_num_rx_queues);
+	return 0;
+}
+EXPORT_SYMBOL(register_netdev);
+
+void unregister_netdev(struct net_device *dev)
+{
+	if (netif_running(dev)) {
+		dev->netdev_ops->ndo_stop(dev);
+		clear_bit(__LINK_STATE_START, &dev->state);
+	}
+	if (dev->netdev_ops->ndo_uninit)
+		dev->netdev_ops->ndo_uninit(dev);
+	dev->reg_state = NETREG_UNREGISTERED;
+	if (registered == dev)
+		registered = NULL;
+	event("UNREGISTERED name=%s", dev->name);
+}
+EXPORT_SYMBOL(unregister_netdev);
+
+void netif_carrier_on(struct net_device *dev)
+{
+	if (test_and_clear_bit(__LINK_STATE_NOCARRIER, &dev->state) &&
+	    dev->reg_state == NETREG_REGISTERED)
+		event("CARRIER name=%s on=1", dev->name);
+}
+EXPORT_SYMBOL(netif_carrier_on);
+
+void netif_carrier_off(struct net_device *dev)
+{
+	if (!test_and_set_bit(__LINK_STATE_NOCARRIER, &dev->state) &&
+	    dev->reg_state == NETREG_REGISTERED)
+		event("CARRIER name=%s on=0", dev->name);
+}
+EXPORT_SYMBOL(netif_carrier_off);
+
+/* The host feeds the TX ring again once the queue runs; waiters re-check. */
+void netif_tx_wake_queue(struct netdev_queue *dev_queue)
+{
+	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state))
+		us_wake();
+}
+EXPORT_SYMBOL(netif_tx_wake_queue);
+
+void netif_schedule_queue(struct netdev_queue *txq)
+{
+	if (!(txq->state & QUEUE_STATE_ANY_XOFF))
+		us_wake();
+}
+EXPORT_SYMBOL(netif_schedule_queue);
+
+void netif_tx_stop_all_queues(struct net_device *dev)
+{
+	for (unsigned int i = 0; i < dev->num_tx_queues; i++)
+		netif_tx_stop_queue(netdev_get_tx_queue(dev, i));
+}
+EXPORT_SYMBOL(netif_tx_stop_all_queues);
+
+void netif_device_detach(struct net_device *dev)
+{
+	if (test_and_clear_bit(__LINK_STATE_PRESENT, &dev->state) && netif_running(dev))
+		netif_tx_stop_all_queues(dev);
+}
+EXPORT_SYMBOL(netif_device_detach);
+
+void netif_device_attach(struct net_device *dev)
+{
+	if (!test_and_set_bit(__LINK_STATE_PRESENT, &dev->state) && netif_running(dev))
+		netif_tx_wake_all_queues(dev);
+}
+EXPORT_SYMBOL(netif_device_attach);
+
+int eth_validate_addr(struct net_device *dev)
+{
+	return is_valid_ether_addr(dev->dev_addr) ? 0 : -EADDRNOTAVAIL;
+}
+EXPORT_SYMBOL(eth_validate_addr);
+
+int eth_mac_addr(struct net_device *dev, void *p)
+{
+	struct sockaddr *addr = p;
+
+	if (!(dev->priv_flags & IFF_LIVE_ADDR_CHANGE) && netif_running(dev))
+		return -EBUSY;
+	if (!is_valid_ether_addr(addr->sa_data))
+		return -EADDRNOTAVAIL;
+	eth_hw_addr_set(dev, addr->sa_data);
+	return 0;
+}
+EXPORT_SYMBOL(eth_mac_addr);
+
+__be16 eth_type_trans(struct sk_buff *skb, struct net_device *dev)
+{
+	const struct ethhdr *eth;
+
+	skb->dev = dev;
+	skb_reset_mac_header(skb);
+	eth = (struct ethhdr *)skb->data;
+	skb_pull_inline(skb, ETH_HLEN);
+	if (unlikely(is_multicast_ether_addr(eth->h_dest))) {
+		if (ether_addr_equal(eth->h_dest, dev->broadcast))
+			skb->pkt_type = PACKET_BROADCAST;
+		else
+			skb->pkt_type = PACKET_MULTICAST;
+	} else if (unlikely(!ether_addr_equal(eth->h_dest, dev->dev_addr))) {
+		skb->pkt_type = PACKET_OTHERHOST;
+	}
+	if (likely(eth_proto_is_802_3(eth->h_proto)))
+		return eth->h_proto;
+	/* 802.3 frames: raw IPX or 802.2 LLC, as the kernel tells them apart. */
+	if (skb->len >= 2 && *(unsigned short *)skb->data == 0xFFFF)
+		return htons(ETH_P_802_3);
+	return htons(ETH_P_802_2);
+}
+EXPORT_SYMBOL(eth_type_trans);
+
+/* ---- ethtool helpers ----------------------------------------------------- */
+
+void ethtool_convert_legacy_u32_to_link_mode(unsigned long *dst, u32 legacy_u32)
+{
+	bitmap_zero(dst, __ETHTOOL_LINK_MODE_MASK_NBITS);
+	dst[0] = legacy_u32;
+}
+EXPORT_SYMBOL(ethtool_convert_legacy_u32_to_link_mode);
+
+bool ethtool_convert_link_mode_to_legacy_u32(u32 *legacy_u32, const unsigned long *src)
+{
+	bool lossless = find_next_bit(src, __ETHTOOL_LINK_MODE_MASK_NBITS, 32) ==
+			__ETHTOOL_LINK_MODE_MASK_NBITS;
+
+	*legacy_u32 = src[0];
+	return lossless;
+}
+EXPORT_SYMBOL(ethtool_convert_link_mode_to_legacy_u32);
+
+int ethtool_op_get_ts_info(struct net_device *dev, struct ethtool_ts_info *info)
+{
+	info->so_timestamping = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_RX_SOFTWARE |
+				SOF_TIMESTAMPING_SOFTWARE;
+	info->phc_index = -1;
+	return 0;
+}
+EXPORT_SYMBOL(ethtool_op_get_ts_info);
+
+/* ---- NAPI ---------------------------------------------------------------- */
+
+void netif_napi_add_weight(struct net_device *dev, struct napi_struct *napi,
+			   int (*poll)(struct napi_struct *, int), int weight)
+{
+	INIT_LIST_HEAD(&napi->poll_list);
+	napi->poll = poll;
+	napi->weight = weight;
+	napi->dev = dev;
+	napi->skb = NULL;
+	/* Scheduled and "in service" until napi_enable(), as in the kernel. */
+	set_bit(NAPI_STATE_SCHED, &napi->state);
+	set_bit(NAPI_STATE_NPSVC, &napi->state);
+	list_add(&napi->dev_list, &dev->napi_list);
+}
+EXPORT_SYMBOL(netif_napi_add_weight);
+
+void napi_enable(struct napi_struct *n)
+{
+	n->state &= ~(NAPIF_STATE_SCHED | NAPIF_STATE_NPSVC);
+}
+EXPORT_SYMBOL(napi_enable);
+
+void napi_disable(struct napi_struct *n)
+{
+	set_bit(NAPI_STATE_DISABLE, &n->state);
+	while (test_and_set_bit(NAPI_STATE_SCHED, &n->state))
+		us_wait(ddekit_now_ns() + NSEC_PER_MSEC);
+	set_bit(NAPI_STATE_NPSVC, &n->state);
+	list_del_init(&n->poll_list);
+	clear_bit(NAPI_STATE_DISABLE, &n->state);
+}
+EXPORT_SYMBOL(napi_disable);
+
+bool napi_schedule_prep(struct napi_struct *n)
+{
+	unsigned long val, new;
+
+	do {
+		val = READ_ONCE(n->state);
+		if (unlikely(val & NAPIF_STATE_DISABLE))
+			return false;
+		new = val | NAPIF_STATE_SCHED;
+		/* Already scheduled: remember to poll once more (MISSED). */
+		if (val & NAPIF_STATE_SCHED)
+			new |= NAPIF_STATE_MISSED;
+	} while (cmpxchg(&n->state, val, new) != val);
+	return !(val & NAPIF_STATE_SCHED);
+}
+EXPORT_SYMBOL(napi_schedule_prep);
+
+void __napi_schedule(struct napi_struct *n)
+{
+	if (list_empty(&n->poll_list))
+		list_add_tail(&n->poll_list, &poll_list);
+	us_raise_net_rx();
+}
+EXPORT_SYMBOL(__napi_schedule);
+
+void __napi_schedule_irqoff(struct napi_struct *n)
+{
+	__napi_schedule(n);
+}
+EXPORT_SYMBOL(__napi_schedule_irqoff);
+
+bool napi_complete_done(struct napi_struct *n, int work_done)
+{
+	unsigned long val, new;
+
+	if (unlikely(n->state & (NAPIF_STATE_NPSVC | NAPIF_STATE_IN_BUSY_POLL)))
+		return false;
+	list_del_init(&n->poll_list);
+	do {
+		val = READ_ONCE(n->state);
+		new = val & ~(NAPIF_STATE_MISSED | NAPIF_STATE_SCHED |
+			      NAPIF_STATE_SCHED_THREADED | NAPIF_STATE_PREFER_BUSY_POLL);
+		if (val & NAPIF_STATE_MISSED)
+			new |= NAPIF_STATE_SCHED;
+	} while (cmpxchg(&n->state, val, new) != val);
+	if (unlikely(val & NAPIF_STATE_MISSED)) {
+		__napi_schedule(n);
+		return false;
+	}
+	return true;
+}
+EXPORT_SYMBOL(napi_complete_done);
+
+/* NET_RX_SOFTIRQ: polls every scheduled instance once; true if more to do. */
+bool us_net_rx_action(void)
+{
+	LIST_HEAD(list);
+
+	list_splice_init(&poll_list, &list);
+	while (!list_empty(&list)) {
+		struct napi_struct *n = list_first_entry(&list, struct napi_struct, poll_list);
+		int work = 0;
+
+		list_del_init(&n->poll_list);
+		if (test_bit(NAPI_STATE_SCHED, &n->state))
+			work = n->poll(n, n->weight);
+		if (WARN_ONCE(work > n->weight, "%ps returned %d, exceeding its budget of %d\n",
+			      n->poll, work, n->weight))
+			work = n->weight;
+		if (work < n->weight)
+			continue;
+		/* Budget used up: the instance stays scheduled. */
+		if (unlikely(napi_disable_pending(n)))
+			napi_complete(n);
+		else if (list_empty(&n->poll_list))
+			list_add_tail(&n->poll_list, &poll_list);
+	}
+	return !list_empty(&poll_list);
+}
+
+/* ---- receive ------------------------------------------------------------- */
+
+/* Hands a received frame (from its MAC header on) to the host, then frees it. */
+void us_net_deliver(struct sk_buff *skb)
+{
+	static u8 frame[ETH_FRAME_LEN + VLAN_HLEN + 64 * 1024];
+	unsigned int mac_len = skb->data - skb_mac_header(skb);
+	unsigned int len = skb->len + mac_len;
+
+	if (!skb_mac_header_was_set(skb))
+		us_panic("received sk_buff %px without eth_type_trans()", skb);
+	if (len <= sizeof(frame)) {
+		memcpy(frame, skb_mac_header(skb), mac_len);
+		if (!skb_copy_bits(skb, 0, frame + mac_len, skb->len)) {
+			rx_frames++;
+			ddekit_net_rx(frame, len);
+		}
+	}
+	consume_skb(skb);
+}
+
+unsigned long us_rx_frames(void)
+{
+	return rx_frames;
+}
+EXPORT_SYMBOL_GPL(us_rx_frames);
+
+gro_result_t napi_gro_receive(struct napi_struct *napi, struct sk_buff *skb)
+{
+	us_net_deliver(skb);
+	return GRO_NORMAL;
+}
+EXPORT_SYMBOL(napi_gro_receive);
+
+int netif_receive_skb(struct sk_buff *skb)
+{
+	us_net_deliver(skb);
+	return NET_RX_SUCCESS;
+}
+EXPORT_SYMBOL(netif_receive_skb);
+
+int netif_rx(struct sk_buff *skb)
+{
+	us_net_deliver(skb);
+	return NET_RX_SUCCESS;
+}
+EXPORT_SYMBOL(netif_rx);
+
+/* The head napi_get_frags() allocates, as net/core/gro.c sizes it. */
+#define GRO_MAX_HEAD (MAX_HEADER + 128)
+
+struct sk_buff *napi_get_frags(struct napi_struct *napi)
+{
+	if (!napi->skb)
+		napi->skb = napi_alloc_skb(napi, GRO_MAX_HEAD);
+	return napi->skb;
+}
+EXPORT_SYMBOL(napi_get_frags);
+
+/* The frame is all in fragments: pull the ethernet header into the head. */
+gro_result_t napi_gro_frags(struct napi_struct *napi)
+{
+	struct sk_buff *skb = napi->skb;
+
+	napi->skb = NULL;
+	if (skb_headlen(skb) < ETH_HLEN &&
+	    !__pskb_pull_tail(skb, ETH_HLEN - skb_headlen(skb))) {
+		kfree_skb(skb);
+		return GRO_CONSUMED;
+	}
+	skb->protocol = eth_type_trans(skb, napi->dev);
+	us_net_deliver(skb);
+	return GRO_NORMAL;
+}
+EXPORT_SYMBOL(napi_gro_frags);
+
+/* ---- entry points for the executable ------------------------------------ */
+
+/* dev_open(): mark the device up and running, then ndo_open and rx mode. */
+int us_net_open(void)
+{
+	struct net_device *dev;
+	int err = -ENODEV;
+
+	us_cpu_enter();
+	rtnl_lock();
+	dev = registered;
+	if (dev) {
+		set_bit(__LINK_STATE_START, &dev->state);
+		err = dev->netdev_ops->ndo_open(dev);
+		if (err) {
+			clear_bit(__LINK_STATE_START, &dev->state);
+		} else {
+			dev->flags |= IFF_UP;
+			if (dev->netdev_ops->ndo_set_rx_mode)
+				dev->netdev_ops->ndo_set_rx_mode(dev);
+		}
+	}
+	rtnl_unlock();
+	us_cpu_leave();
+	return err;
+}
+EXPORT_SYMBOL_GPL(us_net_open);
+
+int us_net_stop(void)
+{
+	struct net_device *dev;
+	int err = -ENODEV;
+
+	us_cpu_enter();
+	rtnl_lock();
+	dev = registered;
+	if (dev && netif_running(dev)) {
+		clear_bit(__LINK_STATE_START, &dev->state);
+		err = dev->netdev_ops->ndo_stop(dev);
+		dev->flags &= ~IFF_UP;
+	}
+	rtnl_unlock();
+	us_cpu_leave();
+	return err;
+}
+EXPORT_SYMBOL_GPL(us_net_stop);
+
+/*
+ * __dev_queue_xmit() for one frame: copies it into a fresh skb and calls
+ * ndo_start_xmit with bottom halves off and the queue's xmit lock held.
+ * Returns NETDEV_TX_OK, NETDEV_TX_BUSY, or -errno.
+ */
+int us_net_xmit(const void *frame, unsigned int len)
+{
+	struct net_device *dev;
+	struct netdev_queue *txq;
+	struct sk_buff *skb;
+	int ret;
+
+	if (len < ETH_HLEN)
+		return -EINVAL;
+	us_cpu_enter();
+	dev = registered;
+	ret = -ENETDOWN;
+	if (!dev || !netif_running(dev) || !netif_carrier_ok(dev))
+		goto out;
+	ret = -ENOMEM;
+	skb = netdev_alloc_skb(dev, len);
+	if (!skb)
+		goto out;
+	skb_put_data(skb, frame, len);
+	skb_reset_mac_header(skb);
+	skb->protocol = ((const struct ethhdr *)frame)->h_proto;
+	skb_set_queue_mapping(skb, 0);
+	txq = netdev_get_tx_queue(dev, 0);
+	local_bh_disable();
+	__netif_tx_lock(txq, smp_processor_id());
+	if (netif_xmit_frozen_or_stopped(txq)) {
+		ret = NETDEV_TX_BUSY;
+	} else {
+		ret = dev->netdev_ops->ndo_start_xmit(skb, dev);
+		if (ret == NETDEV_TX_OK)
+			skb = NULL;
+	}
+	__netif_tx_unlock(txq);
+	local_bh_enable();
+	kfree_skb(skb);
+out:
+	us_cpu_leave();
+	return ret;
+}
+EXPORT_SYMBOL_GPL(us_net_xmit);

@@ -1,0 +1,573 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The PCI core for the one PCI function a driver process owns: its pci_dev
+ * (built from the VFIO device's config space and regions), driver
+ * registration and probe, config space, BARs, port and memory I/O.
+ *
+ * MMIO is the VFIO BAR mapping itself, so a module's inline readl/writel go
+ * straight to the device. Port I/O is real too: the I/O BAR's port range is
+ * granted with ioperm() when the driver requests the region, so a module's
+ * inline in/out instructions (e1000_io_write) run unchanged.
+ */
+#include <linux/module.h>
+#include <linux/pci.h>
+#include <linux/io.h>
+#include <linux/pm_wakeup.h>
+#include <linux/ctype.h>
+
+#include "internal.h"
+
+static struct pci_dev *the_pdev;
+static struct pci_bus the_bus;
+
+struct bus_type pci_bus_type = {
+	.name = "pci",
+};
+EXPORT_SYMBOL(pci_bus_type);
+
+const char *dev_driver_string(const struct device *dev)
+{
+	struct device_driver *drv = READ_ONCE(dev->driver);
+
+	if (drv)
+		return drv->name;
+	return dev->bus ? dev->bus->name : "";
+}
+EXPORT_SYMBOL(dev_driver_string);
+
+/* Wake-up from system sleep is the host's platform policy; nothing to arm. */
+int device_set_wakeup_enable(struct device *dev, bool enable)
+{
+	return 0;
+}
+EXPORT_SYMBOL(device_set_wakeup_enable);
+
+/* ---- config space ------------------------------------------------------- */
+
+static int config_read(int where, void *val, int len)
+{
+	return ddekit_pci_config_read(where, val, len) ? PCIBIOS_DEVICE_NOT_FOUND : 0;
+}
+
+static int config_write(int where, const void *val, int len)
+{
+	return ddekit_pci_config_write(where, val, len) ? PCIBIOS_DEVICE_NOT_FOUND : 0;
+}
+
+#define DEFINE_CONFIG_ACCESS(size, type)					\
+int pci_read_config_##size(const struct pci_dev *dev, int where, type *val)	\
+{										\
+	int err = config_read(where, val, sizeof(type));			\
+	if (err)								\
+		*val = (type)~0;						\
+	return err;								\
+}										\
+EXPORT_SYMBOL(pci_read_config_##size);						\
+int pci_write_config_##size(const struct pci_dev *dev, int where, type val)	\
+{										\
+	return config_write(where, &val, sizeof(type));				\
+}										\
+EXPORT_SYMBOL(pci_write_config_##size)
+
+DEFINE_CONFIG_ACCESS(byte, u8);
+DEFINE_CONFIG_ACCESS(word, u16);
+DEFINE_CONFIG_ACCESS(dword, u32);
+
+static void update_command(u16 set, u16 clear)
+{
+	u16 cmd;
+
+	pci_read_config_word(the_pdev, PCI_COMMAND, &cmd);
+	pci_write_config_word(the_pdev, PCI_COMMAND, (cmd & ~clear) | set);
+}
+
+u8 pci_find_capability(struct pci_dev *dev, int cap)
+{
+	u16 status;
+	u8 pos, id;
+	int ttl = 48;
+
+	pci_read_config_word(dev, PCI_STATUS, &status);
+	if (!(status & PCI_STATUS_CAP_LIST))
+		return 0;
+	pci_read_config_byte(dev, PCI_CAPABILITY_LIST, &pos);
+	while (pos >= 0x40 && ttl--) {
+		pos &= ~3;
+		pci_read_config_byte(dev, pos + PCI_CAP_LIST_ID, &id);
+		if (id == 0xff)
+			break;
+		if (id == cap)
+			return pos;
+		pci_read_config_byte(dev, pos + PCI_CAP_LIST_NEXT, &pos);
+	}
+	return 0;
+}
+EXPORT_SYMBOL(pci_find_capability);
+
+int pcix_get_mmrbc(struct pci_dev *dev)
+{
+	int cap = pci_find_capability(dev, PCI_CAP_ID_PCIX);
+	u32 stat;
+
+	if (!cap)
+		return -EINVAL;
+	if (pci_read_config_dword(dev, cap + PCI_X_STATUS, &stat))
+		return -EINVAL;
+	return 512 << ((stat & PCI_X_STATUS_MAX_READ) >> 21);
+}
+EXPORT_SYMBOL(pcix_get_mmrbc);
+
+int pcix_set_mmrbc(struct pci_dev *dev, int mmrbc)
+{
+	int cap = pci_find_capability(dev, PCI_CAP_ID_PCIX);
+	u16 cmd;
+	int v;
+
+	if (mmrbc < 512 || mmrbc > 4096 || !is_power_of_2(mmrbc))
+		return -EINVAL;
+	if (!cap || pci_read_config_word(dev, cap + PCI_X_CMD, &cmd))
+		return -EINVAL;
+	v = ffs(mmrbc) - 10;
+	cmd = (cmd & ~PCI_X_CMD_MAX_READ) | v << 2;
+	return pci_write_config_word(dev, cap + PCI_X_CMD, cmd) ? -EIO : 0;
+}
+EXPORT_SYMBOL(pcix_set_mmrbc);
+
+/* ---- enabling, power, state --------------------------------------------- */
+
+static int enable(struct pci_dev *dev, unsigned long flags)
+{
+	u16 set = 0;
+
+	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
+		if (dev->resource[i].flags & flags & IORESOURCE_IO)
+			set |= PCI_COMMAND_IO;
+		if (dev->resource[i].flags & flags & IORESOURCE_MEM)
+			set |= PCI_COMMAND_MEMORY;
+	}
+	update_command(set, 0);
+	atomic_inc(&dev->enable_cnt);
+	dev->current_state = PCI_D0;
+	return 0;
+}
+
+int pci_enable_device(struct pci_dev *dev)
+{
+	return enable(dev, IORESOURCE_MEM | IORESOURCE_IO);
+}
+EXPORT_SYMBOL(pci_enable_device);
+
+int pci_enable_device_mem(struct pci_dev *dev)
+{
+	return enable(dev, IORESOURCE_MEM);
+}
+EXPORT_SYMBOL(pci_enable_device_mem);
+
+void pci_disable_device(struct pci_dev *dev)
+{
+	if (atomic_dec_return(&dev->enable_cnt) == 0) {
+		update_command(0, PCI_COMMAND_MASTER);
+		dev->is_busmaster = 0;
+	}
+}
+EXPORT_SYMBOL(pci_disable_device);
+
+void pci_set_master(struct pci_dev *dev)
+{
+	update_command(PCI_COMMAND_MASTER, 0);
+	dev->is_busmaster = 1;
+}
+EXPORT_SYMBOL(pci_set_master);
+
+void pci_clear_master(struct pci_dev *dev)
+{
+	update_command(0, PCI_COMMAND_MASTER);
+	dev->is_busmaster = 0;
+}
+EXPORT_SYMBOL(pci_clear_master);
+
+int pci_set_mwi(struct pci_dev *dev)
+{
+	update_command(PCI_COMMAND_INVALIDATE, 0);
+	return 0;
+}
+EXPORT_SYMBOL(pci_set_mwi);
+
+void pci_clear_mwi(struct pci_dev *dev)
+{
+	update_command(0, PCI_COMMAND_INVALIDATE);
+}
+EXPORT_SYMBOL(pci_clear_mwi);
+
+int pci_set_power_state(struct pci_dev *dev, pci_power_t state)
+{
+	u16 pmcsr;
+
+	if (state < PCI_D0 || state > PCI_D3hot)
+		return -EINVAL;
+	if (!dev->pm_cap) {
+		dev->current_state = PCI_D0;
+		return state == PCI_D0 ? 0 : -EIO;
+	}
+	pci_read_config_word(dev, dev->pm_cap + PCI_PM_CTRL, &pmcsr);
+	pmcsr = (pmcsr & ~PCI_PM_CTRL_STATE_MASK) | state;
+	pci_write_config_word(dev, dev->pm_cap + PCI_PM_CTRL, pmcsr);
+	dev->current_state = state;
+	return 0;
+}
+EXPORT_SYMBOL(pci_set_power_state);
+
+/* PME wake-up arms the platform for system sleep, which is the host's. */
+int pci_enable_wake(struct pci_dev *dev, pci_power_t state, bool enable)
+{
+	return 0;
+}
+EXPORT_SYMBOL(pci_enable_wake);
+
+int pci_wake_from_d3(struct pci_dev *dev, bool enable)
+{
+	return 0;
+}
+EXPORT_SYMBOL(pci_wake_from_d3);
+
+int pci_save_state(struct pci_dev *dev)
+{
+	for (int i = 0; i < 16; i++)
+		pci_read_config_dword(dev, i * 4, &dev->saved_config_space[i]);
+	dev->state_saved = true;
+	return 0;
+}
+EXPORT_SYMBOL(pci_save_state);
+
+void pci_restore_state(struct pci_dev *dev)
+{
+	if (!dev->state_saved)
+		return;
+	/* Header fields after the command/status word, then the command. */
+	for (int i = 15; i >= 2; i--)
+		pci_write_config_dword(dev, i * 4, dev->saved_config_space[i]);
+	pci_write_config_word(dev, PCI_COMMAND, dev->saved_config_space[1] & 0xffff);
+	dev->state_saved = false;
+}
+EXPORT_SYMBOL(pci_restore_state);
+
+/* ---- BARs and regions --------------------------------------------------- */
+
+int pci_select_bars(struct pci_dev *dev, unsigned long flags)
+{
+	int bars = 0;
+
+	for (int i = 0; i < PCI_STD_NUM_BARS; i++)
+		if (pci_resource_flags(dev, i) & flags)
+			bars |= 1 << i;
+	return bars;
+}
+EXPORT_SYMBOL(pci_select_bars);
+
+int pci_request_selected_regions(struct pci_dev *dev, int bars, const char *name)
+{
+	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
+		struct resource *r = &dev->resource[i];
+		int err;
+
+		if (!(bars & (1 << i)) || !(r->flags & IORESOURCE_IO))
+			continue;
+		err = ddekit_ioport_enable(r->start, resource_size(r));
+		if (err) {
+			dev_err(&dev->dev, "ioperm for %pR: error %d\n", r, err);
+			return -EBUSY;
+		}
+	}
+	return 0;
+}
+EXPORT_SYMBOL(pci_request_selected_regions);
+
+int pci_request_regions(struct pci_dev *dev, const char *name)
+{
+	return pci_request_selected_regions(dev, (1 << PCI_STD_NUM_BARS) - 1, name);
+}
+EXPORT_SYMBOL(pci_request_regions);
+
+/* Port permissions and BAR mappings last as long as the process. */
+void pci_release_selected_regions(struct pci_dev *dev, int bars)
+{
+}
+EXPORT_SYMBOL(pci_release_selected_regions);
+
+void pci_release_regions(struct pci_dev *dev)
+{
+}
+EXPORT_SYMBOL(pci_release_regions);
+
+void __iomem *pci_ioremap_bar(struct pci_dev *pdev, int bar)
+{
+	if (!(pci_resource_flags(pdev, bar) & IORESOURCE_MEM))
+		return NULL;
+	return (void __iomem *)ddekit_pci_bar_map(bar);
+}
+EXPORT_SYMBOL(pci_ioremap_bar);
+
+void __iomem *ioremap(resource_size_t offset, unsigned long size)
+{
+	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
+		struct resource *r = &the_pdev->resource[i];
+		char *base;
+
+		if (!(r->flags & IORESOURCE_MEM) || offset < r->start ||
+		    offset + size - 1 > r->end)
+			continue;
+		base = ddekit_pci_bar_map(i);
+		return base ? (void __iomem *)(base + (offset - r->start)) : NULL;
+	}
+	pr_err("ioremap(%pa, %lu): not inside a memory BAR of %s\n", &offset, size,
+	       pci_name(the_pdev));
+	return NULL;
+}
+EXPORT_SYMBOL(ioremap);
+
+void iounmap(volatile void __iomem *addr)
+{
+}
+EXPORT_SYMBOL(iounmap);
+
+/*
+ * ioread/iowrite cookies, as lib/iomap.c makes them: a port number plus
+ * PIO_OFFSET for I/O BARs, the mapped address for memory BARs.
+ */
+#define PIO_OFFSET	0x10000UL
+#define PIO_RESERVED	0x40000UL
+
+static bool is_pio(const void __iomem *addr)
+{
+	return (unsigned long)addr >= PIO_OFFSET && (unsigned long)addr < PIO_RESERVED;
+}
+
+static unsigned long port_of(const void __iomem *addr)
+{
+	return (unsigned long)addr - PIO_OFFSET;
+}
+
+void __iomem *pci_iomap_range(struct pci_dev *dev, int bar, unsigned long offset,
+			      unsigned long maxlen)
+{
+	struct resource *r = &dev->resource[bar];
+
+	if (!resource_size(r) || offset >= resource_size(r))
+		return NULL;
+	if (r->flags & IORESOURCE_IO)
+		return (void __iomem *)(r->start + offset + PIO_OFFSET);
+	if (r->flags & IORESOURCE_MEM) {
+		char *base = ddekit_pci_bar_map(bar);
+
+		return base ? (void __iomem *)(base + offset) : NULL;
+	}
+	return NULL;
+}
+EXPORT_SYMBOL(pci_iomap_range);
+
+void __iomem *pci_iomap(struct pci_dev *dev, int bar, unsigned long maxlen)
+{
+	return pci_iomap_range(dev, bar, 0, maxlen);
+}
+EXPORT_SYMBOL(pci_iomap);
+
+void pci_iounmap(struct pci_dev *dev, void __iomem *addr)
+{
+}
+EXPORT_SYMBOL(pci_iounmap);
+
+#define DEFINE_IOREAD(name, type, in, rd)				\
+unsigned int name(const void __iomem *addr)				\
+{									\
+	if (is_pio(addr))						\
+		return in(port_of(addr));				\
+	return rd(addr);						\
+}									\
+EXPORT_SYMBOL(name)
+
+#define DEFINE_IOWRITE(name, type, out, wr)				\
+void name(type val, void __iomem *addr)					\
+{									\
+	if (is_pio(addr))						\
+		out(val, port_of(addr));				\
+	else								\
+		wr(val, addr);						\
+}									\
+EXPORT_SYMBOL(name)
+
+DEFINE_IOREAD(ioread8, u8, inb, readb);
+DEFINE_IOREAD(ioread16, u16, inw, readw);
+DEFINE_IOREAD(ioread32, u32, inl, readl);
+DEFINE_IOWRITE(iowrite8, u8, outb, writeb);
+DEFINE_IOWRITE(iowrite16, u16, outw, writew);
+DEFINE_IOWRITE(iowrite32, u32, outl, writel);
+
+void ioread16_rep(const void __iomem *addr, void *buf, unsigned long count)
+{
+	u16 *p = buf;
+
+	while (count--)
+		*p++ = ioread16(addr);
+}
+EXPORT_SYMBOL(ioread16_rep);
+
+void iowrite16_rep(void __iomem *addr, const void *buf, unsigned long count)
+{
+	const u16 *p = buf;
+
+	while (count--)
+		iowrite16(*p++, addr);
+}
+EXPORT_SYMBOL(iowrite16_rep);
+
+void memcpy_fromio(void *dst, const volatile void __iomem *src, size_t n)
+{
+	u8 *d = dst;
+	const volatile u8 __iomem *s = src;
+
+	while (n--)
+		*d++ = readb(s++);
+}
+EXPORT_SYMBOL(memcpy_fromio);
+
+void memcpy_toio(volatile void __iomem *dst, const void *src, size_t n)
+{
+	volatile u8 __iomem *d = dst;
+	const u8 *s = src;
+
+	while (n--)
+		writeb(*s++, d++);
+}
+EXPORT_SYMBOL(memcpy_toio);
+
+/* ---- the device and its driver ------------------------------------------ */
+
+/* "dddd:bb:ss.f" */
+static int parse_pci_name(const char *s, unsigned int *domain, unsigned int *bus,
+			  unsigned int *slot, unsigned int *fn)
+{
+	unsigned int *fields[] = { domain, bus, slot, fn };
+	const char seps[] = { ':', ':', '.', '\0' };
+
+	for (int i = 0; i < ARRAY_SIZE(fields); i++) {
+		int digits = 0;
+
+		for (*fields[i] = 0; isxdigit(*s); s++, digits++)
+			*fields[i] = *fields[i] * 16 + hex_to_bin(*s);
+		if (!digits || *s != seps[i])
+			return -EINVAL;
+		s++;
+	}
+	return 0;
+}
+
+int us_pci_init(void)
+{
+	struct pci_dev *pdev;
+	unsigned int domain, bus, slot, fn;
+	u32 class_rev;
+
+	if (!ddekit_pci_present())
+		return 0;
+	pdev = kzalloc(sizeof(*pdev), GFP_KERNEL);
+	if (!pdev)
+		return -ENOMEM;
+	if (parse_pci_name(ddekit_pci_name(), &domain, &bus, &slot, &fn))
+		return -EINVAL;
+	the_bus.number = bus;
+	INIT_LIST_HEAD(&the_bus.devices);
+	pdev->bus = &the_bus;
+	pdev->devfn = PCI_DEVFN(slot, fn);
+	pci_read_config_word(pdev, PCI_VENDOR_ID, &pdev->vendor);
+	pci_read_config_word(pdev, PCI_DEVICE_ID, &pdev->device);
+	pci_read_config_word(pdev, PCI_SUBSYSTEM_VENDOR_ID, &pdev->subsystem_vendor);
+	pci_read_config_word(pdev, PCI_SUBSYSTEM_ID, &pdev->subsystem_device);
+	pci_read_config_dword(pdev, PCI_CLASS_REVISION, &class_rev);
+	pdev->class = class_rev >> 8;
+	pdev->revision = class_rev & 0xff;
+	pci_read_config_byte(pdev, PCI_HEADER_TYPE, &pdev->hdr_type);
+	pdev->hdr_type &= 0x7f;
+	pdev->cfg_size = PCI_CFG_SPACE_SIZE;
+	pdev->current_state = PCI_D0;
+	pdev->pm_cap = pci_find_capability(pdev, PCI_CAP_ID_PM);
+	/* A name for request_irq(); the interrupt itself is VFIO's INTx. */
+	pdev->irq = 16;
+	pdev->dma_mask = DMA_BIT_MASK(32);
+	pdev->dev.dma_mask = &pdev->dma_mask;
+	pdev->dev.coherent_dma_mask = DMA_BIT_MASK(32);
+	pdev->dev.bus = &pci_bus_type;
+	pdev->dev.kobj.name = kstrdup(ddekit_pci_name(), GFP_KERNEL);
+	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
+		struct resource *r = &pdev->resource[i];
+		unsigned long long start, size;
+		unsigned int flags;
+
+		if (ddekit_pci_bar(i, &start, &size, &flags) || !size)
+			continue;
+		r->name = pdev->dev.kobj.name;
+		r->start = start;
+		r->end = start + size - 1;
+		r->flags = flags & DDEKIT_BAR_IO ? IORESOURCE_IO : IORESOURCE_MEM;
+		if (flags & DDEKIT_BAR_64BIT)
+			r->flags |= IORESOURCE_MEM_64;
+		if (flags & DDEKIT_BAR_PREFETCH)
+			r->flags |= IORESOURCE_PREFETCH;
+	}
+	the_pdev = pdev;
+	return 0;
+}
+
+static const struct pci_device_id *match_id(const struct pci_device_id *ids,
+					    const struct pci_dev *dev)
+{
+	for (; ids->vendor || ids->subvendor || ids->class_mask; ids++) {
+		if ((ids->vendor == PCI_ANY_ID || ids->vendor == dev->vendor) &&
+		    (ids->device == PCI_ANY_ID || ids->device == dev->device) &&
+		    (ids->subvendor == PCI_ANY_ID || ids->subvendor == dev->subsystem_vendor) &&
+		    (ids->subdevice == PCI_ANY_ID || ids->subdevice == dev->subsystem_device) &&
+		    !((ids->class ^ dev->class) & ids->class_mask))
+			return ids;
+	}
+	return NULL;
+}
+
+/*
+ * Registering the driver probes the process's device if the driver claims
+ * it, as driver core would. The probe's result is reported as an event, and
+ * registration itself succeeds either way, as in the kernel.
+ */
+int __pci_register_driver(struct pci_driver *drv, struct module *owner, const char *mod_name)
+{
+	const struct pci_device_id *id;
+	char event[96];
+	int ret;
+
+	drv->driver.name = drv->name;
+	drv->driver.owner = owner;
+	drv->driver.mod_name = mod_name;
+	drv->driver.bus = &pci_bus_type;
+	if (!the_pdev || the_pdev->dev.driver || !drv->id_table)
+		return 0;
+	id = match_id(drv->id_table, the_pdev);
+	if (!id)
+		return 0;
+	the_pdev->dev.driver = &drv->driver;
+	ret = drv->probe(the_pdev, id);
+	if (ret)
+		the_pdev->dev.driver = NULL;
+	snprintf(event, sizeof(event), "PROBE driver=%s device=%04x:%04x result=%d",
+		 drv->name, the_pdev->vendor, the_pdev->device, ret);
+	ddekit_event(event);
+	return 0;
+}
+EXPORT_SYMBOL(__pci_register_driver);
+
+void pci_unregister_driver(struct pci_driver *drv)
+{
+	if (the_pdev && the_pdev->dev.driver == &drv->driver) {
+		if (drv->remove)
+			drv->remove(the_pdev);
+		the_pdev->dev.driver = NULL;
+	}
+}
+EXPORT_SYMBOL(pci_unregister_driver);

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Timers, delays and the softirq thread. One thread plays ksoftirqd: it
+ * expires timers (TIMER_SOFTIRQ) and polls NAPI instances (NET_RX_SOFTIRQ)
+ * in softirq context, and sleeps until the next timer is due or someone
+ * raises a softirq.
+ */
+#include <linux/module.h>
+#include <linux/timer.h>
+#include <linux/jiffies.h>
+#include <linux/delay.h>
+#include <linux/sched.h>
+#include <linux/hardirq.h>
+
+#include "internal.h"
+
+static HLIST_HEAD(pending_timers);
+static struct timer_list *running_timer;
+static struct task_struct *softirq_task;
+static bool net_rx_raised;
+
+bool us_net_rx_action(void);
+
+void init_timer_key(struct timer_list *timer, void (*func)(struct timer_list *),
+		    unsigned int flags, const char *name, struct lock_class_key *key)
+{
+	timer->entry.pprev = NULL;
+	timer->entry.next = NULL;
+	timer->function = func;
+	timer->flags = flags;
+}
+EXPORT_SYMBOL(init_timer_key);
+
+static bool detach(struct timer_list *timer)
+{
+	if (!timer_pending(timer))
+		return false;
+	hlist_del(&timer->entry);
+	timer->entry.pprev = NULL;
+	return true;
+}
+
+int mod_timer(struct timer_list *timer, unsigned long expires)
+{
+	bool was_pending = detach(timer);
+
+	timer->expires = expires;
+	hlist_add_head(&timer->entry, &pending_timers);
+	us_wake();
+	return was_pending;
+}
+EXPORT_SYMBOL(mod_timer);
+
+void add_timer(struct timer_list *timer)
+{
+	if (timer_pending(timer))
+		us_panic("add_timer(%ps) of a pending timer", timer->function);
+	mod_timer(timer, timer->expires);
+}
+EXPORT_SYMBOL(add_timer);
+
+int timer_delete(struct timer_list *timer)
+{
+	return detach(timer);
+}
+EXPORT_SYMBOL(timer_delete);
+
+int try_to_del_timer_sync(struct timer_list *timer)
+{
+	if (running_timer == timer)
+		return -1;
+	return detach(timer);
+}
+EXPORT_SYMBOL(try_to_del_timer_sync);
+
+/* Waits for a running callback, unless the caller is that callback. */
+int timer_delete_sync(struct timer_list *timer)
+{
+	int ret;
+
+	while ((ret = try_to_del_timer_sync(timer)) < 0) {
+		if (current == softirq_task)
+			us_panic("timer_delete_sync(%ps) from its own callback", timer->function);
+		us_wait(0);
+	}
+	return ret;
+}
+EXPORT_SYMBOL(timer_delete_sync);
+
+unsigned long round_jiffies(unsigned long j)
+{
+	return roundup(j, HZ);
+}
+EXPORT_SYMBOL(round_jiffies);
+
+unsigned long round_jiffies_relative(unsigned long j)
+{
+	unsigned long now = jiffies;
+
+	return round_jiffies(now + j) - now;
+}
+EXPORT_SYMBOL(round_jiffies_relative);
+
+unsigned long __msecs_to_jiffies(const unsigned int m)
+{
+	return DIV_ROUND_UP((unsigned long)m * HZ, MSEC_PER_SEC);
+}
+EXPORT_SYMBOL(__msecs_to_jiffies);
+
+unsigned long __usecs_to_jiffies(const unsigned int u)
+{
+	return DIV_ROUND_UP((unsigned long)u * HZ, USEC_PER_SEC);
+}
+EXPORT_SYMBOL(__usecs_to_jiffies);
+
+/* ---- delays ------------------------------------------------------------- */
+
+/* udelay() keeps the CPU, as busy-waiting does in the kernel. */
+void __udelay(unsigned long usecs)
+{
+	ddekit_spin_ns((u64)usecs * NSEC_PER_USEC);
+}
+EXPORT_SYMBOL(__udelay);
+
+void __ndelay(unsigned long nsecs)
+{
+	ddekit_spin_ns(nsecs);
+}
+EXPORT_SYMBOL(__ndelay);
+
+/* xloops = usecs * 2^32 / 10^6 (udelay's 0x10c7 multiplier) */
+void __const_udelay(unsigned long xloops)
+{
+	ddekit_spin_ns(((u64)xloops * NSEC_PER_USEC) >> 32);
+}
+EXPORT_SYMBOL(__const_udelay);
+
+static void sleep_until(u64 deadline)
+{
+	while (ddekit_now_ns() < deadline)
+		us_wait(deadline);
+}
+
+void msleep(unsigned int msecs)
+{
+	sleep_until(ddekit_now_ns() + (u64)msecs * NSEC_PER_MSEC);
+}
+EXPORT_SYMBOL(msleep);
+
+/* No signals reach kernel tasks here, so the sleep is never cut short. */
+unsigned long msleep_interruptible(unsigned int msecs)
+{
+	msleep(msecs);
+	return 0;
+}
+EXPORT_SYMBOL(msleep_interruptible);
+
+void usleep_range_state(unsigned long min, unsigned long max, unsigned int state)
+{
+	sleep_until(ddekit_now_ns() + (u64)min * NSEC_PER_USEC);
+}
+EXPORT_SYMBOL(usleep_range_state);
+
+signed long schedule_timeout(signed long timeout)
+{
+	unsigned long expires = jiffies + timeout;
+
+	if (timeout == MAX_SCHEDULE_TIMEOUT)
+		us_panic("schedule_timeout(MAX_SCHEDULE_TIMEOUT) without a wait queue");
+	sleep_until(us_jiffies_to_deadline(expires));
+	return 0;
+}
+EXPORT_SYMBOL(schedule_timeout);
+
+/* ---- the softirq thread ------------------------------------------------- */
+
+void us_raise_net_rx(void)
+{
+	net_rx_raised = true;
+	us_wake();
+}
+
+bool us_in_softirq_thread(void)
+{
+	return current == softirq_task;
+}
+
+/* Runs due timers; returns the deadline of the next one, 0 if none. */
+static u64 run_timers(void)
+{
+	struct timer_list *timer;
+	struct hlist_node *next;
+	u64 deadline = 0;
+
+restart:
+	hlist_for_each_entry_safe(timer, next, &pending_timers, entry) {
+		if (time_after(timer->expires, jiffies)) {
+			u64 due = us_jiffies_to_deadline(timer->expires);
+
+			if (!deadline || due < deadline)
+				deadline = due;
+			continue;
+		}
+		detach(timer);
+		running_timer = timer;
+		__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+		timer->function(timer);
+		__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+		running_timer = NULL;
+		us_wake();	/* timer_delete_sync() may be waiting */
+		/* The callback may have added or removed any timer. */
+		deadline = 0;
+		goto restart;
+	}
+	return deadline;
+}
+
+static void softirq_thread(void *unused)
+{
+	us_cpu_enter();
+	softirq_task = current;
+	strscpy(current->comm, "ksoftirqd/0", sizeof(current->comm));
+	for (;;) {
+		u64 next_timer;
+
+		us_update_jiffies();
+		next_timer = run_timers();
+		if (net_rx_raised) {
+			net_rx_raised = false;
+			__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+			net_rx_raised |= us_net_rx_action();
+			__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+		}
+		if (net_rx_raised) {
+			/* Budget used up: let other threads run, then poll again. */
+			us_wait(ddekit_now_ns());
+			continue;
+		}
+		us_wait(next_timer);
+	}
+}
+
+void us_softirq_start(void)
+{
+	if (ddekit_thread_create(softirq_thread, NULL, "ksoftirqd/0"))
+		us_panic("cannot start the softirq thread");
+}
