@@ -92,7 +92,6 @@ def available_abis(flavour: str = "amd64") -> list[str]:
 
 def download_package(package: str, dest: Path) -> Path:
     """Fetches one .deb by exact name (never a glob) and checks its sha256."""
-    dest.mkdir(parents=True, exist_ok=True)
     sha = _apt_field(package, "SHA256")
     if sha is None:
         _apt_update()
@@ -101,6 +100,7 @@ def download_package(package: str, dest: Path) -> Path:
         raise LabError(f"Debian package {package} is not in the archive",
                        hint="pick an ABI the archive serves (`python3 -m lab setup --list-abis`) "
                             "and set [kernel] abi in lab/lab.toml")
+    dest.mkdir(parents=True, exist_ok=True)
     for deb in dest.glob(f"{package}_*.deb"):
         if hashlib.sha256(deb.read_bytes()).hexdigest() == sha:
             return deb
