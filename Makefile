@@ -12,6 +12,7 @@ setup:
 
 build: setup
 	$(MAKE) -C runtime
+	$(MAKE) -C host
 
 demo: build
 	$(PYTHON) -m lab demo
@@ -21,3 +22,4 @@ test: build
 
 clean:
 	$(MAKE) -C runtime clean
+	$(MAKE) -C host clean
