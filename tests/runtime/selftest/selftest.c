@@ -1,0 +1,410 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * understudy-selftest.ko: unit tests of the runtime's kernel half, run in the
+ * driver process without a device (understudy-driver --module this.ko).
+ * Built by Kbuild against the same headers as a driver, so it exercises the
+ * runtime through the kernel API exactly as drivers do. Each test reports
+ * "SELFTEST name=... result=ok|fail" (and why) as an event; init_module
+ * returns -EINVAL if any failed.
+ */
+#include <linux/module.h>
+#include <linux/etherdevice.h>
+#include <linux/netdevice.h>
+#include <linux/skbuff.h>
+#include <linux/timer.h>
+#include <linux/workqueue.h>
+#include <linux/delay.h>
+#include <linux/interrupt.h>
+#include <linux/slab.h>
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("understudy: self-tests of the driver-process kernel runtime");
+
+/* The runtime's entry points and ddekit functions the tests reach directly. */
+void us_cpu_enter(void);
+void us_cpu_leave(void);
+long us_skb_live(void);
+unsigned long us_mem_in_use(void);
+void ddekit_event(const char *line);
+int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
+void *ddekit_percpu_block(void);
+void ddekit_spin_ns(unsigned long long ns);
+
+static bool failed;
+static const char *current_test;
+
+static void report(const char *fmt, ...)
+{
+	char line[256];
+	int n = snprintf(line, sizeof(line), "SELFTEST name=%s result=fail at=", current_test);
+	va_list args;
+
+	va_start(args, fmt);
+	vsnprintf(line + n, sizeof(line) - n, fmt, args);
+	va_end(args);
+	ddekit_event(line);
+	failed = true;
+}
+
+/* Fails the current test (and returns from it) unless cond holds. */
+#define CHECK(cond) do {						\
+	if (!(cond)) {							\
+		report("line%d:%s", __LINE__, #cond);			\
+		return;							\
+	}								\
+} while (0)
+
+static void run(const char *name, void (*test)(void))
+{
+	char line[96];
+	bool before = failed;
+
+	failed = false;
+	current_test = name;
+	test();
+	if (!failed) {
+		snprintf(line, sizeof(line), "SELFTEST name=%s result=ok", name);
+		ddekit_event(line);
+	}
+	failed |= before;
+}
+
+/* ---- per-cpu data and GS: each thread has its own current and counts ---- */
+
+struct peer {
+	struct task_struct *task;
+	int cpu;
+	int preempt_at_start;
+	int preempt_after_reentry;
+	void *softnet;
+	int phase;
+};
+
+static void peer_thread(void *arg)
+{
+	struct peer *p = arg;
+
+	us_cpu_enter();
+	p->task = current;
+	p->cpu = raw_smp_processor_id();
+	p->preempt_at_start = preempt_count();
+	p->softnet = this_cpu_ptr(&softnet_data);
+	local_bh_disable();	/* this thread's count, saved when it leaves */
+	WRITE_ONCE(p->phase, 1);
+	us_cpu_leave();
+	while (READ_ONCE(p->phase) != 2)
+		ddekit_spin_ns(1000000);
+	us_cpu_enter();
+	p->preempt_after_reentry = preempt_count();
+	local_bh_enable();
+	WRITE_ONCE(p->phase, 3);
+	us_cpu_leave();
+}
+
+static void test_percpu(void)
+{
+	static struct peer p;
+	int i;
+
+	CHECK(this_cpu_read(this_cpu_off) == (unsigned long)ddekit_percpu_block());
+	CHECK(per_cpu_ptr(&softnet_data, 0) == this_cpu_ptr(&softnet_data));
+	CHECK(preempt_count() == 0);
+	CHECK(ddekit_thread_create(peer_thread, &p, "selftest-peer") == 0);
+	for (i = 0; i < 1000 && READ_ONCE(p.phase) != 1; i++)
+		msleep(1);
+	CHECK(p.phase == 1);
+	CHECK(p.task && p.task != current);
+	CHECK(p.cpu == 0 && raw_smp_processor_id() == 0);
+	CHECK(p.preempt_at_start == 0);
+	CHECK(p.softnet == this_cpu_ptr(&softnet_data));
+	/* The peer left the CPU with bottom halves off: that is its count only. */
+	CHECK(preempt_count() == 0);
+	preempt_disable();
+	CHECK(preempt_count() == 1);
+	preempt_enable();
+	WRITE_ONCE(p.phase, 2);
+	for (i = 0; i < 1000 && READ_ONCE(p.phase) != 3; i++)
+		msleep(1);
+	CHECK(p.phase == 3);
+	CHECK(p.preempt_after_reentry == SOFTIRQ_DISABLE_OFFSET);
+	CHECK(preempt_count() == 0);
+}
+
+/* ---- timers --------------------------------------------------------------- */
+
+static struct timer_list timer;
+static int timer_fired;
+static unsigned long timer_fired_at;
+static bool timer_in_softirq;
+
+static void timer_fn(struct timer_list *t)
+{
+	timer_fired++;
+	timer_fired_at = jiffies;
+	timer_in_softirq = in_serving_softirq();
+}
+
+/* Slack for a loaded machine; a timer that fires early is always wrong. */
+#define LATE_JIFFIES	25
+
+static void test_timers(void)
+{
+	unsigned long expires = jiffies + 10;
+
+	timer_setup(&timer, timer_fn, 0);
+	CHECK(!timer_pending(&timer));
+	CHECK(mod_timer(&timer, expires) == 0);
+	CHECK(timer_pending(&timer));
+	msleep(10);
+	CHECK(timer_fired == 0 || time_after_eq(jiffies, expires));
+	msleep(150);
+	CHECK(timer_fired == 1);
+	CHECK(time_after_eq(timer_fired_at, expires));
+	CHECK(time_before_eq(timer_fired_at, expires + LATE_JIFFIES));
+	CHECK(timer_in_softirq);
+	CHECK(!timer_pending(&timer));
+
+	/* Re-arming a pending timer moves it; it still fires once. */
+	mod_timer(&timer, jiffies + 5);
+	expires = jiffies + 30;
+	CHECK(mod_timer(&timer, expires) == 1);
+	msleep(60);
+	CHECK(timer_fired == 1);
+	msleep(150);
+	CHECK(timer_fired == 2);
+	CHECK(time_after_eq(timer_fired_at, expires));
+
+	/* A deleted timer never fires. */
+	mod_timer(&timer, jiffies + 5);
+	CHECK(del_timer_sync(&timer) == 1);
+	CHECK(del_timer_sync(&timer) == 0);
+	msleep(100);
+	CHECK(timer_fired == 2);
+}
+
+/* ---- workqueues ----------------------------------------------------------- */
+
+static struct work_struct work;
+static struct delayed_work dwork;
+static int work_runs;
+static bool work_in_task, work_slow, work_running, work_finished;
+static struct task_struct *work_task;
+
+static void work_fn(struct work_struct *w)
+{
+	work_running = true;
+	work_runs++;
+	work_in_task = !in_interrupt() && preempt_count() == 0;
+	work_task = current;
+	if (work_slow)
+		msleep(80);
+	work_finished = true;
+	work_running = false;
+}
+
+static void test_workqueues(void)
+{
+	INIT_WORK(&work, work_fn);
+	CHECK(queue_work(system_wq, &work));
+	CHECK(!queue_work(system_wq, &work));	/* still pending: one run */
+	msleep(50);
+	CHECK(work_runs == 1);
+	CHECK(work_in_task);
+	CHECK(work_task && work_task != current);
+
+	INIT_DELAYED_WORK(&dwork, work_fn);
+	CHECK(queue_delayed_work(system_wq, &dwork, 20));
+	CHECK(delayed_work_pending(&dwork));
+	msleep(20);
+	CHECK(work_runs == 1);
+	msleep(200);
+	CHECK(work_runs == 2);
+
+	CHECK(queue_delayed_work(system_wq, &dwork, 20));
+	CHECK(cancel_delayed_work_sync(&dwork));
+	CHECK(!delayed_work_pending(&dwork));
+	msleep(150);
+	CHECK(work_runs == 2);
+
+	/* cancel_work_sync() waits for a running item to finish. */
+	work_slow = true;
+	work_finished = false;
+	queue_work(system_wq, &work);
+	msleep(20);
+	CHECK(work_running);
+	CHECK(!cancel_work_sync(&work));	/* running, no longer pending */
+	CHECK(work_finished && !work_running);
+	CHECK(work_runs == 3);
+	work_slow = false;
+}
+
+/* ---- NAPI ----------------------------------------------------------------- */
+
+static struct napi_struct napi;
+static int napi_polls, napi_backlog;
+static bool napi_in_softirq = true;
+
+static int napi_poll(struct napi_struct *n, int budget)
+{
+	int done = min(budget, napi_backlog);
+
+	napi_polls++;
+	napi_in_softirq &= !!in_serving_softirq();
+	napi_backlog -= done;
+	if (done < budget)
+		napi_complete_done(n, done);
+	return done;
+}
+
+static void test_napi(void)
+{
+	struct net_device *dev = alloc_etherdev(0);
+
+	CHECK(dev);
+	netif_napi_add_weight(dev, &napi, napi_poll, 4);
+	/* Disabled until napi_enable(): scheduled and "in service". */
+	CHECK(READ_ONCE(napi.state) & NAPIF_STATE_SCHED);
+	napi_enable(&napi);
+
+	napi_backlog = 10;			/* polls of 4, 4, 2 */
+	napi_schedule(&napi);
+	msleep(50);
+	CHECK(napi_polls == 3);
+	CHECK(napi_backlog == 0);
+	CHECK(napi_in_softirq);
+	CHECK(!(READ_ONCE(napi.state) & NAPIF_STATE_SCHED));
+
+	/* Scheduled again while scheduled: MISSED makes it poll once more. */
+	local_bh_disable();
+	napi_schedule(&napi);
+	napi_schedule(&napi);
+	CHECK(READ_ONCE(napi.state) & NAPIF_STATE_MISSED);
+	local_bh_enable();
+	msleep(50);
+	CHECK(napi_polls == 5);
+
+	napi_disable(&napi);
+	CHECK(!napi_schedule_prep(&napi));
+	free_netdev(dev);
+}
+
+/* ---- sk_buff -------------------------------------------------------------- */
+
+static void test_skb(void)
+{
+	long live = us_skb_live();
+	unsigned long mem = us_mem_in_use();
+	struct sk_buff *skb;
+	struct page *page;
+	u8 *p;
+
+	skb = alloc_skb(128, GFP_KERNEL);
+	CHECK(skb);
+	CHECK(skb->len == 0 && skb_headroom(skb) == 0 && skb_tailroom(skb) >= 128);
+	CHECK(us_skb_live() == live + 1);
+	skb_reserve(skb, 16);
+	CHECK(skb_headroom(skb) == 16);
+	p = skb_put(skb, 50);
+	memset(p, 0xab, 50);
+	CHECK(skb->len == 50 && skb_tail_pointer(skb) == skb->data + 50);
+	CHECK(skb_push(skb, 14) == skb->head + 2 && skb->len == 64);
+	skb_pull(skb, 14);
+	CHECK(skb->len == 50 && skb->data[49] == 0xab);
+	skb_trim(skb, 20);
+	CHECK(skb->len == 20 && skb_tail_pointer(skb) == skb->data + 20);
+	CHECK(pskb_expand_head(skb, 64, 0, GFP_ATOMIC) == 0);
+	CHECK(skb_headroom(skb) == 80 && skb->len == 20 && skb->data[0] == 0xab &&
+	      skb->data[19] == 0xab);
+	CHECK(skb_padto(skb, 60) == 0);
+	CHECK(skb->len == 20 && skb->data[20] == 0 && skb->data[59] == 0);
+
+	/* Paged data: pull part of a fragment into the head, then trim. */
+	page = alloc_page(GFP_KERNEL);
+	CHECK(page);
+	memset(page_address(page), 0xcd, PAGE_SIZE);
+	skb_fill_page_desc(skb, 0, page, 0, 100);
+	skb->len += 100;
+	skb->data_len += 100;
+	skb->truesize += PAGE_SIZE;
+	CHECK(__pskb_pull_tail(skb, 30));
+	CHECK(skb_headlen(skb) == 50 && skb->data_len == 70 && skb->data[49] == 0xcd);
+	CHECK(skb_frag_size(&skb_shinfo(skb)->frags[0]) == 70);
+	CHECK(pskb_trim(skb, 40) == 0);
+	CHECK(skb->len == 40 && skb->data_len == 0 && skb_shinfo(skb)->nr_frags == 0);
+	kfree_skb(skb);
+
+	/* Shared sk_buffs are freed by the last reference. */
+	skb = alloc_skb(10, GFP_KERNEL);
+	skb_get(skb);
+	kfree_skb(skb);
+	CHECK(us_skb_live() == live + 1);
+	consume_skb(skb);
+
+	/* An RX buffer from a page fragment, the way e1000 builds them. */
+	p = netdev_alloc_frag(2048);
+	CHECK(p);
+	skb = build_skb(p, 2048);
+	CHECK(skb && skb->head_frag && skb->head == p);
+	skb_put(skb, 100);
+	consume_skb(skb);
+
+	CHECK(us_skb_live() == live);
+	CHECK(us_mem_in_use() == mem);
+}
+
+/* ---- printk formats ------------------------------------------------------- */
+
+static void expect_va(char *buf, const char *fmt, ...)
+{
+	va_list args;
+	struct va_format vaf;
+
+	va_start(args, fmt);
+	vaf.fmt = fmt;
+	vaf.va = &args;
+	snprintf(buf, 64, "[%pV]", &vaf);
+	va_end(args);
+}
+
+static void test_printk(void)
+{
+	static const u8 mac[6] = { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 };
+	static const u8 ip[4] = { 10, 0, 2, 15 };
+	char buf[128];
+
+	snprintf(buf, sizeof(buf), "%pM %pI4 %*ph", mac, ip, 3, mac);
+	CHECK(!strcmp(buf, "52:54:00:12:34:56 10.0.2.15 52 54 00"));
+	snprintf(buf, sizeof(buf), "%-5d|%05x|%+d|%.3s|%lld|%zu|%#x|%c", 42, 0xbeef, 7, "abcdef",
+		 -9000000000LL, (size_t)123, 255, 'z');
+	CHECK(!strcmp(buf, "42   |0beef|+7|abc|-9000000000|123|0xff|z"));
+	expect_va(buf, "%s=%u", "n", 3);
+	CHECK(!strcmp(buf, "[n=3]"));
+	CHECK(snprintf(buf, 4, "%s", "truncated") == 9 && !strcmp(buf, "tru"));
+}
+
+/* ---- WARN: ud2 reported by the driver's SIGILL handler, execution goes on -- */
+
+/* One WARN site, hit twice: reported once, true both times. */
+static noinline bool warn_once(int i)
+{
+	return WARN_ON_ONCE(i >= 0);
+}
+
+static void test_warn(void)
+{
+	CHECK(warn_once(0));
+	CHECK(warn_once(1));
+}
+
+static int __init selftest_init(void)
+{
+	run("percpu", test_percpu);
+	run("timers", test_timers);
+	run("workqueues", test_workqueues);
+	run("napi", test_napi);
+	run("skb", test_skb);
+	run("printk", test_printk);
+	run("warn", test_warn);
+	return failed ? -EINVAL : 0;
+}
+module_init(selftest_init);
