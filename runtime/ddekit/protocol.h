@@ -157,10 +157,15 @@ struct us_set_features {
 enum us_ethtool_cmd {
 	US_ETHTOOL_DRVINFO = 1, /* reply data: struct us_ethtool_drvinfo */
 	US_ETHTOOL_LINK = 2,    /* reply data: struct us_ethtool_link */
+	US_ETHTOOL_STATS = 3,   /* reply data: struct us_ethtool_stats + stats */
 };
 
+/* `first` is 0 except for US_ETHTOOL_STATS, where it is the index of the
+ * first statistic wanted: a driver has more statistics than one reply holds
+ * (e1000: 43), so the host asks page by page until it has `total`. */
 struct us_ethtool {
 	uint32_t cmd;
+	uint32_t first;
 } __attribute__((packed));
 
 struct us_ethtool_drvinfo {
@@ -177,6 +182,25 @@ struct us_ethtool_link {
 	uint8_t port;     /* PORT_* of the kernel ABI */
 	uint8_t link;     /* ethtool_op_get_link */
 } __attribute__((packed));
+
+/* One statistic of get_ethtool_stats, named by get_strings(ETH_SS_STATS);
+ * the name is truncated to 31 bytes and NUL-terminated. */
+struct us_ethtool_stat {
+	char name[US_NAME_MAX];
+	uint64_t value;
+} __attribute__((packed));
+
+/* Reply data of US_ETHTOOL_STATS: `total` statistics exist; this reply holds
+ * stats [first, first + n), n <= US_ETHTOOL_STATS_PER_REPLY (n < the
+ * maximum only on the last page; n = 0 when first >= total). */
+struct us_ethtool_stats {
+	uint32_t total;
+	uint32_t n;
+	struct us_ethtool_stat stats[];
+} __attribute__((packed));
+
+#define US_ETHTOOL_STATS_PER_REPLY \
+	((US_ETHTOOL_DATA_MAX - sizeof(struct us_ethtool_stats)) / sizeof(struct us_ethtool_stat))
 
 /* Followed by data_len bytes (<= US_ETHTOOL_DATA_MAX): the message is exactly
  * header + sizeof(struct us_reply) + data_len bytes. */

@@ -11,6 +11,8 @@
 
 use std::mem::size_of;
 
+pub mod ethtool;
+
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub const ARENA_SIZE: u64 = 64 << 20;
@@ -60,6 +62,10 @@ pub const RX_MODE_ALLMULTI: u32 = 0x2;
 
 pub const ETHTOOL_DRVINFO: u32 = 1;
 pub const ETHTOOL_LINK: u32 = 2;
+pub const ETHTOOL_STATS: u32 = 3;
+/// Statistics one `ETHTOOL_STATS` reply holds at most.
+pub const ETHTOOL_STATS_PER_REPLY: usize =
+    (ETHTOOL_DATA_MAX - size_of::<EthtoolStats>()) / size_of::<EthtoolStat>();
 
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
 /// to whole pages (`us_ring_stride`).
@@ -146,7 +152,7 @@ wire_structs! {
     pub struct SetMac { pub mac: [u8; 6], }
     pub struct SetRxMode { pub flags: u32, pub n_mc: u16, }
     pub struct SetFeatures { pub features: u64, }
-    pub struct Ethtool { pub cmd: u32, }
+    pub struct Ethtool { pub cmd: u32, pub first: u32, }
 
     pub struct EthtoolDrvinfo {
         pub driver: [u8; NAME_MAX], pub version: [u8; NAME_MAX],
@@ -154,6 +160,9 @@ wire_structs! {
     }
 
     pub struct EthtoolLink { pub speed: u32, pub duplex: u8, pub autoneg: u8, pub port: u8, pub link: u8, }
+    pub struct EthtoolStat { pub name: [u8; NAME_MAX], pub value: u64, }
+    /// `n` [`EthtoolStat`]s follow.
+    pub struct EthtoolStats { pub total: u32, pub n: u32, }
 
     pub struct Reply { pub status: i32, pub data_len: u32, }
 
@@ -340,7 +349,8 @@ pub enum Request {
     SetMac([u8; 6]),
     SetRxMode { flags: u32, multicast: Vec<[u8; 6]> },
     SetFeatures(u64),
-    Ethtool(u32),
+    /// An `ETHTOOL_*` command; `first` is the first statistic wanted (0 otherwise).
+    Ethtool { cmd: u32, first: u32 },
     Ping,
 }
 
@@ -377,8 +387,24 @@ impl Request {
             Request::SetMac(_) => MSG_SET_MAC,
             Request::SetRxMode { .. } => MSG_SET_RX_MODE,
             Request::SetFeatures(_) => MSG_SET_FEATURES,
-            Request::Ethtool(_) => MSG_ETHTOOL,
+            Request::Ethtool { .. } => MSG_ETHTOOL,
             Request::Ping => MSG_PING,
+        }
+    }
+
+    /// The message type's name in docs/protocol.md, for log lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Hello(_) => "HELLO",
+            Request::Probe { .. } => "PROBE",
+            Request::Open => "OPEN",
+            Request::Stop => "STOP",
+            Request::SetMtu(_) => "SET_MTU",
+            Request::SetMac(_) => "SET_MAC",
+            Request::SetRxMode { .. } => "SET_RX_MODE",
+            Request::SetFeatures(_) => "SET_FEATURES",
+            Request::Ethtool { .. } => "ETHTOOL",
+            Request::Ping => "PING",
         }
     }
 
@@ -411,7 +437,7 @@ impl Request {
                 multicast.iter().for_each(|mac| out.extend_from_slice(mac));
             }
             Request::SetFeatures(f) => out.extend_from_slice(SetFeatures { features: *f }.as_bytes()),
-            Request::Ethtool(cmd) => out.extend_from_slice(Ethtool { cmd: *cmd }.as_bytes()),
+            Request::Ethtool { cmd, first } => out.extend_from_slice(Ethtool { cmd: *cmd, first: *first }.as_bytes()),
         }
         Ok(out)
     }
@@ -542,6 +568,7 @@ mod tests {
         assert_eq!(p.encode(1).unwrap().len(), 8 + size_of::<Probe>());
         let m = Request::SetRxMode { flags: RX_MODE_PROMISC, multicast: vec![[1, 0, 0x5e, 0, 0, 1]] };
         assert_eq!(m.encode(1).unwrap().len(), 8 + 6 + 6);
+        assert_eq!(Request::Ethtool { cmd: ETHTOOL_STATS, first: 12 }.encode(1).unwrap().len(), 16);
         assert!(Request::Probe { pci_address: "0".repeat(16), modules: vec!["a".into()] }.encode(1).is_err());
     }
 }

@@ -69,6 +69,8 @@ fn constants() -> Vec<(&'static str, u64)> {
         ("US_RX_MODE_ALLMULTI", RX_MODE_ALLMULTI.into()),
         ("US_ETHTOOL_DRVINFO", ETHTOOL_DRVINFO.into()),
         ("US_ETHTOOL_LINK", ETHTOOL_LINK.into()),
+        ("US_ETHTOOL_STATS", ETHTOOL_STATS.into()),
+        ("US_ETHTOOL_STATS_PER_REPLY", ETHTOOL_STATS_PER_REPLY as u64),
     ]
 }
 
