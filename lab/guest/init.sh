@@ -29,9 +29,10 @@ mount -t tmpfs -o mode=0755 rw /rw
 mkdir -p /rw/upper /rw/work
 mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work hostroot /host ||
 	fail "cannot mount the overlay root"
-for d in tmp run var/tmp; do
-	[ -d "/host/$d" ] && mount -t tmpfs -o mode=1777 scratch "/host/$d"
-done
+# /tmp stays the host's (through the overlay): the repository may be cloned
+# there.  /run holds the host's live sockets and pid files, which mean nothing
+# in the guest, so it starts empty.
+mount -t tmpfs -o mode=0755 run /host/run
 # The guest kernel's modules, extracted by `lab setup`, at the usual place.
 mkdir -p "/host/lib/modules/$LAB_KREL"
 mount --bind "/host$LAB_KMODULES" "/host/lib/modules/$LAB_KREL" ||

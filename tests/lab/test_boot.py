@@ -88,3 +88,11 @@ def test_kvm_when_asked_falls_back_to_tcg_if_it_cannot_boot(lab_ready, no_leftov
     assert res.stdout.strip() == config.kernel().release
     if "falling back to TCG" not in res.stderr:
         assert "lab: the KVM guest did not boot" not in res.stderr
+
+
+def test_the_hosts_tmp_is_visible_so_a_clone_there_works(lab_ready, tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("seen from the guest\n")
+    res = lab("boot", "--devices", "", "--", "cat", str(marker))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "seen from the guest\n"
