@@ -22,7 +22,9 @@
 #include <sys/eventfd.h>
 #include <sys/io.h>
 #include <sys/ioctl.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -247,6 +249,33 @@ void *ddekit_zalloc(unsigned long size)
 	return calloc(1, size);
 }
 
+long ddekit_file_size(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st))
+		return -errno;
+	return S_ISREG(st.st_mode) ? st.st_size : -EINVAL;
+}
+
+long ddekit_read_file(const char *path, void *buf, unsigned long len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	unsigned long done = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (done < len) {
+		ssize_t n = read(fd, (char *)buf + done, len - done);
+
+		if (n <= 0)
+			break;
+		done += n;
+	}
+	close(fd);
+	return done;
+}
+
 /* ---- PCI through VFIO --------------------------------------------------- */
 
 int ddekit_setup_device(int device_fd, const char *pci_name)
@@ -261,6 +290,24 @@ int ddekit_setup_device(int device_fd, const char *pci_name)
 	}
 	device.fd = device_fd;
 	snprintf(device.name, sizeof(device.name), "%s", pci_name);
+	/*
+	 * The device's I/O BARs are this process's ports. ioperm() is per
+	 * thread and only threads created later inherit it, so it is granted
+	 * here, before the kernel half starts any thread.
+	 */
+	for (int bar = 0; bar < PCI_STD_BARS; bar++) {
+		unsigned long long start, size;
+		unsigned int flags;
+		int err;
+
+		if (ddekit_pci_bar(bar, &start, &size, &flags) || !(flags & DDEKIT_BAR_IO))
+			continue;
+		if (start + size > 0x10000)
+			return -EINVAL;
+		err = ioperm(start, size, 1);
+		if (err)
+			return -errno;
+	}
 	return 0;
 }
 
@@ -349,14 +396,6 @@ void *ddekit_pci_bar_map(int bar)
 		return NULL;
 	device.bar_map[bar] = p;
 	return p;
-}
-
-int ddekit_ioport_enable(unsigned long base, unsigned long len)
-{
-	/* ioperm covers ports below 0x10000 only, which is all of x86 I/O space. */
-	if (base + len > 0x10000)
-		return -EINVAL;
-	return ioperm(base, len, 1) ? -errno : 0;
 }
 
 /* ---- INTx --------------------------------------------------------------- */

@@ -74,6 +74,10 @@ void ddekit_dma_region(void **va, unsigned long long *iova, unsigned long *size)
 /* Zeroed memory the device never sees (runtime bookkeeping). */
 void *ddekit_zalloc(unsigned long size);
 
+/* Files (firmware): size in bytes, or how many bytes were read; -errno. */
+long ddekit_file_size(const char *path);
+long ddekit_read_file(const char *path, void *buf, unsigned long len);
+
 /* ---- the PCI function, through its VFIO device fd --------------------- */
 
 int ddekit_pci_present(void);
@@ -85,13 +89,14 @@ int ddekit_pci_config_write(unsigned int offset, const void *buf, unsigned int l
 #define DDEKIT_BAR_IO		2
 #define DDEKIT_BAR_64BIT	4
 #define DDEKIT_BAR_PREFETCH	8
-/* Size, bus address (what the BAR register holds) and DDEKIT_BAR_* flags. */
+/*
+ * Size, bus address (what the BAR register holds) and DDEKIT_BAR_* flags.
+ * Every thread may use in/out on I/O BARs: they are granted at set-up.
+ */
 int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
 		   unsigned int *flags);
 /* Maps a memory BAR (cached per BAR); NULL if it cannot be mapped. */
 void *ddekit_pci_bar_map(int bar);
-/* Grants this process in/out on ports [base, base + len) (ioperm). */
-int ddekit_ioport_enable(unsigned long base, unsigned long len);
 
 /*
  * Legacy INTx through VFIO: an eventfd the kernel signals on each interrupt;

@@ -65,6 +65,9 @@ static struct {
 	void (*cpu_leave)(void);
 	int (*net_open)(void);
 	int (*net_xmit)(const void *frame, unsigned int len);
+	unsigned long (*irq_count)(void);
+	unsigned long (*rx_frames)(void);
+	long (*skb_live)(void);
 } kernel;
 
 /* What main waits for, set from event lines and received frames. */
@@ -270,6 +273,8 @@ static void watch_events(const char *line)
 	pthread_mutex_lock(&state_lock);
 	if (!strncmp(line, "CARRIER ", 8))
 		carrier_on = strstr(line, " on=1") != NULL;
+	if (!strncmp(line, "REGISTERED ", 11))
+		carrier_on = strstr(line, " carrier=1") != NULL;
 	if (!strncmp(line, "REGISTERED ", 11) && (p = strstr(line, " mac=")) &&
 	    sscanf(p, " mac=%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) == 6)
 		for (int i = 0; i < 6; i++)
@@ -490,6 +495,9 @@ int main(int argc, char **argv)
 	kernel.cpu_leave = kernel_export("us_cpu_leave");
 	kernel.net_open = kernel_export("us_net_open");
 	kernel.net_xmit = kernel_export("us_net_xmit");
+	kernel.irq_count = kernel_export("us_irq_count");
+	kernel.rx_frames = kernel_export("us_rx_frames");
+	kernel.skb_live = kernel_export("us_skb_live");
 	setup_percpu();
 	if (kernel.boot())
 		die("the kernel half failed to boot");
@@ -528,6 +536,17 @@ int main(int argc, char **argv)
 		printf("ARP_WAIT answered=%d\n", answered);
 		if (!answered)
 			status = 1;
+	}
+	{
+		unsigned long irqs, rx;
+		long skbs;
+
+		kernel.cpu_enter();
+		irqs = kernel.irq_count();
+		rx = kernel.rx_frames();
+		skbs = kernel.skb_live();
+		kernel.cpu_leave();
+		printf("STATS irqs=%lu rx_frames=%lu skbs_live=%ld\n", irqs, rx, skbs);
 	}
 	printf("DONE status=%d\n", status);
 	fflush(stdout);

@@ -8,6 +8,9 @@
 #include <linux/module.h>
 #include <linux/dma-mapping.h>
 #include <linux/scatterlist.h>
+#include <linux/dmapool.h>
+#include <linux/log2.h>
+#include <linux/slab.h>
 
 #include "internal.h"
 
@@ -111,3 +114,57 @@ int dma_set_coherent_mask(struct device *dev, u64 mask)
 	return 0;
 }
 EXPORT_SYMBOL(dma_set_coherent_mask);
+
+/*
+ * DMA pools: small coherent blocks. Each block is its own allocation; the
+ * allocator aligns power-of-two sizes to themselves, which meets any
+ * alignment up to the block size and keeps a block inside any boundary
+ * that is a multiple of it.
+ */
+struct dma_pool {
+	struct device *dev;
+	size_t size;
+	char name[32];
+};
+
+struct dma_pool *dma_pool_create(const char *name, struct device *dev, size_t size,
+				 size_t align, size_t boundary)
+{
+	struct dma_pool *pool;
+
+	if (!size || (align && !is_power_of_2(align)))
+		return NULL;
+	size = roundup_pow_of_two(max(size, align ? align : 1));
+	if (boundary && (size > boundary || boundary % size))
+		return NULL;
+	pool = kzalloc(sizeof(*pool), GFP_KERNEL);
+	if (!pool)
+		return NULL;
+	pool->dev = dev;
+	pool->size = size;
+	strscpy(pool->name, name, sizeof(pool->name));
+	return pool;
+}
+EXPORT_SYMBOL(dma_pool_create);
+
+void *dma_pool_alloc(struct dma_pool *pool, gfp_t mem_flags, dma_addr_t *handle)
+{
+	void *va = us_alloc(pool->size, mem_flags);
+
+	if (va)
+		*handle = us_dma_addr(virt_to_phys(va));
+	return va;
+}
+EXPORT_SYMBOL(dma_pool_alloc);
+
+void dma_pool_free(struct dma_pool *pool, void *vaddr, dma_addr_t dma)
+{
+	us_free(vaddr);
+}
+EXPORT_SYMBOL(dma_pool_free);
+
+void dma_pool_destroy(struct dma_pool *pool)
+{
+	kfree(pool);
+}
+EXPORT_SYMBOL(dma_pool_destroy);

@@ -165,6 +165,22 @@ void synchronize_irq(unsigned int irq)
 }
 EXPORT_SYMBOL(synchronize_irq);
 
+/*
+ * ISA IRQ autoprobing (pcnet32's VLB path): a driver process owns one PCI
+ * function and no ISA lines, so no probe ever finds an interrupt.
+ */
+unsigned long probe_irq_on(void)
+{
+	return 0;
+}
+EXPORT_SYMBOL(probe_irq_on);
+
+int probe_irq_off(unsigned long val)
+{
+	return 0;
+}
+EXPORT_SYMBOL(probe_irq_off);
+
 /* Count of handled interrupts, for the driver's main and the tests. */
 unsigned long us_irq_count(void)
 {

@@ -14,6 +14,7 @@
 #include <linux/moduleparam.h>
 #include <linux/crc32.h>
 #include <linux/crc32poly.h>
+#include <linux/bitrev.h>
 #include <net/checksum.h>
 #include <net/ip6_checksum.h>
 #include <linux/ctype.h>
@@ -493,6 +494,13 @@ int hex_to_bin(unsigned char ch)
 	return -1;
 }
 EXPORT_SYMBOL(hex_to_bin);
+
+/* Bit-reversed bytes (lib/bitrev.c): each macro level reverses two more bits. */
+#define R2(n) n, n + 2 * 64, n + 1 * 64, n + 3 * 64
+#define R4(n) R2(n), R2(n + 2 * 16), R2(n + 1 * 16), R2(n + 3 * 16)
+#define R6(n) R4(n), R4(n + 2 * 4), R4(n + 1 * 4), R4(n + 3 * 4)
+const u8 byte_rev_table[256] = { R6(0), R6(2), R6(1), R6(3) };
+EXPORT_SYMBOL_GPL(byte_rev_table);
 
 const char hex_asc[] = "0123456789abcdef";
 EXPORT_SYMBOL(hex_asc);

@@ -203,11 +203,11 @@ int register_netdev(struct net_device *dev)
 	dev->reg_state = NETREG_REGISTERED;
 	registered = dev;
 	event("REGISTERED name=%s driver=%s mac=%pM perm=%pM mtu=%u min_mtu=%u max_mtu=%u "
-	      "features=%#llx hw_features=%#llx txqs=%u rxqs=%u",
+	      "features=%#llx hw_features=%#llx txqs=%u rxqs=%u carrier=%d",
 	      dev->name, dev->dev.parent ? dev_driver_string(dev->dev.parent) : "?",
 	      dev->dev_addr, dev->perm_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
 	      (unsigned long long)dev->features, (unsigned long long)dev->hw_features,
-	      dev->real_num_tx_queues, dev->real_num_rx_queues);
+	      dev->real_num_tx_queues, dev->real_num_rx_queues, netif_carrier_ok(dev));
 	return 0;
 }
 EXPORT_SYMBOL(register_netdev);
@@ -341,6 +341,27 @@ bool ethtool_convert_link_mode_to_legacy_u32(u32 *legacy_u32, const unsigned lon
 	return lossless;
 }
 EXPORT_SYMBOL(ethtool_convert_link_mode_to_legacy_u32);
+
+u32 ethtool_op_get_link(struct net_device *dev)
+{
+	return netif_carrier_ok(dev) ? 1 : 0;
+}
+EXPORT_SYMBOL(ethtool_op_get_link);
+
+void netdev_stats_to_stats64(struct rtnl_link_stats64 *stats64,
+			     const struct net_device_stats *netdev_stats)
+{
+	const unsigned long *src = (const unsigned long *)netdev_stats;
+	u64 *dst = (u64 *)stats64;
+	size_t n = min(sizeof(*netdev_stats) / sizeof(unsigned long),
+		       sizeof(*stats64) / sizeof(u64));
+
+	BUILD_BUG_ON(n != sizeof(*netdev_stats) / sizeof(unsigned long));
+	for (size_t i = 0; i < n; i++)
+		dst[i] = READ_ONCE(src[i]);
+	memset(dst + n, 0, sizeof(*stats64) - n * sizeof(u64));
+}
+EXPORT_SYMBOL(netdev_stats_to_stats64);
 
 int ethtool_op_get_ts_info(struct net_device *dev, struct ethtool_ts_info *info)
 {

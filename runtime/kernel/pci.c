@@ -5,9 +5,9 @@
  * registration and probe, config space, BARs, port and memory I/O.
  *
  * MMIO is the VFIO BAR mapping itself, so a module's inline readl/writel go
- * straight to the device. Port I/O is real too: the I/O BAR's port range is
- * granted with ioperm() when the driver requests the region, so a module's
- * inline in/out instructions (e1000_io_write) run unchanged.
+ * straight to the device. Port I/O is real too: ddekit grants the I/O BAR's
+ * port range with ioperm() before any thread starts, so a module's inline
+ * in/out instructions (e1000_io_write, pcnet32's wio ops) run unchanged.
  */
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -230,6 +230,18 @@ int pci_wake_from_d3(struct pci_dev *dev, bool enable)
 }
 EXPORT_SYMBOL(pci_wake_from_d3);
 
+/* PME and sleep states are system power management, which the host owns. */
+int pci_prepare_to_sleep(struct pci_dev *dev)
+{
+	return 0;
+}
+EXPORT_SYMBOL(pci_prepare_to_sleep);
+
+void pci_pme_active(struct pci_dev *dev, bool enable)
+{
+}
+EXPORT_SYMBOL(pci_pme_active);
+
 int pci_save_state(struct pci_dev *dev)
 {
 	for (int i = 0; i < 16; i++)
@@ -264,20 +276,12 @@ int pci_select_bars(struct pci_dev *dev, unsigned long flags)
 }
 EXPORT_SYMBOL(pci_select_bars);
 
+/*
+ * Nothing to claim: the process owns its function's BARs outright (memory
+ * BARs are mapped on ioremap, the I/O ports were granted at start-up).
+ */
 int pci_request_selected_regions(struct pci_dev *dev, int bars, const char *name)
 {
-	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
-		struct resource *r = &dev->resource[i];
-		int err;
-
-		if (!(bars & (1 << i)) || !(r->flags & IORESOURCE_IO))
-			continue;
-		err = ddekit_ioport_enable(r->start, resource_size(r));
-		if (err) {
-			dev_err(&dev->dev, "ioperm for %pR: error %d\n", r, err);
-			return -EBUSY;
-		}
-	}
 	return 0;
 }
 EXPORT_SYMBOL(pci_request_selected_regions);
@@ -298,6 +302,53 @@ void pci_release_regions(struct pci_dev *dev)
 {
 }
 EXPORT_SYMBOL(pci_release_regions);
+
+struct resource ioport_resource = {
+	.name = "PCI IO", .start = 0, .end = IO_SPACE_LIMIT, .flags = IORESOURCE_IO,
+};
+EXPORT_SYMBOL(ioport_resource);
+
+struct resource iomem_resource = {
+	.name = "PCI mem", .start = 0, .end = -1, .flags = IORESOURCE_MEM,
+};
+EXPORT_SYMBOL(iomem_resource);
+
+/*
+ * request_region()/request_mem_region(): only ranges inside one of the
+ * device's BARs can be had (their ports are granted at start-up).
+ */
+struct resource *__request_region(struct resource *parent, resource_size_t start,
+				  resource_size_t n, const char *name, int flags)
+{
+	struct resource *res;
+	bool inside = false;
+
+	for (int i = 0; the_pdev && i < PCI_STD_NUM_BARS; i++) {
+		struct resource *bar = &the_pdev->resource[i];
+
+		if ((bar->flags & parent->flags & (IORESOURCE_IO | IORESOURCE_MEM)) &&
+		    start >= bar->start && start + n - 1 <= bar->end)
+			inside = true;
+	}
+	if (!inside || !n)
+		return NULL;
+	res = kzalloc(sizeof(*res), GFP_KERNEL);
+	if (!res)
+		return NULL;
+	res->name = name;
+	res->start = start;
+	res->end = start + n - 1;
+	res->flags = parent->flags | IORESOURCE_BUSY | flags;
+	res->parent = parent;
+	return res;
+}
+EXPORT_SYMBOL(__request_region);
+
+/* The grant itself lasts as long as the process (like the BAR mappings). */
+void __release_region(struct resource *parent, resource_size_t start, resource_size_t n)
+{
+}
+EXPORT_SYMBOL(__release_region);
 
 void __iomem *pci_ioremap_bar(struct pci_dev *pdev, int bar)
 {

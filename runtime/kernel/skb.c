@@ -13,6 +13,7 @@
 #include <linux/netdevice.h>
 #include <linux/slab.h>
 #include <linux/highmem.h>
+#include <net/checksum.h>
 
 #include "internal.h"
 
@@ -159,6 +160,12 @@ void napi_consume_skb(struct sk_buff *skb, int budget)
 EXPORT_SYMBOL(napi_consume_skb);
 
 /* Freeing never sleeps here, so there is no need to defer it from IRQs. */
+void __dev_kfree_skb_irq(struct sk_buff *skb, enum skb_free_reason reason)
+{
+	consume_skb(skb);
+}
+EXPORT_SYMBOL(__dev_kfree_skb_irq);
+
 void __dev_kfree_skb_any(struct sk_buff *skb, enum skb_free_reason reason)
 {
 	consume_skb(skb);
@@ -369,6 +376,25 @@ fail:
 	return -ENOMEM;
 }
 EXPORT_SYMBOL(__skb_pad);
+
+/*
+ * Copies a frame to a device buffer, completing a checksum the stack left
+ * for the hardware (CHECKSUM_PARTIAL) on the way, as 8139too needs.
+ */
+void skb_copy_and_csum_dev(const struct sk_buff *skb, u8 *to)
+{
+	unsigned int start = skb->ip_summed == CHECKSUM_PARTIAL ?
+			     skb_checksum_start_offset(skb) : skb_headlen(skb);
+
+	if (start > skb->len || skb_copy_bits(skb, 0, to, skb->len))
+		us_panic("skb_copy_and_csum_dev: bad sk_buff %px", skb);
+	if (skb->ip_summed == CHECKSUM_PARTIAL) {
+		__sum16 *field = (__sum16 *)(to + start + skb->csum_offset);
+
+		*field = csum_fold(csum_partial(to + start, skb->len - start, 0));
+	}
+}
+EXPORT_SYMBOL(skb_copy_and_csum_dev);
 
 /*
  * Timestamps go to the sending socket's error queue; frames here come from

@@ -172,6 +172,19 @@ signed long schedule_timeout(signed long timeout)
 }
 EXPORT_SYMBOL(schedule_timeout);
 
+/* No signals reach kernel tasks here: the task states sleep alike. */
+signed long schedule_timeout_uninterruptible(signed long timeout)
+{
+	return schedule_timeout(timeout);
+}
+EXPORT_SYMBOL(schedule_timeout_uninterruptible);
+
+signed long schedule_timeout_interruptible(signed long timeout)
+{
+	return schedule_timeout(timeout);
+}
+EXPORT_SYMBOL(schedule_timeout_interruptible);
+
 /* ---- the softirq thread ------------------------------------------------- */
 
 void us_raise_net_rx(void)
