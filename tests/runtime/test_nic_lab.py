@@ -1,0 +1,102 @@
+"""Debian's unmodified NIC drivers drive the lab's emulated NICs from a user-space process.
+
+One guest run per driver: tests/runtime/launch.py hands the NIC to
+understudy-driver through VFIO; the driver loads the kernel half and the
+driver's module chain, probes, opens the interface, waits for carrier and
+sends an ARP request for the slirp gateway (10.0.2.2), which must answer.
+The tests read that run's event lines.
+"""
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab import config
+from lab.guest import Guest
+
+from .conftest import DRIVER, KERNEL_HALF, REPO, events
+
+pytestmark = pytest.mark.lab
+
+NET = "kernel/drivers/net"
+# lab device -> (driver name, module chain under lib/modules/<release>/, PCI id)
+DRIVERS = {
+    "e1000": ("e1000", [f"{NET}/ethernet/intel/e1000/e1000.ko"], "8086:100e"),
+    "pcnet": ("pcnet32", [f"{NET}/mii.ko", f"{NET}/ethernet/amd/pcnet32.ko"], "1022:2000"),
+    "rtl8139": ("8139cp", [f"{NET}/mii.ko", f"{NET}/ethernet/realtek/8139cp.ko"], "10ec:8139"),
+    "i82559er": ("e100", [f"{NET}/mii.ko", f"{NET}/ethernet/intel/e100.ko"], "8086:1209"),
+}
+LAUNCH = Path(__file__).with_name("launch.py")
+
+
+def packaged_sha256(members: list[str]) -> dict[str, str]:
+    """sha256 of files inside the cached linux-image .deb the lab was set up from."""
+    k = config.kernel()
+    deb = next((config.cache_dir() / "debs").glob(f"{k.package}_*.deb"))
+    tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True,
+                         check=True).stdout
+    sums = {}
+    for m in members:
+        data = subprocess.run(["tar", "-xO", f"./lib/modules/{k.release}/{m}"], input=tar,
+                              capture_output=True, check=True).stdout
+        sums[m] = hashlib.sha256(data).hexdigest()
+    return sums
+
+
+@pytest.fixture(scope="module", params=list(DRIVERS))
+def run(request, lab_ready, runtime_built, debian_modules):
+    device = request.param
+    name, chain, pci_id = DRIVERS[device]
+    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF)]
+    for m in chain:
+        argv += ["--module", str(debian_modules / m)]
+    argv += ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2"]
+    with Guest(devices=[device]) as g:
+        res = g.run(["python3", str(LAUNCH), g.pci_address("nic0"), *argv],
+                    cwd=str(REPO), timeout=180)
+    print(res.out)
+    print(res.err)
+    return {"res": res, "driver": name, "chain": chain, "pci_id": pci_id,
+            "modules": debian_modules}
+
+
+def test_the_modules_are_debians_unmodified_files(run):
+    sums = packaged_sha256(run["chain"])
+    for m in run["chain"]:
+        assert hashlib.sha256((run["modules"] / m).read_bytes()).hexdigest() == sums[m], m
+
+
+def test_probe_registers_eth0_with_the_device_mac(run):
+    out = run["res"].out
+    assert events(out, "INIT")[-1] == {"module": run["driver"], "result": "0"}, out
+    assert events(out, "PROBE") == [{"driver": run["driver"], "device": run["pci_id"],
+                                     "result": "0"}]
+    [reg] = events(out, "REGISTERED")
+    assert reg["name"] == "eth0"
+    assert reg["driver"] == run["driver"]
+    assert reg["mac"] == reg["perm"] == "52:54:00:12:34:56"
+    assert reg["mtu"] == "1500"
+
+
+def test_open_brings_the_link_up(run):
+    out = run["res"].out
+    assert events(out, "OPEN") == [{"result": "0"}], out
+    assert events(out, "CARRIER_WAIT") == [{"up": "1"}]
+    if run["driver"] == "e1000":
+        # Carrier off from probe; e1000's watchdog work item turns it on.
+        assert [e["on"] for e in events(out, "CARRIER")] == ["0", "1"]
+        assert "NIC Link is Up" in run["res"].err
+
+
+def test_arp_request_to_the_gateway_is_answered(run):
+    out = run["res"].out
+    assert events(out, "TX")[0]["result"] == "0", out   # NETDEV_TX_OK
+    [reply] = events(out, "ARP_REPLY")
+    assert reply["ip"] == "10.0.2.2"
+    assert reply["mac"] == "52:55:0a:00:02:02"   # slirp's gateway
+    [stats] = events(out, "STATS")
+    assert int(stats["irqs"]) >= 1 and int(stats["rx_frames"]) >= 1
+    assert events(out, "DONE") == [{"status": "0"}]
+    assert run["res"].returncode == 0
+
