@@ -377,6 +377,20 @@ static bool arp_probe(double timeout)
 	}
 }
 
+/* Counters of the kernel half, read while holding the CPU. */
+static void print_stats(const char *when)
+{
+	unsigned long irqs, rx;
+	long skbs;
+
+	kernel.cpu_enter();
+	irqs = kernel.irq_count();
+	rx = kernel.rx_frames();
+	skbs = kernel.skb_live();
+	kernel.cpu_leave();
+	printf("STATS when=%s irqs=%lu rx_frames=%lu skbs_live=%ld\n", when, irqs, rx, skbs);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static unsigned long long number(const char *s, const char *what)
@@ -531,23 +545,16 @@ int main(int argc, char **argv)
 			status = 1;
 	}
 	if (arp) {
-		bool answered = arp_probe(5.0);
+		bool answered;
+
+		print_stats("before_arp");
+		answered = arp_probe(5.0);
 
 		printf("ARP_WAIT answered=%d\n", answered);
 		if (!answered)
 			status = 1;
 	}
-	{
-		unsigned long irqs, rx;
-		long skbs;
-
-		kernel.cpu_enter();
-		irqs = kernel.irq_count();
-		rx = kernel.rx_frames();
-		skbs = kernel.skb_live();
-		kernel.cpu_leave();
-		printf("STATS irqs=%lu rx_frames=%lu skbs_live=%ld\n", irqs, rx, skbs);
-	}
+	print_stats("end");
 	printf("DONE status=%d\n", status);
 	fflush(stdout);
 	/* Kernel threads are still running; end the process without unwinding them. */

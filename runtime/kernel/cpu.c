@@ -112,7 +112,12 @@ EXPORT_SYMBOL_GPL(us_cpu_leave);
 
 void us_wait(u64 deadline_ns)
 {
-	struct us_task *t = save();
+	struct us_task *t;
+
+	if (preempt_count())
+		us_panic("%s sleeps in atomic context (preempt count %#x), caller %pS",
+			 current->comm, preempt_count(), __builtin_return_address(0));
+	t = save();
 
 	ddekit_cpu_wait(deadline_ns);
 	install(t);
