@@ -34,7 +34,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .devices import lookup
 from .errors import LabError

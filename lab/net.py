@@ -6,12 +6,11 @@ servers bind ephemeral ports on 127.0.0.1, so parallel labs never collide.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import config
 from .devices import NIC
@@ -104,22 +103,20 @@ class HostBulk:
     def __init__(self, direction: str, nbytes: int, timeout: float = 120,
                  network: LabNetwork | None = None):
         self.direction = direction
-        self._ready = Path(tempfile.mktemp(prefix="understudy-bulk-"))
         wire = "from-client" if direction == "tx" else "to-client"
         self.wire = wire
         self.host = PEER_ADDRESS if network else SLIRP_GATEWAY
         argv = [*WORKLOAD, "bulk", "serve", "--direction", wire, "--bytes", str(nbytes),
                 "--bind", PEER_ADDRESS if network else "127.0.0.1",
-                "--ready-file", str(self._ready), "--timeout", str(timeout)]
+                "--timeout", str(timeout)]
         start = network.spawn if network else subprocess.Popen
         self.proc = start(argv, cwd=config.REPO_DIR, stdout=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
-        while not self._ready.exists() or not self._ready.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise LabError("the host side of the bulk transfer did not start")
-            time.sleep(0.02)
-        self.port = int(self._ready.read_text())
-        self._ready.unlink()
+        first = self.proc.stdout.readline()
+        try:
+            self.port = json.loads(first)["listening"]
+        except (json.JSONDecodeError, KeyError):
+            self.proc.kill()
+            raise LabError(f"the host side of the bulk transfer did not start: {first!r}") from None
 
     def guest_args(self, nbytes: int) -> list[str]:
         return ["bulk", "connect", "--host", self.host, "--port", str(self.port),
@@ -142,7 +139,6 @@ def bulk(guest: Guest, direction: str, nbytes: int, timeout: float = 600) -> Bul
 
 
 def free_port() -> int:
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

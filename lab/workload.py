@@ -78,12 +78,13 @@ def _pump(sock: socket.socket, direction_send: bool, total: int) -> dict:
     return prog.report(resets, error)
 
 
-def bulk_serve(bind: str, port: int, send: bool, total: int, ready_file: str | None,
+def bulk_serve(bind: str, port: int, send: bool, total: int,
                timeout: float) -> dict:
     with socket.create_server((bind, port)) as srv:
         srv.settimeout(timeout)
-        if ready_file:
-            Path(ready_file).write_text(str(srv.getsockname()[1]))
+        # The first line says where we listen (a caller asking for port 0 needs
+        # it before it can start the client); the report follows at the end.
+        print(json.dumps({"listening": srv.getsockname()[1]}), flush=True)
         conn, _ = srv.accept()
         with conn:
             conn.settimeout(timeout)
@@ -189,7 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--direction", choices=["to-client", "from-client"], required=True,
                    help="which way the bytes flow")
     b.add_argument("--bytes", type=int, default=200 << 20, help="bytes to send (sender only)")
-    b.add_argument("--ready-file", help="serve: write the listening port here when ready")
     b.add_argument("--timeout", type=float, default=120, help="I/O inactivity limit (s)")
     pg = sub.add_parser("ping", help="ping with loss and RTT percentiles")
     pg.add_argument("host")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "bulk":
         sends = (a.role == "serve") == (a.direction == "to-client")
         if a.role == "serve":
-            out = bulk_serve(a.bind, a.port, sends, a.bytes, a.ready_file, a.timeout)
+            out = bulk_serve(a.bind, a.port, sends, a.bytes, a.timeout)
         else:
             out = bulk_connect(a.host, a.port, sends, a.bytes, a.timeout)
         out["role"] = "sender" if sends else "receiver"

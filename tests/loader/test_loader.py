@@ -2,7 +2,6 @@
 against hand-written fixtures (the C unit test)."""
 import random
 import re
-import shutil
 import struct
 import subprocess
 from collections import Counter
