@@ -51,7 +51,8 @@ static struct {
 	void *va;
 	uint64_t iova;
 	size_t size;
-} dma;
+	size_t pool_size;
+} arena;
 
 static void *percpu_block;
 static int log_level = 7;
@@ -71,10 +72,11 @@ void ddekit_setup_loglevel(int level)
 
 void ddekit_log(int level, const char *text, unsigned long len)
 {
-	if (level > log_level)
-		return;
 	while (len && text[len - 1] == '\n')
 		len--;
+	ddekit_host_log(level, text, len);
+	if (level > log_level)
+		return;
 	fprintf(stderr, "<%d>%.*s\n", level, (int)len, text);
 }
 
@@ -218,11 +220,11 @@ void ddekit_thread_set_data(void *data)
 
 /* ---- memory ------------------------------------------------------------- */
 
-int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t runtime_offset)
+int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size)
 {
 	void *va;
 
-	if (runtime_offset >= size)
+	if (pool_size >= size)
 		return -EINVAL;
 	if (arena_fd >= 0)
 		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
@@ -231,17 +233,20 @@ int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t runtime_
 			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (va == MAP_FAILED)
 		return -errno;
-	dma.va = (char *)va + runtime_offset;
-	dma.iova = arena_fd >= 0 ? iova + runtime_offset : 0;
-	dma.size = size - runtime_offset;
+	arena.va = va;
+	arena.iova = arena_fd >= 0 ? iova : 0;
+	arena.size = size;
+	arena.pool_size = pool_size;
 	return 0;
 }
 
-void ddekit_dma_region(void **va, unsigned long long *iova, unsigned long *size)
+void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
+		  unsigned long *pool_size)
 {
-	*va = dma.va;
-	*iova = dma.iova;
-	*size = dma.size;
+	*va = arena.va;
+	*iova = arena.iova;
+	*size = arena.size;
+	*pool_size = arena.pool_size;
 }
 
 void *ddekit_zalloc(unsigned long size)
@@ -478,6 +483,8 @@ void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
 
 void ddekit_net_rx(const void *frame, unsigned int len)
 {
+	if (ddekit_rings_rx(frame, len))
+		return;
 	if (rx_handler)
 		rx_handler(frame, len);
 }

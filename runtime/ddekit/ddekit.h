@@ -67,10 +67,12 @@ void ddekit_thread_set_data(void *data);
 /* ---- memory ----------------------------------------------------------- */
 
 /*
- * The runtime's share of the DMA arena: [va, va + size) is IOMMU-mapped at
- * iova. Without an arena (self-test mode) iova is 0 and nothing is mapped.
+ * The DMA arena: [va, va + size) is IOMMU-mapped at iova; its first
+ * pool_size bytes are the host's packet pool, the rest is the runtime's.
+ * Without an arena fd (self-test mode) iova is 0 and nothing is mapped.
  */
-void ddekit_dma_region(void **va, unsigned long long *iova, unsigned long *size);
+void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
+		  unsigned long *pool_size);
 /* Zeroed memory the device never sees (runtime bookkeeping). */
 void *ddekit_zalloc(unsigned long size);
 
@@ -109,6 +111,20 @@ void ddekit_irq_unmask(void);
 void ddekit_irq_detach(void);
 
 /* ---- network taps ----------------------------------------------------- */
+
+/*
+ * What the host learns from the driver (DESIGN.md decision 7): each becomes
+ * an event line on stdout and, with a control socket, a protocol message.
+ */
+void ddekit_net_registered(const char *name, const char *driver, const char *version,
+			   const unsigned char *perm_addr, const unsigned char *dev_addr,
+			   unsigned int mtu, unsigned int min_mtu, unsigned int max_mtu,
+			   unsigned long long features, unsigned long long hw_features,
+			   unsigned int n_tx_queues, unsigned int n_rx_queues, int carrier);
+void ddekit_net_carrier(const char *name, int on);
+void ddekit_net_tx_queue(int stopped);
+/* A frame handed over with us_net_xmit_buffer() is done with (sent or not). */
+void ddekit_net_tx_done(unsigned long cookie, int dropped);
 
 /*
  * A frame the stack above the driver received (netif_receive_skb,

@@ -6,16 +6,18 @@
 #ifndef UNDERSTUDY_DDEKIT_SETUP_H
 #define UNDERSTUDY_DDEKIT_SETUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* The VFIO device fd and the PCI address it belongs to. */
 int ddekit_setup_device(int device_fd, const char *pci_name);
 /*
- * Maps the DMA arena memfd; the runtime gets [runtime_offset, size).
- * Without an arena fd (-1), size bytes of anonymous memory stand in (tests).
+ * Maps the DMA arena memfd: the packet pool is [0, pool_size), the runtime
+ * gets the rest. Without an arena fd (-1), size bytes of anonymous memory
+ * stand in (tests).
  */
-int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t runtime_offset);
+int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size);
 /* GS base of every thread that runs kernel code; installs it in the caller. */
 int ddekit_setup_percpu(void *block);
 /* Who gets received frames (main's test harness or the rings). */
@@ -24,5 +26,22 @@ void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len));
 void ddekit_setup_event_observer(void (*observer)(const char *line));
 /* Log records at or below this level go to stderr (default 7: all). */
 void ddekit_setup_loglevel(int level);
+
+/* ---- the host connection (host.c, docs/protocol.md) ---------------------- */
+
+/* Events and log records also go to the host as messages from now on. */
+int ddekit_setup_control(int control_fd);
+/* Maps the rings memfd; the arena must be set up already (the pool is in it). */
+int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, int kick_fd,
+		       int notify_fd, uint32_t pool_buffers, uint32_t buffer_size);
+/* One message: header, body, then tail (may be NULL). */
+int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t len,
+			const void *tail, size_t tail_len);
+/* Starts the thread that feeds the tx ring's frames to xmit (zero copy). */
+int ddekit_start_tx(int (*xmit)(void *buffer, unsigned int len, unsigned int buffer_size));
+void ddekit_host_warn(const char *file, unsigned int line, const char *text);
+/* Between ddekit's files: RX into the rings (false: no rings), log records. */
+bool ddekit_rings_rx(const void *frame, unsigned int len);
+void ddekit_host_log(int level, const char *text, unsigned long len);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

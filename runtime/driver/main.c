@@ -7,21 +7,29 @@
  * and turns BUG/WARN (ud2) and exception-table faults into what the kernel
  * would do.
  *
- *	understudy-driver --runtime KO [--module KO]... [--symvers FILE]
+ * Under the host daemon (docs/protocol.md; control.c):
+ *
+ *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
+ *		--kick-fd N --notify-fd N [--runtime KO] [--symvers FILE]
+ *
+ * the host's HELLO and PROBE name the geometry, the PCI address and the
+ * modules, and later requests open, configure and query the device.
+ *
+ * Stand-alone, for tests and bring-up, the command line chooses instead:
+ *
+ *	understudy-driver [--runtime KO] [--module KO]... [--symvers FILE]
  *		[--device-fd N --pci-address DDDD:BB:SS.F]
  *		[--arena-fd N --arena-iova X --arena-size X --pool-size X]
- *		[--control-fd N] [--rings-fd N] [--kick-fd N] [--notify-fd N]
  *		[--open] [--wait-carrier SECONDS] [--arp SRC_IP,DST_IP]
  *		[--loglevel N]
  *
- * Until the host daemon speaks the control protocol, the actions after
- * loading are chosen on the command line (--open, --wait-carrier, --arp);
- * the control, rings, kick and notify fds are accepted and left alone.
+ * --runtime defaults to understudy-kernel.ko next to this executable.
  * Output: one event per line on stdout (PROBE, REGISTERED, CARRIER, ...),
- * kernel log records on stderr.
+ * kernel log records on stderr (and, under the host, as messages).
  *
- * Exit status: 0 done, 1 an action failed, 2 bad usage or load failure,
- * 70 kernel panic (BUG, corruption).
+ * Exit status: 0 done (or the host closed the control socket), 1 an action
+ * failed, 2 bad usage, load failure or protocol violation, 70 kernel panic
+ * (BUG, corruption).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,6 +52,7 @@
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
 #include "../loader/loader.h"
+#include "driver.h"
 
 #define DEFAULT_SYMVERS		"/usr/src/linux-headers-6.1.0-55-amd64/Module.symvers"
 #define DEFAULT_ARENA_IOVA	0x10000000ULL
@@ -57,23 +66,17 @@
 #define BUGFLAG_DONE_BIT	(1 << 2)
 
 static struct ko_context *ctx;
+static const char *symvers = DEFAULT_SYMVERS;
 
-/* The kernel half's entry points, found among its exports. */
-static struct {
-	int (*boot)(void);
-	void (*cpu_enter)(void);
-	void (*cpu_leave)(void);
-	int (*net_open)(void);
-	int (*net_xmit)(const void *frame, unsigned int len);
-	unsigned long (*irq_count)(void);
-	unsigned long (*rx_frames)(void);
-	long (*skb_live)(void);
-} kernel;
+static void watch_events(const char *line);
+
+struct kernel_api kernel;
 
 /* What main waits for, set from event lines and received frames. */
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t state_changed = PTHREAD_COND_INITIALIZER;
 static bool carrier_on;
+static bool registered;
 static bool arp_answered;
 static uint8_t mac[6];
 static struct in_addr arp_src, arp_dst;
@@ -136,6 +139,7 @@ static void on_sigill(int sig, siginfo_t *info, void *uctx)
 			snprintf(line, sizeof(line), "WARN file=%s line=%u at=%s",
 				 bug->file ? bug->file : "?", bug->line, where);
 			ddekit_event(line);
+			ddekit_host_warn(bug->file ? bug->file : "?", bug->line, line);
 		}
 		uc->uc_mcontext.gregs[REG_RIP] = rip + 2;
 		return;
@@ -233,7 +237,7 @@ static const struct ko_module *load(const char *path)
 			err->problems[i].detail);
 	printf("LOAD_FAILED module=%s status=%s problems=%zu\n", path,
 	       ko_status_name(err->status), err->n_problems);
-	exit(2);
+	return NULL;
 }
 
 static void *kernel_export(const char *name)
@@ -243,6 +247,27 @@ static void *kernel_export(const char *name)
 	if (!e || e->value.percpu)
 		die("the runtime module does not export %s", name);
 	return (void *)e->value.value;
+}
+
+static void find_kernel_api(void)
+{
+	kernel.boot = kernel_export("us_boot");
+	kernel.cpu_enter = kernel_export("us_cpu_enter");
+	kernel.cpu_leave = kernel_export("us_cpu_leave");
+	kernel.net_open = kernel_export("us_net_open");
+	kernel.net_stop = kernel_export("us_net_stop");
+	kernel.net_xmit = kernel_export("us_net_xmit");
+	kernel.net_xmit_buffer = kernel_export("us_net_xmit_buffer");
+	kernel.net_set_mtu = kernel_export("us_net_set_mtu");
+	kernel.net_set_mac = kernel_export("us_net_set_mac");
+	kernel.net_set_rx_mode = kernel_export("us_net_set_rx_mode");
+	kernel.net_set_features = kernel_export("us_net_set_features");
+	kernel.net_drvinfo = kernel_export("us_net_drvinfo");
+	kernel.net_link = kernel_export("us_net_link");
+	kernel.net_stats = kernel_export("us_net_stats");
+	kernel.irq_count = kernel_export("us_irq_count");
+	kernel.rx_frames = kernel_export("us_rx_frames");
+	kernel.skb_live = kernel_export("us_skb_live");
 }
 
 static void setup_percpu(void)
@@ -263,6 +288,61 @@ static void setup_percpu(void)
 		die("arch_prctl(ARCH_SET_GS): %s", strerror(errno));
 }
 
+bool netdev_registered(void)
+{
+	bool r;
+
+	pthread_mutex_lock(&state_lock);
+	r = registered;
+	pthread_mutex_unlock(&state_lock);
+	return r;
+}
+
+int start_runtime(const char *runtime, const char *const *modules, int n_modules,
+		  int *init_status)
+{
+	static struct ko_options kopts = { .resolve = resolve_ddekit };
+	struct ko_crc_table *crcs;
+	char err[256];
+
+	ddekit_setup_event_observer(watch_events);
+	crcs = ko_crc_table_load_symvers(symvers, err, sizeof(err));
+	if (!crcs)
+		die("%s", err);
+	kopts.crcs = crcs;
+	kopts.vermagic = read_vermagic(runtime);
+	ctx = ko_context_create(&kopts, err, sizeof(err));
+	if (!ctx)
+		die("%s", err);
+	if (!load(runtime))
+		return -ENOEXEC;
+	for (int i = 0; i < n_modules; i++)
+		if (!load(modules[i]))
+			return -ENOEXEC;
+	printf("LOADED modules=%zu\n", ko_module_count(ctx));
+
+	find_kernel_api();
+	setup_percpu();
+	if (kernel.boot())
+		die("the kernel half failed to boot");
+
+	*init_status = 0;
+	for (size_t i = 1; i < ko_module_count(ctx); i++) {
+		const struct ko_module *m = ko_module_at(ctx, i);
+		int ret = 0;
+
+		if (m->init) {
+			kernel.cpu_enter();
+			ret = ((int (*)(void))m->init)();
+			kernel.cpu_leave();
+		}
+		printf("INIT module=%s result=%d\n", m->name, ret);
+		if (ret && !*init_status)
+			*init_status = ret;
+	}
+	return 0;
+}
+
 /* ---- network tests driven from the command line ------------------------- */
 
 static void watch_events(const char *line)
@@ -273,8 +353,10 @@ static void watch_events(const char *line)
 	pthread_mutex_lock(&state_lock);
 	if (!strncmp(line, "CARRIER ", 8))
 		carrier_on = strstr(line, " on=1") != NULL;
-	if (!strncmp(line, "REGISTERED ", 11))
+	if (!strncmp(line, "REGISTERED ", 11)) {
+		registered = true;
 		carrier_on = strstr(line, " carrier=1") != NULL;
+	}
 	if (!strncmp(line, "REGISTERED ", 11) && (p = strstr(line, " mac=")) &&
 	    sscanf(p, " mac=%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) == 6)
 		for (int i = 0; i < 6; i++)
@@ -405,11 +487,26 @@ static unsigned long long number(const char *s, const char *what)
 	return v;
 }
 
+/* The kernel half next to this executable: runtime/build/understudy-kernel.ko. */
+static const char *default_runtime(void)
+{
+	static char path[4096];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+	char *slash;
+
+	if (n < 0)
+		die("readlink /proc/self/exe: %s", strerror(errno));
+	path[n] = '\0';
+	slash = strrchr(path, '/');
+	strcpy(slash + 1, "understudy-kernel.ko");
+	return path;
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
-	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_IGNORED_FD, OPT_OPEN,
-	       OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL };
+	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
+	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -420,26 +517,23 @@ int main(int argc, char **argv)
 		{ "arena-iova", required_argument, NULL, OPT_ARENA_IOVA },
 		{ "arena-size", required_argument, NULL, OPT_ARENA_SIZE },
 		{ "pool-size", required_argument, NULL, OPT_POOL_SIZE },
-		{ "control-fd", required_argument, NULL, OPT_IGNORED_FD },
-		{ "rings-fd", required_argument, NULL, OPT_IGNORED_FD },
-		{ "kick-fd", required_argument, NULL, OPT_IGNORED_FD },
-		{ "notify-fd", required_argument, NULL, OPT_IGNORED_FD },
+		{ "control-fd", required_argument, NULL, OPT_CONTROL_FD },
+		{ "rings-fd", required_argument, NULL, OPT_RINGS_FD },
+		{ "kick-fd", required_argument, NULL, OPT_KICK_FD },
+		{ "notify-fd", required_argument, NULL, OPT_NOTIFY_FD },
 		{ "open", no_argument, NULL, OPT_OPEN },
 		{ "wait-carrier", required_argument, NULL, OPT_WAIT_CARRIER },
 		{ "arp", required_argument, NULL, OPT_ARP },
 		{ "loglevel", required_argument, NULL, OPT_LOGLEVEL },
 		{ 0 }
 	};
-	const char *runtime = NULL, *modules[MAX_MODULES], *symvers = DEFAULT_SYMVERS;
-	const char *pci_address = NULL;
-	int n_modules = 0, device_fd = -1, arena_fd = -1, opt, status = 0;
+	const char *runtime = NULL, *modules[MAX_MODULES], *pci_address = NULL;
+	int n_modules = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
+	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status;
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
 	double wait_carrier = 0;
 	bool open_dev = false, arp = false;
-	struct ko_options kopts = { .resolve = resolve_ddekit };
-	struct ko_crc_table *crcs;
-	char err[256];
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (opt) {
@@ -456,7 +550,10 @@ int main(int argc, char **argv)
 		case OPT_ARENA_IOVA: arena_iova = number(optarg, "--arena-iova"); break;
 		case OPT_ARENA_SIZE: arena_size = number(optarg, "--arena-size"); break;
 		case OPT_POOL_SIZE: pool_size = number(optarg, "--pool-size"); break;
-		case OPT_IGNORED_FD: number(optarg, "fd"); break;
+		case OPT_CONTROL_FD: control_fd = number(optarg, "--control-fd"); break;
+		case OPT_RINGS_FD: rings_fd = number(optarg, "--rings-fd"); break;
+		case OPT_KICK_FD: kick_fd = number(optarg, "--kick-fd"); break;
+		case OPT_NOTIFY_FD: notify_fd = number(optarg, "--notify-fd"); break;
 		case OPT_OPEN: open_dev = true; break;
 		case OPT_WAIT_CARRIER: wait_carrier = strtod(optarg, NULL); break;
 		case OPT_ARP: {
@@ -475,60 +572,35 @@ int main(int argc, char **argv)
 			die("usage: see the comment at the top of runtime/driver/main.c");
 		}
 	}
-	if (!runtime || optind != argc)
-		die("usage: understudy-driver --runtime understudy-kernel.ko [--module X.ko]...");
+	if (optind != argc)
+		die("unexpected argument %s", argv[optind]);
+	if (!runtime)
+		runtime = default_runtime();
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	install_fault_handlers();
+	if (control_fd >= 0) {
+		if (device_fd < 0 || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 || notify_fd < 0)
+			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");
+		if (n_modules || open_dev || arp || wait_carrier > 0 || pci_address)
+			die("with --control-fd the host chooses modules and actions");
+		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
+				    runtime);
+	}
+
 	if ((device_fd >= 0) != (pci_address != NULL))
 		die("--device-fd and --pci-address go together");
 	if (device_fd < 0)
 		pool_size = 0, arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
-
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	install_fault_handlers();
 	if (device_fd >= 0 && ddekit_setup_device(device_fd, pci_address))
 		die("VFIO device fd %d unusable", device_fd);
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
-	ddekit_setup_event_observer(watch_events);
 	ddekit_setup_rx(on_rx);
-
-	crcs = ko_crc_table_load_symvers(symvers, err, sizeof(err));
-	if (!crcs)
-		die("%s", err);
-	kopts.crcs = crcs;
-	kopts.vermagic = read_vermagic(runtime);
-	ctx = ko_context_create(&kopts, err, sizeof(err));
-	if (!ctx)
-		die("%s", err);
-	load(runtime);
-	for (int i = 0; i < n_modules; i++)
-		load(modules[i]);
-	printf("LOADED modules=%zu\n", ko_module_count(ctx));
-
-	kernel.boot = kernel_export("us_boot");
-	kernel.cpu_enter = kernel_export("us_cpu_enter");
-	kernel.cpu_leave = kernel_export("us_cpu_leave");
-	kernel.net_open = kernel_export("us_net_open");
-	kernel.net_xmit = kernel_export("us_net_xmit");
-	kernel.irq_count = kernel_export("us_irq_count");
-	kernel.rx_frames = kernel_export("us_rx_frames");
-	kernel.skb_live = kernel_export("us_skb_live");
-	setup_percpu();
-	if (kernel.boot())
-		die("the kernel half failed to boot");
-
-	for (size_t i = 1; i < ko_module_count(ctx); i++) {
-		const struct ko_module *m = ko_module_at(ctx, i);
-		int ret = 0;
-
-		if (m->init) {
-			kernel.cpu_enter();
-			ret = ((int (*)(void))m->init)();
-			kernel.cpu_leave();
-		}
-		printf("INIT module=%s result=%d\n", m->name, ret);
-		if (ret)
-			status = 1;
-	}
+	if (start_runtime(runtime, modules, n_modules, &init_status))
+		exit(2);
+	if (init_status)
+		status = 1;
 	if (open_dev) {
 		int ret = kernel.net_open();
 
@@ -549,7 +621,6 @@ int main(int argc, char **argv)
 
 		print_stats("before_arp");
 		answered = arp_probe(5.0);
-
 		printf("ARP_WAIT answered=%d\n", answered);
 		if (!answered)
 			status = 1;

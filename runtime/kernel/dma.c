@@ -91,9 +91,9 @@ static bool mask_covers_arena(u64 mask)
 {
 	void *va;
 	unsigned long long iova;
-	unsigned long size;
+	unsigned long size, pool_size;
 
-	ddekit_dma_region(&va, &iova, &size);
+	ddekit_arena(&va, &iova, &size, &pool_size);
 	return iova + size - 1 <= mask;
 }
 

@@ -51,6 +51,7 @@ void *us_alloc(size_t size, gfp_t flags);
 void us_free(const void *p);
 size_t us_alloc_size(const void *p);
 bool us_in_dma_region(const void *p, size_t len);
+bool us_in_pool(const void *p);
 dma_addr_t us_dma_addr(phys_addr_t phys);
 
 /* timer.c / softirq */
@@ -68,6 +69,9 @@ int us_pci_init(void);
 struct net_device;
 struct sk_buff;
 struct net_device *us_first_netdev(void);
+struct netdev_queue;
+void us_net_tx_queue_check(struct netdev_queue *txq);
 void us_net_deliver(struct sk_buff *skb);
+struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size);
 
 #endif /* UNDERSTUDY_KERNEL_INTERNAL_H */

@@ -5,9 +5,11 @@
  * 5), so any of it may be given to the device and dma_map_* is arithmetic.
  *
  * The arena is the runtime's "physical memory": a physical address is the
- * offset into the region, the linear map (page_offset_base) is the region's
+ * offset into the arena, the linear map (page_offset_base) is the arena's
  * address, and vmemmap covers it with one struct page per 4 KiB, so
- * virt_to_page(), page_address() and page_to_phys() work inline in modules.
+ * virt_to_page(), page_address() and page_to_phys() work inline in modules,
+ * for the host's packet pool (zero-copy TX) as for the runtime's own part.
+ * The allocator manages the runtime's part only: [pool_size, arena size).
  *
  * The allocator hands out power-of-two blocks aligned to their size: blocks
  * below a page are carved from pages of one size class, larger ones are
@@ -48,8 +50,11 @@ struct kmem_cache *kmalloc_caches[NR_KMALLOC_TYPES][KMALLOC_SHIFT_HIGH + 1] __ro
 EXPORT_SYMBOL(kmalloc_caches);
 
 static struct {
-	char *va;
+	char *arena;		/* the whole arena: pool, then the runtime's part */
 	u64 iova;
+	unsigned long arena_size;
+	unsigned long pool_size;
+	char *va;		/* the runtime's part, which the allocator manages */
 	unsigned long size;
 	unsigned long npages;
 	u8 *page_order;		/* block order of each page, 0: never allocated */
@@ -62,17 +67,21 @@ int us_mem_init(void)
 {
 	void *va;
 	unsigned long long iova;
-	unsigned long size;
+	unsigned long size, pool_size;
 
-	ddekit_dma_region(&va, &iova, &size);
-	if (!va || size < PAGE_SIZE)
+	ddekit_arena(&va, &iova, &size, &pool_size);
+	if (!va || (pool_size & ~PAGE_MASK) || pool_size + PAGE_SIZE > size)
 		return -ENOMEM;
-	region.va = va;
+	region.arena = va;
 	region.iova = iova;
-	region.size = size & PAGE_MASK;
+	region.arena_size = size & PAGE_MASK;
+	region.pool_size = pool_size;
+	region.va = region.arena + pool_size;
+	region.size = region.arena_size - pool_size;
 	region.npages = region.size >> PAGE_SHIFT;
 	region.page_order = ddekit_zalloc(region.npages);
-	vmemmap_base = (unsigned long)ddekit_zalloc(region.npages * sizeof(struct page));
+	vmemmap_base = (unsigned long)ddekit_zalloc((region.arena_size >> PAGE_SHIFT) *
+						    sizeof(struct page));
 	if (!region.page_order || !vmemmap_base)
 		return -ENOMEM;
 	page_offset_base = (unsigned long)va;
@@ -80,15 +89,26 @@ int us_mem_init(void)
 	return 0;
 }
 
+static bool inside(const void *p, size_t len, const char *start, unsigned long size)
+{
+	return (const char *)p >= start && len <= size && (const char *)p - start <= size - len;
+}
+
+/* Anywhere in the arena: memory the device may be given. */
 bool us_in_dma_region(const void *p, size_t len)
 {
-	return (const char *)p >= region.va && len <= region.size &&
-	       (const char *)p - region.va <= region.size - len;
+	return inside(p, len, region.arena, region.arena_size);
+}
+
+/* The host's packet pool, whose buffers the allocator never hands out. */
+bool us_in_pool(const void *p)
+{
+	return inside(p, 1, region.arena, region.pool_size);
 }
 
 dma_addr_t us_dma_addr(phys_addr_t phys)
 {
-	if (phys >= region.size)
+	if (phys >= region.arena_size)
 		us_panic("DMA mapping of physical address %pa outside the arena", &phys);
 	return region.iova + phys;
 }
@@ -154,7 +174,7 @@ static unsigned int block_order(const void *p, const char *who)
 	unsigned long off = (const char *)p - region.va;
 	unsigned int order;
 
-	if (!us_in_dma_region(p, 1))
+	if (!inside(p, 1, region.va, region.size))
 		us_panic("%s(%px): not runtime memory (caller %pS)", who, p,
 			 __builtin_return_address(1));
 	order = region.page_order[off >> PAGE_SHIFT];

@@ -185,6 +185,7 @@ EXPORT_SYMBOL(dev_addr_mod);
 
 int register_netdev(struct net_device *dev)
 {
+	struct ethtool_drvinfo info = {};
 	char *percent = strchr(dev->name, '%');
 
 	if (registered)
@@ -202,12 +203,14 @@ int register_netdev(struct net_device *dev)
 	dev->ifindex = 1;
 	dev->reg_state = NETREG_REGISTERED;
 	registered = dev;
-	event("REGISTERED name=%s driver=%s mac=%pM perm=%pM mtu=%u min_mtu=%u max_mtu=%u "
-	      "features=%#llx hw_features=%#llx txqs=%u rxqs=%u carrier=%d",
-	      dev->name, dev->dev.parent ? dev_driver_string(dev->dev.parent) : "?",
-	      dev->dev_addr, dev->perm_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
-	      (unsigned long long)dev->features, (unsigned long long)dev->hw_features,
-	      dev->real_num_tx_queues, dev->real_num_rx_queues, netif_carrier_ok(dev));
+	if (dev->ethtool_ops && dev->ethtool_ops->get_drvinfo)
+		dev->ethtool_ops->get_drvinfo(dev, &info);
+	if (!info.driver[0] && dev->dev.parent)
+		strscpy(info.driver, dev_driver_string(dev->dev.parent), sizeof(info.driver));
+	ddekit_net_registered(dev->name, info.driver, info.version, dev->perm_addr,
+			      dev->dev_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
+			      dev->features, dev->hw_features, dev->real_num_tx_queues,
+			      dev->real_num_rx_queues, netif_carrier_ok(dev));
 	return 0;
 }
 EXPORT_SYMBOL(register_netdev);
@@ -231,7 +234,7 @@ void netif_carrier_on(struct net_device *dev)
 {
 	if (test_and_clear_bit(__LINK_STATE_NOCARRIER, &dev->state) &&
 	    dev->reg_state == NETREG_REGISTERED)
-		event("CARRIER name=%s on=1", dev->name);
+		ddekit_net_carrier(dev->name, 1);
 }
 EXPORT_SYMBOL(netif_carrier_on);
 
@@ -239,15 +242,34 @@ void netif_carrier_off(struct net_device *dev)
 {
 	if (!test_and_set_bit(__LINK_STATE_NOCARRIER, &dev->state) &&
 	    dev->reg_state == NETREG_REGISTERED)
-		event("CARRIER name=%s on=0", dev->name);
+		ddekit_net_carrier(dev->name, 0);
 }
 EXPORT_SYMBOL(netif_carrier_off);
 
-/* The host feeds the TX ring again once the queue runs; waiters re-check. */
+/*
+ * Whether the host was told the queue stopped. The driver stops it inline
+ * (netif_stop_queue), so us_net_xmit_buffer() notices after each frame;
+ * waking goes through here.
+ */
+static bool tx_stopped_reported;
+
+void us_net_tx_queue_check(struct netdev_queue *txq)
+{
+	bool stopped = netif_xmit_stopped(txq);
+
+	if (stopped != tx_stopped_reported) {
+		tx_stopped_reported = stopped;
+		ddekit_net_tx_queue(stopped);
+	}
+}
+
+/* The TX thread waits for this (us_wait) when the queue is stopped. */
 void netif_tx_wake_queue(struct netdev_queue *dev_queue)
 {
-	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state))
+	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state)) {
+		us_net_tx_queue_check(dev_queue);
 		us_wake();
+	}
 }
 EXPORT_SYMBOL(netif_tx_wake_queue);
 
@@ -561,96 +583,3 @@ gro_result_t napi_gro_frags(struct napi_struct *napi)
 	return GRO_NORMAL;
 }
 EXPORT_SYMBOL(napi_gro_frags);
-
-/* ---- entry points for the executable ------------------------------------ */
-
-/* dev_open(): mark the device up and running, then ndo_open and rx mode. */
-int us_net_open(void)
-{
-	struct net_device *dev;
-	int err = -ENODEV;
-
-	us_cpu_enter();
-	rtnl_lock();
-	dev = registered;
-	if (dev) {
-		set_bit(__LINK_STATE_START, &dev->state);
-		err = dev->netdev_ops->ndo_open(dev);
-		if (err) {
-			clear_bit(__LINK_STATE_START, &dev->state);
-		} else {
-			dev->flags |= IFF_UP;
-			if (dev->netdev_ops->ndo_set_rx_mode)
-				dev->netdev_ops->ndo_set_rx_mode(dev);
-		}
-	}
-	rtnl_unlock();
-	us_cpu_leave();
-	return err;
-}
-EXPORT_SYMBOL_GPL(us_net_open);
-
-int us_net_stop(void)
-{
-	struct net_device *dev;
-	int err = -ENODEV;
-
-	us_cpu_enter();
-	rtnl_lock();
-	dev = registered;
-	if (dev && netif_running(dev)) {
-		clear_bit(__LINK_STATE_START, &dev->state);
-		err = dev->netdev_ops->ndo_stop(dev);
-		dev->flags &= ~IFF_UP;
-	}
-	rtnl_unlock();
-	us_cpu_leave();
-	return err;
-}
-EXPORT_SYMBOL_GPL(us_net_stop);
-
-/*
- * __dev_queue_xmit() for one frame: copies it into a fresh skb and calls
- * ndo_start_xmit with bottom halves off and the queue's xmit lock held.
- * Returns NETDEV_TX_OK, NETDEV_TX_BUSY, or -errno.
- */
-int us_net_xmit(const void *frame, unsigned int len)
-{
-	struct net_device *dev;
-	struct netdev_queue *txq;
-	struct sk_buff *skb;
-	int ret;
-
-	if (len < ETH_HLEN)
-		return -EINVAL;
-	us_cpu_enter();
-	dev = registered;
-	ret = -ENETDOWN;
-	if (!dev || !netif_running(dev) || !netif_carrier_ok(dev))
-		goto out;
-	ret = -ENOMEM;
-	skb = netdev_alloc_skb(dev, len);
-	if (!skb)
-		goto out;
-	skb_put_data(skb, frame, len);
-	skb_reset_mac_header(skb);
-	skb->protocol = ((const struct ethhdr *)frame)->h_proto;
-	skb_set_queue_mapping(skb, 0);
-	txq = netdev_get_tx_queue(dev, 0);
-	local_bh_disable();
-	__netif_tx_lock(txq, smp_processor_id());
-	if (netif_xmit_frozen_or_stopped(txq)) {
-		ret = NETDEV_TX_BUSY;
-	} else {
-		ret = dev->netdev_ops->ndo_start_xmit(skb, dev);
-		if (ret == NETDEV_TX_OK)
-			skb = NULL;
-	}
-	__netif_tx_unlock(txq);
-	local_bh_enable();
-	kfree_skb(skb);
-out:
-	us_cpu_leave();
-	return ret;
-}
-EXPORT_SYMBOL_GPL(us_net_xmit);

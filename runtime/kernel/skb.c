@@ -64,6 +64,26 @@ struct sk_buff *__alloc_skb(unsigned int size, gfp_t gfp_mask, int flags, int no
 }
 EXPORT_SYMBOL(__alloc_skb);
 
+/*
+ * An skb around a host pool buffer holding a frame at its start (zero-copy
+ * TX): no headroom, skb_shared_info at the buffer's end.
+ */
+struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size)
+{
+	struct sk_buff *skb = kmalloc(sizeof(*skb), GFP_ATOMIC);
+
+	if (!skb)
+		return NULL;
+	build_around(skb, buffer, buffer_size);
+	if (len > skb_tailroom(skb)) {
+		kfree(skb);
+		live_skbs--;
+		return NULL;
+	}
+	__skb_put(skb, len);
+	return skb;
+}
+
 struct sk_buff *build_skb(void *data, unsigned int frag_size)
 {
 	struct sk_buff *skb = kmalloc(sizeof(*skb), GFP_ATOMIC);
@@ -111,6 +131,9 @@ EXPORT_SYMBOL(__napi_alloc_skb);
 
 static void free_head(struct sk_buff *skb)
 {
+	/* A pool buffer goes back to the host from the skb's destructor. */
+	if (us_in_pool(skb->head))
+		return;
 	if (skb->head_frag)
 		page_frag_free(skb->head);
 	else

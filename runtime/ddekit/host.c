@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The driver's side of the host connection (docs/protocol.md): messages on
+ * the control socket, and the four sDDF-style rings in shared memory with
+ * their kick/notify eventfds.
+ *
+ * Everything the kernel half reports (registration, carrier, TX queue
+ * state, log records) becomes an event line on stdout, for people and
+ * tests, and, once a control socket is set up, a protocol message.
+ *
+ * Data path: a TX thread consumes the tx ring and hands each pool buffer to
+ * the kernel half (zero copy); when the driver frees the skb the buffer goes
+ * back on tx_done. Received frames are copied into buffers the host lent on
+ * rx_fill and published on rx (the driver's RX buffers are its own).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ddekit.h"
+#include "protocol.h"
+#include "setup.h"
+
+static int control_fd = -1;
+
+static struct {
+	bool ready;
+	struct us_ring *ring[US_RING_COUNT];
+	uint32_t mask;
+	int kick_fd, notify_fd;
+	uint8_t *pool;
+	uint32_t pool_buffers, buffer_size;
+	pthread_mutex_t tx_done_lock;	/* tx_done has producers on any thread */
+	unsigned long rx_dropped;	/* frames with no rx_fill buffer */
+} rings = { .tx_done_lock = PTHREAD_MUTEX_INITIALIZER };
+
+int ddekit_setup_control(int fd)
+{
+	control_fd = fd;
+	return 0;
+}
+
+int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t len,
+			const void *tail, size_t tail_len)
+{
+	uint8_t msg[US_MSG_MAX];
+	struct us_msg_header h = { .type = type, .flags = 0, .seq = seq };
+	size_t total = sizeof(h) + len + tail_len;
+
+	if (control_fd < 0)
+		return 0;
+	if (total > sizeof(msg))
+		return -EMSGSIZE;
+	memcpy(msg, &h, sizeof(h));
+	memcpy(msg + sizeof(h), body, len);
+	if (tail_len)
+		memcpy(msg + sizeof(h) + len, tail, tail_len);
+	return send(control_fd, msg, total, MSG_NOSIGNAL) == (ssize_t)total ? 0 : -errno;
+}
+
+/* ---- taps ------------------------------------------------------------------ */
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+	snprintf(dst, size, "%s", src ? src : "");
+}
+
+void ddekit_net_registered(const char *name, const char *driver, const char *version,
+			   const unsigned char *perm_addr, const unsigned char *dev_addr,
+			   unsigned int mtu, unsigned int min_mtu, unsigned int max_mtu,
+			   unsigned long long features, unsigned long long hw_features,
+			   unsigned int n_tx_queues, unsigned int n_rx_queues, int carrier)
+{
+	struct us_registered r = {
+		.mtu = mtu, .min_mtu = min_mtu, .max_mtu = max_mtu,
+		.features = features, .hw_features = hw_features,
+		.n_tx_queues = n_tx_queues, .n_rx_queues = n_rx_queues,
+	};
+	const unsigned char *m = dev_addr, *p = perm_addr;
+	char line[512];
+
+	memcpy(r.perm_addr, perm_addr, 6);
+	memcpy(r.dev_addr, dev_addr, 6);
+	copy_str(r.driver, sizeof(r.driver), driver);
+	copy_str(r.version, sizeof(r.version), version);
+	snprintf(line, sizeof(line),
+		 "REGISTERED name=%s driver=%s version=%s "
+		 "mac=%02x:%02x:%02x:%02x:%02x:%02x perm=%02x:%02x:%02x:%02x:%02x:%02x "
+		 "mtu=%u min_mtu=%u max_mtu=%u features=%#llx hw_features=%#llx "
+		 "txqs=%u rxqs=%u carrier=%d",
+		 name, r.driver, r.version[0] ? r.version : "-",
+		 m[0], m[1], m[2], m[3], m[4], m[5], p[0], p[1], p[2], p[3], p[4], p[5],
+		 mtu, min_mtu, max_mtu, features, hw_features, n_tx_queues, n_rx_queues, carrier);
+	ddekit_event(line);
+	ddekit_send_message(US_MSG_REGISTERED, 0, &r, sizeof(r), NULL, 0);
+	/* The host learns the carrier state a driver starts with, too. */
+	if (control_fd >= 0)
+		ddekit_send_message(US_MSG_CARRIER, 0, &(struct us_carrier){ .on = !!carrier },
+				    sizeof(struct us_carrier), NULL, 0);
+}
+
+void ddekit_net_carrier(const char *name, int on)
+{
+	struct us_carrier c = { .on = !!on };
+	char line[64];
+
+	snprintf(line, sizeof(line), "CARRIER name=%s on=%d", name, c.on);
+	ddekit_event(line);
+	ddekit_send_message(US_MSG_CARRIER, 0, &c, sizeof(c), NULL, 0);
+}
+
+void ddekit_net_tx_queue(int stopped)
+{
+	struct us_tx_queue q = { .stopped = !!stopped };
+
+	ddekit_send_message(US_MSG_TX_QUEUE, 0, &q, sizeof(q), NULL, 0);
+}
+
+void ddekit_host_log(int level, const char *text, unsigned long len)
+{
+	struct us_log log = { .level = level };
+
+	if (len > US_TEXT_MAX)
+		len = US_TEXT_MAX;
+	ddekit_send_message(US_MSG_LOG, 0, &log, sizeof(log), text, len);
+}
+
+void ddekit_host_warn(const char *file, unsigned int line, const char *text)
+{
+	struct us_warn w = { .line = line };
+
+	copy_str(w.file, sizeof(w.file), file);
+	ddekit_send_message(US_MSG_WARN, 0, &w, sizeof(w), text, strnlen(text, US_TEXT_MAX));
+}
+
+/* ---- rings ----------------------------------------------------------------- */
+
+int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, int kick_fd,
+		       int notify_fd, uint32_t pool_buffers, uint32_t buffer_size)
+{
+	void *va, *arena;
+	unsigned long long iova;
+	unsigned long arena_size, pool_size;
+	uint64_t stride = us_ring_stride(ring_size);
+
+	ddekit_arena(&arena, &iova, &arena_size, &pool_size);
+	if (!ring_size || (ring_size & (ring_size - 1)) || rings_size < US_RING_COUNT * stride ||
+	    (uint64_t)pool_buffers * buffer_size != pool_size || !arena)
+		return -EINVAL;
+	va = mmap(NULL, rings_size, PROT_READ | PROT_WRITE, MAP_SHARED, rings_fd, 0);
+	if (va == MAP_FAILED)
+		return -errno;
+	for (int i = 0; i < US_RING_COUNT; i++)
+		rings.ring[i] = (struct us_ring *)((uint8_t *)va + i * stride);
+	rings.mask = ring_size - 1;
+	rings.kick_fd = kick_fd;
+	rings.notify_fd = notify_fd;
+	rings.pool = arena;
+	rings.pool_buffers = pool_buffers;
+	rings.buffer_size = buffer_size;
+	rings.ready = true;
+	return 0;
+}
+
+/* Producer side: publish one entry, signal the consumer only if it waits. */
+static void produce(struct us_ring *r, uint32_t buf, uint16_t len, uint16_t flags)
+{
+	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+	uint64_t one = 1;
+
+	r->entries[head & rings.mask] = (struct us_ring_entry){ buf, len, flags };
+	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
+	/* Order the head store before reading the flag (the consumer re-checks). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->consumer_waiting, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&r->consumer_waiting, 0, __ATOMIC_RELAXED);
+		if (write(rings.notify_fd, &one, sizeof(one)) != sizeof(one))
+			ddekit_panic("cannot signal the host (notify eventfd)");
+	}
+}
+
+/* Consumer side: the next entry, if any. */
+static bool consume(struct us_ring *r, struct us_ring_entry *e)
+{
+	uint32_t tail = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+
+	if (head == tail)
+		return false;
+	if (head - tail > rings.mask + 1)
+		ddekit_panic("the host's ring indices are inconsistent");
+	*e = r->entries[tail & rings.mask];
+	__atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* Blocks on the kick eventfd until r has an entry (sDDF's wait protocol). */
+static void wait_for_entries(struct us_ring *r)
+{
+	uint64_t count;
+
+	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
+		return;
+	if (read(rings.kick_fd, &count, sizeof(count)) < 0 && errno != EINTR)
+		ddekit_panic("cannot wait for the host (kick eventfd)");
+}
+
+void ddekit_net_tx_done(unsigned long cookie, int dropped)
+{
+	uint8_t *buffer = (uint8_t *)cookie;
+
+	if (!rings.ready || buffer < rings.pool ||
+	    buffer >= rings.pool + (uint64_t)rings.pool_buffers * rings.buffer_size)
+		ddekit_panic("tx_done of a buffer the host did not lend");
+	pthread_mutex_lock(&rings.tx_done_lock);
+	produce(rings.ring[US_RING_TX_DONE], (buffer - rings.pool) / rings.buffer_size, 0,
+		dropped ? US_TX_DONE_DROPPED : 0);
+	pthread_mutex_unlock(&rings.tx_done_lock);
+}
+
+static int (*xmit_buffer)(void *buffer, unsigned int len, unsigned int buffer_size);
+
+static void tx_thread(void *unused)
+{
+	struct us_ring *tx = rings.ring[US_RING_TX];
+
+	for (;;) {
+		struct us_ring_entry e;
+		uint8_t *buffer;
+
+		if (!consume(tx, &e)) {
+			wait_for_entries(tx);
+			continue;
+		}
+		if (e.buf >= rings.pool_buffers || e.len > rings.buffer_size) {
+			ddekit_panic("the host sent a bad tx entry");
+		}
+		buffer = rings.pool + (uint64_t)e.buf * rings.buffer_size;
+		if (xmit_buffer(buffer, e.len, rings.buffer_size))
+			ddekit_net_tx_done((unsigned long)buffer, 1);
+	}
+}
+
+int ddekit_start_tx(int (*xmit)(void *buffer, unsigned int len, unsigned int buffer_size))
+{
+	if (!rings.ready)
+		return -EINVAL;
+	xmit_buffer = xmit;
+	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
+}
+
+/* A received frame: into the next buffer the host lent on rx_fill. */
+bool ddekit_rings_rx(const void *frame, unsigned int len)
+{
+	struct us_ring_entry e;
+
+	if (!rings.ready)
+		return false;
+	if (len > rings.buffer_size || !consume(rings.ring[US_RING_RX_FILL], &e)) {
+		rings.rx_dropped++;
+		return true;
+	}
+	if (e.buf >= rings.pool_buffers)
+		ddekit_panic("the host lent a bad rx_fill buffer");
+	memcpy(rings.pool + (uint64_t)e.buf * rings.buffer_size, frame, len);
+	produce(rings.ring[US_RING_RX], e.buf, len, 0);
+	return true;
+}

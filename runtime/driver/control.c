@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The driver's request loop on the control socket (docs/protocol.md):
+ * HELLO maps the arena and rings, PROBE loads the modules and probes, and
+ * the rest turn into the kernel half's net_device operations. Every request
+ * gets a REPLY with its seq. A message of unknown type, wrong size or with
+ * out-of-range fields ends the process (exit status 2): the host never
+ * sends one, so it means the two sides disagree.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../ddekit/ddekit.h"
+#include "../ddekit/protocol.h"
+#include "../ddekit/setup.h"
+#include "driver.h"
+
+struct session {
+	int device_fd, arena_fd, rings_fd, kick_fd, notify_fd;
+	const char *runtime;
+	bool hello, probed;
+	struct us_hello geometry;
+};
+
+static __attribute__((noreturn, format(printf, 1, 2))) void violation(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("understudy-driver: protocol violation: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	printf("PROTOCOL_ERROR\n");
+	exit(2);
+}
+
+static void reply(uint32_t seq, int32_t status, const void *data, uint32_t len)
+{
+	struct us_reply r = { .status = status, .data_len = len };
+
+	if (ddekit_send_message(US_MSG_REPLY, seq, &r, sizeof(r), data, len))
+		violation("cannot send a reply: the host went away");
+}
+
+static bool terminated(const char *s, size_t size)
+{
+	return memchr(s, '\0', size) != NULL;
+}
+
+static int hello(struct session *s, const struct us_hello *h)
+{
+	uint64_t pool = (uint64_t)h->pool_buffers * h->buffer_size;
+	int err;
+
+	if (s->hello)
+		violation("a second HELLO");
+	if (h->version != US_PROTOCOL_VERSION)
+		return -EPROTONOSUPPORT;
+	if (pool != h->pool_size || pool >= h->arena_size || h->arena_size & (US_PAGE_SIZE - 1) ||
+	    pool & (US_PAGE_SIZE - 1) || h->arena_iova + h->arena_size > (1ULL << 32))
+		return -EINVAL;
+	err = ddekit_setup_arena(s->arena_fd, h->arena_iova, h->arena_size, h->pool_size);
+	if (!err)
+		err = ddekit_setup_rings(s->rings_fd, h->rings_size, h->ring_size, s->kick_fd,
+					 s->notify_fd, h->pool_buffers, h->buffer_size);
+	if (err)
+		return err;
+	s->geometry = *h;
+	s->hello = true;
+	return 0;
+}
+
+static int probe(struct session *s, const struct us_probe *p)
+{
+	const char *modules[US_MAX_MODULES];
+	int init_status, err;
+
+	if (!s->hello || s->probed)
+		violation("PROBE %s", s->probed ? "twice" : "before HELLO");
+	if (!terminated(p->pci_address, sizeof(p->pci_address)) || !p->n_modules ||
+	    p->n_modules > US_MAX_MODULES)
+		violation("PROBE with a bad PCI address or module count");
+	for (uint32_t i = 0; i < p->n_modules; i++) {
+		if (!terminated(p->modules[i], US_PATH_MAX))
+			violation("PROBE with an unterminated module path");
+		modules[i] = p->modules[i];
+	}
+	s->probed = true;
+	if (ddekit_setup_device(s->device_fd, p->pci_address))
+		return -ENODEV;
+	err = start_runtime(s->runtime, modules, p->n_modules, &init_status);
+	if (err)
+		return err;
+	if (!netdev_registered())
+		return init_status ? init_status : -ENODEV;
+	err = ddekit_start_tx(kernel.net_xmit_buffer);
+	return err;
+}
+
+static int ethtool(const struct us_ethtool *req, uint8_t *data, uint32_t *len)
+{
+	int ret;
+
+	switch (req->cmd) {
+	case US_ETHTOOL_DRVINFO: {
+		struct us_ethtool_drvinfo *info = (void *)data;
+
+		memset(info, 0, sizeof(*info));
+		ret = kernel.net_drvinfo(info->driver, info->version, info->fw_version,
+					 info->bus_info, US_NAME_MAX);
+		*len = sizeof(*info);
+		return ret;
+	}
+	case US_ETHTOOL_LINK: {
+		struct us_ethtool_link link;
+		uint32_t speed;
+
+		ret = kernel.net_link(&speed, &link.duplex, &link.autoneg, &link.port, &link.link);
+		link.speed = speed;
+		memcpy(data, &link, sizeof(link));
+		*len = sizeof(link);
+		return ret;
+	}
+	case US_ETHTOOL_STATS: {
+		struct us_ethtool_stats head = { 0 };
+		char names[US_ETHTOOL_STATS_PER_REPLY][ETH_GSTRING_LEN];
+		uint64_t values[US_ETHTOOL_STATS_PER_REPLY];
+		uint32_t total = 0;
+		int n;
+
+		n = kernel.net_stats(req->first, US_ETHTOOL_STATS_PER_REPLY, &total, names, values);
+		if (n < 0)
+			return n;
+		head.total = total;
+		head.n = n;
+		memcpy(data, &head, sizeof(head));
+		for (int i = 0; i < n; i++) {
+			struct us_ethtool_stat stat = { .value = values[i] };
+
+			snprintf(stat.name, sizeof(stat.name), "%s", names[i]);
+			memcpy(data + sizeof(head) + i * sizeof(stat), &stat, sizeof(stat));
+		}
+		*len = sizeof(head) + n * sizeof(struct us_ethtool_stat);
+		return 0;
+	}
+	}
+	violation("ETHTOOL command %u", req->cmd);
+}
+
+/* Body sizes of the requests with a fixed size. */
+static size_t body_size(uint16_t type)
+{
+	switch (type) {
+	case US_MSG_HELLO: return sizeof(struct us_hello);
+	case US_MSG_PROBE: return sizeof(struct us_probe);
+	case US_MSG_OPEN: case US_MSG_STOP: case US_MSG_PING: return 0;
+	case US_MSG_SET_MTU: return sizeof(struct us_set_mtu);
+	case US_MSG_SET_MAC: return sizeof(struct us_set_mac);
+	case US_MSG_SET_FEATURES: return sizeof(struct us_set_features);
+	case US_MSG_ETHTOOL: return sizeof(struct us_ethtool);
+	}
+	violation("unknown message type %u", type);
+}
+
+static void handle(struct session *s, const uint8_t *msg, size_t n)
+{
+	struct us_msg_header h;
+	const uint8_t *body = msg + sizeof(h);
+	size_t len = n - sizeof(h);
+	uint8_t data[US_ETHTOOL_DATA_MAX];
+	uint32_t data_len = 0;
+	int ret;
+
+	if (n < sizeof(h))
+		violation("a message of %zu bytes", n);
+	memcpy(&h, msg, sizeof(h));
+	if (h.flags)
+		violation("reserved flags %#x", h.flags);
+	if (h.type == US_MSG_SET_RX_MODE) {
+		struct us_set_rx_mode m;
+
+		if (len < sizeof(m))
+			violation("SET_RX_MODE of %zu bytes", len);
+		memcpy(&m, body, sizeof(m));
+		if (m.n_mc > US_MAX_MC || len != sizeof(m) + 6u * m.n_mc ||
+		    m.flags & ~(US_RX_MODE_PROMISC | US_RX_MODE_ALLMULTI))
+			violation("SET_RX_MODE with %u addresses in %zu bytes", m.n_mc, len);
+		reply(h.seq, s->probed ? kernel.net_set_rx_mode(m.flags, m.n_mc, body + sizeof(m))
+				       : -ENODEV, NULL, 0);
+		return;
+	}
+	if (len != body_size(h.type))
+		violation("type %u with a %zu-byte body", h.type, len);
+	if (h.type != US_MSG_HELLO && h.type != US_MSG_PROBE && h.type != US_MSG_PING &&
+	    !s->probed) {
+		reply(h.seq, -ENODEV, NULL, 0);
+		return;
+	}
+	switch (h.type) {
+	case US_MSG_HELLO: {
+		struct us_hello hl;
+
+		memcpy(&hl, body, sizeof(hl));
+		ret = hello(s, &hl);
+		break;
+	}
+	case US_MSG_PROBE: {
+		static struct us_probe p;
+
+		memcpy(&p, body, sizeof(p));
+		ret = probe(s, &p);
+		break;
+	}
+	case US_MSG_OPEN:
+		ret = kernel.net_open();
+		break;
+	case US_MSG_STOP:
+		ret = kernel.net_stop();
+		break;
+	case US_MSG_SET_MTU: {
+		struct us_set_mtu m;
+
+		memcpy(&m, body, sizeof(m));
+		ret = kernel.net_set_mtu(m.mtu);
+		break;
+	}
+	case US_MSG_SET_MAC: {
+		struct us_set_mac m;
+
+		memcpy(&m, body, sizeof(m));
+		ret = kernel.net_set_mac(m.mac);
+		break;
+	}
+	case US_MSG_SET_FEATURES: {
+		struct us_set_features f;
+
+		memcpy(&f, body, sizeof(f));
+		ret = kernel.net_set_features(f.features);
+		break;
+	}
+	case US_MSG_ETHTOOL: {
+		struct us_ethtool e;
+
+		memcpy(&e, body, sizeof(e));
+		ret = ethtool(&e, data, &data_len);
+		if (ret)
+			data_len = 0;
+		break;
+	}
+	default:	/* PING */
+		ret = 0;
+		break;
+	}
+	reply(h.seq, ret, data, data_len);
+}
+
+int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
+		 int notify_fd, const char *runtime)
+{
+	struct session s = {
+		.device_fd = device_fd, .arena_fd = arena_fd, .rings_fd = rings_fd,
+		.kick_fd = kick_fd, .notify_fd = notify_fd, .runtime = runtime,
+	};
+	static uint8_t msg[US_MSG_MAX + 1];
+
+	ddekit_setup_control(control_fd);
+	for (;;) {
+		ssize_t n = recv(control_fd, msg, sizeof(msg), 0);
+
+		if (n == 0) {
+			printf("HOST_CLOSED\n");
+			fflush(stdout);
+			_exit(0);	/* kernel threads still run: no unwinding */
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			violation("control socket: %s", strerror(errno));
+		}
+		if ((size_t)n > US_MSG_MAX)
+			violation("a message over %u bytes", US_MSG_MAX);
+		handle(&s, msg, n);
+	}
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Shared by the files of understudy-driver. */
+#ifndef UNDERSTUDY_DRIVER_H
+#define UNDERSTUDY_DRIVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define ETH_GSTRING_LEN	32
+
+/* The kernel half's entry points, found among its exports (runtime/kernel). */
+struct kernel_api {
+	int (*boot)(void);
+	void (*cpu_enter)(void);
+	void (*cpu_leave)(void);
+	int (*net_open)(void);
+	int (*net_stop)(void);
+	int (*net_xmit)(const void *frame, unsigned int len);
+	int (*net_xmit_buffer)(void *buffer, unsigned int len, unsigned int buffer_size);
+	int (*net_set_mtu)(unsigned int mtu);
+	int (*net_set_mac)(const uint8_t *mac);
+	int (*net_set_rx_mode)(uint32_t flags, unsigned int n_mc, const uint8_t *mc);
+	int (*net_set_features)(uint64_t features);
+	int (*net_drvinfo)(char *driver, char *version, char *fw_version, char *bus_info,
+			   unsigned int len);
+	int (*net_link)(uint32_t *speed, uint8_t *duplex, uint8_t *autoneg, uint8_t *port,
+			uint8_t *link);
+	int (*net_stats)(uint32_t first, uint32_t max, uint32_t *total,
+			 char (*names)[ETH_GSTRING_LEN], uint64_t *values);
+	unsigned long (*irq_count)(void);
+	unsigned long (*rx_frames)(void);
+	long (*skb_live)(void);
+};
+
+extern struct kernel_api kernel;
+
+/*
+ * Loads the kernel half and the module chain, boots the kernel half and runs
+ * every module's init. 0, or -errno if a module did not load (the reasons
+ * are on stderr and in a LOAD_FAILED line). *init_status: the first failed
+ * init's result, 0 if all succeeded.
+ */
+int start_runtime(const char *runtime, const char *const *modules, int n_modules,
+		  int *init_status);
+/* Whether the driver registered its net_device (a REGISTERED event). */
+bool netdev_registered(void);
+
+/* Serves the host's requests on the control socket until it closes. */
+int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
+		 int notify_fd, const char *runtime);
+
+#endif /* UNDERSTUDY_DRIVER_H */
