@@ -11,15 +11,33 @@
  *   garbage-message       sends random bytes as a control message
  *   echo                  behaves: returns every transmitted frame as a received
  *                         one (a loopback NIC), so the data path can be tested
+ *   obedient              behaves, moves no frames
+ *   log-flood             sends 1000 LOG lines at once ("flood line N")
+ *
+ * In every mode a control thread answers the daemon's requests after
+ * REGISTERED (OPEN, STOP, SET_*, ETHTOOL, PING), so configuration can be
+ * tested. If UNDERSTUDY_TEST_DRIVER_DIR names a directory, it is the test's
+ * remote control:
+ *   DIR/requests  the stand-in appends one line per request it received
+ *                 ("SET_MTU 1400", "SET_RX_MODE 0x1 01005e000001,...", ...);
+ *                 PINGs are only counted, in DIR/pings
+ *   DIR/refuse    lines "NAME ERRNO": requests of that type are answered
+ *                 with -ERRNO (read at every request)
+ *   DIR/hang      if it exists, the control loop stops answering at the next
+ *                 request, after appending "SILENT <CLOCK_MONOTONIC ns>"
  *
  * Like the real driver it enables bus mastering on the device (pci_set_master),
  * so the tests can see the daemon turn it off.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -61,6 +79,202 @@ static void answer(uint16_t type)
 	}
 	struct us_reply r = { .status = 0, .data_len = 0 };
 	send_msg(US_MSG_REPLY, h.seq, &r, sizeof r);
+}
+
+static const char *remote_dir;
+static char pci_address[US_PCI_ADDR_MAX];
+
+static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void record(const char *fmt, ...)
+{
+	char path[512];
+	if (!remote_dir)
+		return;
+	snprintf(path, sizeof path, "%s/requests", remote_dir);
+	FILE *f = fopen(path, "a");
+	if (!f)
+		die("open DIR/requests");
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fputc('\n', f);
+	fclose(f);
+}
+
+static bool remote_file_exists(const char *name)
+{
+	char path[512];
+	if (!remote_dir)
+		return false;
+	snprintf(path, sizeof path, "%s/%s", remote_dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/* The status the test wants for requests named `name`: 0 or -errno. */
+static int32_t wanted_status(const char *name)
+{
+	char path[512], line[128], what[64];
+	int errno_value;
+	int32_t status = 0;
+	if (!remote_dir)
+		return 0;
+	snprintf(path, sizeof path, "%s/refuse", remote_dir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "%63s %d", what, &errno_value) == 2 && !strcmp(what, name))
+			status = -errno_value;
+	fclose(f);
+	return status;
+}
+
+static void reply(uint32_t seq, int32_t status, const void *data, uint32_t len)
+{
+	unsigned char body[sizeof(struct us_reply) + US_ETHTOOL_DATA_MAX];
+	struct us_reply r = { .status = status, .data_len = status ? 0 : len };
+	memcpy(body, &r, sizeof r);
+	if (!status)
+		memcpy(body + sizeof r, data, len);
+	send_msg(US_MSG_REPLY, seq, body, sizeof r + r.data_len);
+}
+
+#define N_STATS 20 /* more than one reply holds: the host must page */
+
+static void ethtool(uint32_t seq, const struct us_ethtool *q, int32_t status)
+{
+	if (q->cmd == US_ETHTOOL_DRVINFO) {
+		struct us_ethtool_drvinfo d = { 0 };
+		strcpy(d.driver, "hostile-test");
+		strcpy(d.version, "0-stand-in");
+		strcpy(d.fw_version, "none");
+		memcpy(d.bus_info, pci_address, sizeof pci_address - 1);
+		reply(seq, status, &d, sizeof d);
+	} else if (q->cmd == US_ETHTOOL_LINK) {
+		struct us_ethtool_link l = { .speed = 1000, .duplex = 1, .autoneg = 1, .port = 0, .link = 1 };
+		reply(seq, status, &l, sizeof l);
+	} else if (q->cmd == US_ETHTOOL_STATS) {
+		unsigned char data[US_ETHTOOL_DATA_MAX];
+		struct us_ethtool_stats h = { .total = N_STATS, .n = 0 };
+		for (uint32_t i = q->first; i < N_STATS && h.n < US_ETHTOOL_STATS_PER_REPLY; i++, h.n++) {
+			struct us_ethtool_stat st = { .value = 1000 + i };
+			snprintf(st.name, sizeof st.name, "stand_in_stat_%02u", i);
+			memcpy(data + sizeof h + h.n * sizeof st, &st, sizeof st);
+		}
+		memcpy(data, &h, sizeof h);
+		reply(seq, status, data, sizeof h + h.n * sizeof(struct us_ethtool_stat));
+	} else {
+		reply(seq, -EOPNOTSUPP, NULL, 0);
+	}
+}
+
+static const char *request_name(uint16_t type)
+{
+	switch (type) {
+	case US_MSG_OPEN: return "OPEN";
+	case US_MSG_STOP: return "STOP";
+	case US_MSG_SET_MTU: return "SET_MTU";
+	case US_MSG_SET_MAC: return "SET_MAC";
+	case US_MSG_SET_RX_MODE: return "SET_RX_MODE";
+	case US_MSG_SET_FEATURES: return "SET_FEATURES";
+	case US_MSG_ETHTOOL: return "ETHTOOL";
+	case US_MSG_PING: return "PING";
+	default: return NULL;
+	}
+}
+
+/* Answers the daemon's requests for the rest of the process's life. */
+static void *control_loop(void *unused)
+{
+	unsigned char buf[US_MSG_MAX];
+	unsigned long pings = 0;
+	(void)unused;
+	for (;;) {
+		ssize_t n = recv(control_fd, buf, sizeof buf, 0);
+		if (n < (ssize_t)sizeof(struct us_msg_header))
+			die("recv request");
+		if (remote_file_exists("hang")) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			record("SILENT %lld", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+			for (;;)
+				pause();
+		}
+		struct us_msg_header h;
+		memcpy(&h, buf, sizeof h);
+		const unsigned char *body = buf + sizeof h;
+		const char *name = request_name(h.type);
+		if (!name) {
+			fprintf(stderr, "hostile-driver: unexpected request %u\n", h.type);
+			exit(2);
+		}
+		int32_t status = wanted_status(name);
+		uint8_t off = 0, on = 1;
+		switch (h.type) {
+		case US_MSG_OPEN:
+			record("OPEN");
+			reply(h.seq, status, NULL, 0);
+			if (!status)
+				send_msg(US_MSG_CARRIER, 0, &on, 1);
+			break;
+		case US_MSG_STOP:
+			record("STOP");
+			reply(h.seq, status, NULL, 0);
+			send_msg(US_MSG_CARRIER, 0, &off, 1);
+			break;
+		case US_MSG_SET_MTU: {
+			struct us_set_mtu m;
+			memcpy(&m, body, sizeof m);
+			record("SET_MTU %u", m.mtu);
+			reply(h.seq, status, NULL, 0);
+			break;
+		}
+		case US_MSG_SET_MAC: {
+			const uint8_t *a = body;
+			record("SET_MAC %02x:%02x:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3], a[4], a[5]);
+			reply(h.seq, status, NULL, 0);
+			break;
+		}
+		case US_MSG_SET_RX_MODE: {
+			struct us_set_rx_mode m;
+			char list[US_MAX_MC * 13 + 1] = "";
+			memcpy(&m, body, sizeof m);
+			for (unsigned i = 0; i < m.n_mc && i < US_MAX_MC; i++) {
+				const uint8_t *a = body + sizeof m + 6 * i;
+				snprintf(list + strlen(list), sizeof list - strlen(list), "%s%02x%02x%02x%02x%02x%02x",
+					 i ? "," : "", a[0], a[1], a[2], a[3], a[4], a[5]);
+			}
+			record("SET_RX_MODE %#x %s", m.flags, m.n_mc ? list : "-");
+			reply(h.seq, status, NULL, 0);
+			break;
+		}
+		case US_MSG_ETHTOOL: {
+			struct us_ethtool q;
+			memcpy(&q, body, sizeof q);
+			record("ETHTOOL %u %u", q.cmd, q.first);
+			ethtool(h.seq, &q, status);
+			break;
+		}
+		case US_MSG_PING:
+			pings++;
+			if (remote_dir) {
+				char path[512];
+				snprintf(path, sizeof path, "%s/pings", remote_dir);
+				FILE *f = fopen(path, "w");
+				if (f) {
+					fprintf(f, "%lu\n", pings);
+					fclose(f);
+				}
+			}
+			reply(h.seq, status, NULL, 0);
+			break;
+		default:
+			record("%s", name);
+			reply(h.seq, status, NULL, 0);
+		}
+	}
+	return NULL;
 }
 
 static void set_bus_master(void)
@@ -129,6 +343,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--arena-fd")) arena_fd = fd;
 	}
 	const char *mode = getenv("UNDERSTUDY_TEST_DRIVER_MODE");
+	remote_dir = getenv("UNDERSTUDY_TEST_DRIVER_DIR");
 	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || arena_fd < 0 || !mode) {
 		fprintf(stderr, "hostile-driver: needs the daemon's fds and UNDERSTUDY_TEST_DRIVER_MODE\n");
 		return 2;
@@ -141,6 +356,12 @@ int main(int argc, char **argv)
 		die("HELLO size");
 	memcpy(&hello, buf + sizeof(struct us_msg_header), sizeof hello);
 	answer(US_MSG_HELLO);
+	struct us_probe probe;
+	n = recv(control_fd, buf, sizeof buf, MSG_PEEK);
+	if (n != sizeof(struct us_msg_header) + sizeof probe)
+		die("PROBE size");
+	memcpy(&probe, buf + sizeof(struct us_msg_header), sizeof probe);
+	memcpy(pci_address, probe.pci_address, sizeof pci_address - 1);
 	answer(US_MSG_PROBE);
 	set_bus_master();
 
@@ -151,9 +372,9 @@ int main(int argc, char **argv)
 	strcpy(reg.driver, "hostile-test");
 	strcpy(reg.version, "0");
 	send_msg(US_MSG_REGISTERED, 0, &reg, sizeof reg);
-	uint8_t on = 1;
-	send_msg(US_MSG_CARRIER, 0, &on, 1);
-	answer(US_MSG_OPEN);
+	pthread_t control;
+	if ((errno = pthread_create(&control, NULL, control_loop, NULL)))
+		die("pthread_create");
 
 	void *rings = mmap(NULL, hello.rings_size, PROT_READ | PROT_WRITE, MAP_SHARED, rings_fd, 0);
 	if (rings == MAP_FAILED)
@@ -184,6 +405,16 @@ int main(int argc, char **argv)
 			die("send");
 	} else if (!strcmp(mode, "echo")) {
 		echo(rings, &hello);
+	} else if (!strcmp(mode, "log-flood")) {
+		for (int i = 0; i < 1000; i++) {
+			unsigned char body[sizeof(struct us_log) + 32];
+			struct us_log l = { .level = 6 };
+			memcpy(body, &l, sizeof l);
+			int len = snprintf((char *)body + sizeof l, 32, "flood line %d", i);
+			send_msg(US_MSG_LOG, 0, body, sizeof l + len);
+		}
+	} else if (!strcmp(mode, "obedient")) {
+		/* the control thread does everything */
 	} else {
 		fprintf(stderr, "hostile-driver: unknown mode %s\n", mode);
 		return 2;

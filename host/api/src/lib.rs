@@ -12,6 +12,8 @@ pub enum Request {
     /// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
     Run { device: String, modules: Vec<String>, ifname: Option<String> },
     Status,
+    /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
+    Ethtool { device: String, queries: EthtoolQueries },
     /// Stop the driver, release the device and remove the interface.
     Stop { device: String },
 }
@@ -23,15 +25,17 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default)]
     pub devices: Vec<DeviceStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ethtool: Option<EthtoolReport>,
 }
 
 impl Response {
     pub fn ok(devices: Vec<DeviceStatus>) -> Self {
-        Response { ok: true, error: None, devices }
+        Response { ok: true, error: None, devices, ethtool: None }
     }
 
     pub fn error(message: impl Into<String>) -> Self {
-        Response { ok: false, error: Some(message.into()), devices: Vec::new() }
+        Response { ok: false, error: Some(message.into()), devices: Vec::new(), ethtool: None }
     }
 }
 
@@ -55,8 +59,13 @@ pub struct Counters {
 pub enum DriverState {
     /// Spawned, HELLO/PROBE under way.
     Starting,
-    /// Registered its net_device: packets flow.
-    Running,
+    /// Registered its net_device, not opened yet: the interface has not been
+    /// set up (`ip link set IFNAME up` opens it).
+    Registered,
+    /// Opened (ndo_open): packets flow.
+    Open,
+    /// Opened, then stopped because the interface was set down.
+    Stopped,
     /// The process is gone; `death` says why, the device is stopped.
     Dead,
 }
@@ -87,7 +96,61 @@ pub struct DeviceStatus {
     pub mac: Option<String>,
     pub mtu: Option<u32>,
     pub driver_name: Option<String>,
+    /// NETIF_F_* bits of the driver's net_device (REGISTERED).
+    pub features: Option<u64>,
+    pub hw_features: Option<u64>,
+    /// The driver's MTU range (REGISTERED).
+    pub min_mtu: Option<u32>,
+    pub max_mtu: Option<u32>,
+    /// Driver log lines dropped by the rate limit.
+    pub log_lines_suppressed: u64,
     pub counters: Counters,
+}
+
+/// Which ethtool answers to ask for.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EthtoolQueries {
+    pub driver_info: bool,
+    pub link: bool,
+    pub stats: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DriverInfo {
+    pub driver: String,
+    pub version: String,
+    pub fw_version: String,
+    pub bus_info: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LinkSettings {
+    /// Mb/s; null when unknown.
+    pub speed: Option<u32>,
+    /// "full", "half", or null when unknown.
+    pub duplex: Option<String>,
+    pub autoneg: bool,
+    /// PORT_* of the kernel ABI.
+    pub port: u8,
+    pub link: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Statistic {
+    pub name: String,
+    pub value: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EthtoolReport {
+    pub device: String,
+    pub ifname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_info: Option<DriverInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Vec<Statistic>>,
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use understudy_api::{DeviceStatus, Request, Response, DEFAULT_SOCKET};
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, Request, Response, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
 ///
@@ -53,6 +53,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ask a device's driver what ethtool would: driver info, link settings,
+    /// statistics (all three unless some are picked).
+    ///
+    /// The daemon forwards the query to the driver process (its ethtool_ops
+    /// run there), so it needs a driver that has registered its net_device.
+    Ethtool {
+        /// The interface (e.g. us0) or the device's PCI address.
+        device: String,
+        /// Driver name, version, firmware version and bus address (ethtool -i).
+        #[arg(long)]
+        driver_info: bool,
+        /// Speed, duplex, autonegotiation, port and link (ethtool).
+        #[arg(long)]
+        link: bool,
+        /// The driver's statistics, name and value (ethtool -S).
+        #[arg(long)]
+        stats: bool,
+        /// Print the daemon's JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// End a device's driver, release the device and remove its interface.
     Stop {
         /// PCI address of the device.
@@ -81,7 +102,11 @@ fn print_device(d: &DeviceStatus) {
         println!("    module {}  sha256 {}", m.path, m.sha256);
     }
     if let (Some(mac), Some(mtu)) = (&d.mac, d.mtu) {
-        println!("    driver {}  mac {mac}  mtu {mtu}", d.driver_name.as_deref().unwrap_or("?"));
+        println!("    driver {}  mac {mac}  mtu {mtu} ({}..{})  features {:#x}", d.driver_name.as_deref().unwrap_or("?"),
+                 d.min_mtu.unwrap_or(0), d.max_mtu.unwrap_or(0), d.features.unwrap_or(0));
+    }
+    if d.log_lines_suppressed > 0 {
+        println!("    {} driver log lines dropped by the rate limit", d.log_lines_suppressed);
     }
     let c = &d.counters;
     println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes",
@@ -97,11 +122,45 @@ fn print_device(d: &DeviceStatus) {
     }
 }
 
+fn print_ethtool(r: &EthtoolReport) {
+    if let Some(d) = &r.driver_info {
+        println!("driver: {}\nversion: {}\nfirmware-version: {}\nbus-info: {}", d.driver, d.version, d.fw_version, d.bus_info);
+    }
+    if let Some(l) = &r.link {
+        println!("Settings for {}:", r.ifname);
+        println!("\tSpeed: {}", l.speed.map_or("Unknown!".to_string(), |s| format!("{s}Mb/s")));
+        println!("\tDuplex: {}", l.duplex.as_deref().map_or("Unknown!".to_string(), |d| {
+            let mut c = d.chars();
+            c.next().map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
+        }));
+        println!("\tPort: {}", match l.port {
+            0 => "Twisted Pair".to_string(),
+            1 => "AUI".to_string(),
+            2 => "BNC".to_string(),
+            3 => "FIBRE".to_string(),
+            4 => "MII".to_string(),
+            5 => "Direct Attach Copper".to_string(),
+            p => format!("port type {p}"),
+        });
+        println!("\tAuto-negotiation: {}", if l.autoneg { "on" } else { "off" });
+        println!("\tLink detected: {}", if l.link { "yes" } else { "no" });
+    }
+    if let Some(stats) = &r.stats {
+        println!("NIC statistics:");
+        stats.iter().for_each(|s| println!("     {}: {}", s.name, s.value));
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (request, json) = match cli.command {
         Command::Run { device, modules, ifname } => (Request::Run { device, modules, ifname }, false),
         Command::Status { json } => (Request::Status, json),
+        Command::Ethtool { device, driver_info, link, stats, json } => {
+            let all = !(driver_info || link || stats);
+            let queries = EthtoolQueries { driver_info: driver_info || all, link: link || all, stats: stats || all };
+            (Request::Ethtool { device, queries }, json)
+        }
         Command::Stop { device } => (Request::Stop { device }, false),
     };
     let response = match ask(&cli.socket, &request) {
@@ -122,6 +181,7 @@ fn main() -> ExitCode {
             }),
             Request::Status if response.devices.is_empty() => println!("no devices"),
             Request::Status => response.devices.iter().for_each(print_device),
+            Request::Ethtool { .. } => response.ethtool.iter().for_each(print_ethtool),
             Request::Stop { device } => println!("{device}: stopped and released"),
         }
     }

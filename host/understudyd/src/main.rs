@@ -6,15 +6,25 @@
 //! untrusted driver process (docs/protocol.md). The `understudy` CLI talks to
 //! it over a unix socket.
 
+mod config;
+mod ethtool_job;
+mod multicast;
+mod netlink;
 mod process;
+mod ratelimit;
 mod server;
+mod shadow;
 mod supervisor;
 mod tap;
+mod watchdog;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
+
+use crate::watchdog::Timeouts;
 
 const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime/build/understudy-driver");
 
@@ -27,7 +37,13 @@ const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime
 /// SIGTERM or SIGINT stops every driver, releases every device and removes the
 /// interfaces. Log verbosity: RUST_LOG=debug|info|warn (default info).
 ///
-/// Exit status: 0 after a clean shutdown, 1 if it could not start.
+/// A driver is alive while its control loop answers: each request must be
+/// answered in time and an idle driver is sent a PING every interval. A
+/// driver that misses a deadline is declared hung and handled like a dead
+/// one (`understudy status` says "hung: no reply to PING within N ms").
+///
+/// Exit status: 0 after a clean shutdown, 1 if it could not start (bad
+/// options or config, socket in use).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -38,6 +54,23 @@ struct Args {
     /// fds of docs/protocol.md as --control-fd, --device-fd, ... options).
     #[arg(long, default_value = DEFAULT_DRIVER)]
     driver: PathBuf,
+    /// Devices to run at start (TOML: [[device]] tables with pci, modules
+    /// and an optional ifname). A device that cannot start is logged and
+    /// skipped; a config that does not parse stops the daemon.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Send a PING after a driver has been idle this long.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    ping_interval_ms: u64,
+    /// A PING not answered within this is a hung driver.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    ping_timeout_ms: u64,
+    /// Any other request (OPEN, STOP, SET_*, ETHTOOL) not answered within this is a hung driver.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout_ms: u64,
+    /// HELLO and PROBE (module loading and the driver's probe) not answered within this is a hung driver.
+    #[arg(long, default_value_t = 60000, value_parser = clap::value_parser!(u64).range(1..))]
+    probe_timeout_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -48,7 +81,23 @@ fn main() -> ExitCode {
         log::warn!("the driver executable {} does not exist yet: `understudy run` will fail until it does \
                     (build it with `make -C runtime`, or pass --driver)", driver.display());
     }
-    match server::serve(&args.socket, driver) {
+    let config = match &args.config {
+        Some(path) => match config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => config::Config::default(),
+    };
+    let timeouts = Timeouts {
+        ping_interval: Duration::from_millis(args.ping_interval_ms),
+        ping: Duration::from_millis(args.ping_timeout_ms),
+        request: Duration::from_millis(args.request_timeout_ms),
+        probe: Duration::from_millis(args.probe_timeout_ms),
+    };
+    match server::serve(&args.socket, driver, timeouts, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

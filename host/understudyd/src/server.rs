@@ -15,7 +15,9 @@ use understudy_protocol::{MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
+use crate::config::Config;
 use crate::supervisor::{self, Handle, Setup};
+use crate::watchdog::Timeouts;
 
 /// A device is `Starting` while `run` sets it up: a second `run` is refused
 /// from the first moment, not only once the first has finished.
@@ -26,10 +28,14 @@ enum Slot {
 
 struct Daemon {
     driver: PathBuf,
+    timeouts: Timeouts,
     devices: Mutex<BTreeMap<PciAddress, Slot>>,
 }
 
-pub fn serve(socket: &Path, driver: PathBuf) -> Result<(), String> {
+/// Serves the CLI on `socket`; first starts the devices of `config`. A device
+/// of the config that cannot start is logged and left out, and the daemon
+/// serves the others (`understudy status` shows which run).
+pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
     }
@@ -40,8 +46,15 @@ pub fn serve(socket: &Path, driver: PathBuf) -> Result<(), String> {
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, devices: Mutex::new(BTreeMap::new()) });
+    let daemon = Arc::new(Daemon { driver, timeouts, devices: Mutex::new(BTreeMap::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
+    for d in config.devices {
+        match daemon.run(&d.pci, &d.modules, d.ifname) {
+            Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
+            Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
+                                   fix the cause and `understudy run` it", d.pci),
+        }
+    }
     info!("understudyd listening on {} (driver executable {})", socket.display(), daemon.driver.display());
     for conn in listener.incoming() {
         match conn {
@@ -124,6 +137,13 @@ impl Daemon {
                     Slot::Starting => None,
                 }).collect())
             }
+            Request::Ethtool { device, queries } => match self.requester_for(&device) {
+                Ok(requester) => match requester.ethtool(queries) {
+                    Ok(report) => Response { ethtool: Some(report), ..Response::ok(Vec::new()) },
+                    Err(e) => Response::error(e),
+                },
+                Err(e) => Response::error(e),
+            },
             Request::Stop { device } => match self.stop(&device) {
                 Ok(()) => Response::ok(Vec::new()),
                 Err(e) => Response::error(e),
@@ -161,7 +181,14 @@ impl Daemon {
             devices.insert(addr.clone(), Slot::Starting);
             ifname
         };
-        let setup = Setup { device: addr.clone(), modules: infos, ifname, driver_binary: self.driver.clone(), geometry: Geometry::default() };
+        let setup = Setup {
+            device: addr.clone(),
+            modules: infos,
+            ifname,
+            driver_binary: self.driver.clone(),
+            geometry: Geometry::default(),
+            timeouts: self.timeouts,
+        };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         match result {
@@ -175,6 +202,18 @@ impl Daemon {
                 Err(e)
             }
         }
+    }
+
+    /// The device named by its PCI address or its interface.
+    fn requester_for(&self, name: &str) -> Result<supervisor::Requester, String> {
+        let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        devices
+            .iter()
+            .find_map(|(addr, slot)| match slot {
+                Slot::Running(h) if addr.to_string() == name || h.status().ifname == name => Some(h.requester()),
+                _ => None,
+            })
+            .ok_or_else(|| format!("no device or interface {name} is run by this understudyd (see `understudy status`)"))
     }
 
     fn stop(&self, device: &str) -> Result<(), String> {

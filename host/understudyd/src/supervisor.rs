@@ -3,28 +3,45 @@
 //!
 //! It owns the VFIO device, the shared memory, the TAP interface and the
 //! driver's process, moves frames between TAP and rings, handles control
-//! messages, and when the driver dies (or breaks the protocol, which ends
-//! it) stops the device and keeps the interface.
+//! messages, turns the admin's changes of the TAP (rtnetlink) into requests
+//! to the driver (shadow.rs), answers ethtool queries, watches the driver's
+//! liveness (watchdog.rs), and when the driver dies, hangs or breaks the
+//! protocol, stops the device and keeps the interface.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, ModuleInfo};
-use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
+use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo};
+use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 use understudy_shm::{Geometry, SharedMemory, ShmError};
 use understudy_vfio::{bus_master_enabled, PciAddress, Vfio};
 
+use crate::ethtool_job::{Answer, EthtoolJob, Progress};
+use crate::multicast::read_multicast_list;
+use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
+use crate::ratelimit::TokenBucket;
+use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
+use crate::watchdog::{Timeouts, Watchdog};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
 const KEEP_FOR_TX: usize = 512;
+/// How often the TAP's multicast list is re-read (multicast.rs: no event announces it).
+const MULTICAST_POLL: Duration = Duration::from_millis(200);
+/// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
+/// a probe legitimately prints a dozen lines at once).
+const LOG_BURST: u32 = 20;
+const LOG_PER_SECOND: u32 = 10;
+/// How long a CLI client waits for an ethtool answer; the watchdog ends a
+/// silent driver (and so the query) long before this with sane timeouts.
+const ETHTOOL_WAIT: Duration = Duration::from_secs(120);
 
 pub struct Setup {
     pub device: PciAddress,
@@ -32,6 +49,12 @@ pub struct Setup {
     pub ifname: String,
     pub driver_binary: PathBuf,
     pub geometry: Geometry,
+    pub timeouts: Timeouts,
+}
+
+/// What the CLI asks of a running device's thread.
+enum Command {
+    Ethtool { queries: EthtoolQueries, answer: Answer },
 }
 
 /// What the rest of the daemon holds for a device.
@@ -39,7 +62,25 @@ pub struct Handle {
     status: Arc<Mutex<DeviceStatus>>,
     started: Instant,
     stop: OwnedFd,
+    requester: Requester,
     thread: Option<JoinHandle<()>>,
+}
+
+/// Asks a device's thread things, without holding the daemon's device table.
+#[derive(Clone)]
+pub struct Requester {
+    commands: mpsc::Sender<Command>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Requester {
+    /// The driver's ethtool answers (the device thread asks the driver).
+    pub fn ethtool(&self, queries: EthtoolQueries) -> Result<EthtoolReport, String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Ethtool { queries, answer }).map_err(|_| "the device's thread has ended".to_string())?;
+        signal_eventfd(self.wake.as_fd());
+        answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
 }
 
 impl Handle {
@@ -47,6 +88,10 @@ impl Handle {
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
         st
+    }
+
+    pub fn requester(&self) -> Requester {
+        self.requester.clone()
     }
 
     /// Ends the driver, releases the device and removes the interface.
@@ -88,7 +133,7 @@ fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn format_mac(mac: &[u8; 6]) -> String {
+pub fn format_mac(mac: &[u8; 6]) -> String {
     mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
@@ -103,7 +148,8 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
         .spawn(move || match Supervisor::new(setup) {
             Ok(mut s) => {
                 let stop = s.stop.try_clone().expect("dup of an eventfd");
-                let _ = tx.send(Ok((s.status.clone(), stop)));
+                let wake = s.wake.try_clone().expect("dup of an eventfd");
+                let _ = tx.send(Ok((s.status.clone(), stop, s.command_sender.clone(), wake)));
                 s.run();
             }
             Err(e) => {
@@ -112,7 +158,10 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
     match rx.recv() {
-        Ok(Ok((status, stop))) => Ok(Handle { status, started: Instant::now(), stop, thread: Some(thread) }),
+        Ok(Ok((status, stop, commands, wake))) => {
+            let requester = Requester { commands, wake: Arc::new(wake) };
+            Ok(Handle { status, started: Instant::now(), stop, requester, thread: Some(thread) })
+        }
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)
@@ -125,6 +174,34 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
 enum Fault {
     Violation(String),
     Io(String),
+    /// The driver closed its control socket: usually it is exiting.
+    Closed,
+}
+
+/// Why a request was sent, so its reply goes to the right place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// HELLO and PROBE: a refusal ends the driver.
+    Startup,
+    /// From the net shadow (shadow.rs).
+    Config,
+    Heartbeat,
+    Ethtool,
+}
+
+/// A request for the log: its name and what it carries.
+fn describe(request: &Request) -> String {
+    match request {
+        Request::SetMtu(mtu) => format!("SET_MTU {mtu}"),
+        Request::SetMac(mac) => format!("SET_MAC {}", format_mac(mac)),
+        Request::SetRxMode { flags, multicast } => format!(
+            "SET_RX_MODE{}{} with {} multicast address(es)",
+            if flags & RX_MODE_PROMISC != 0 { " promisc" } else { "" },
+            if flags & RX_MODE_ALLMULTI != 0 { " allmulti" } else { "" },
+            multicast.len()
+        ),
+        other => other.name().to_string(),
+    }
 }
 
 struct Supervisor {
@@ -137,9 +214,24 @@ struct Supervisor {
     vfio: Vfio,
     shm: SharedMemory,
     tap: Tap,
+    links: LinkMonitor,
+    ifindex: i32,
+    /// The TAP as the last netlink message (or our own change) described it.
+    tap_link: Option<LinkInfo>,
+    tap_multicast: Vec<[u8; 6]>,
+    next_multicast_poll: Instant,
+    /// The driver's net_device, from REGISTERED until the driver dies.
+    shadow: Option<NetShadow>,
+    watchdog: Watchdog,
+    log_limit: TokenBucket,
+    commands: mpsc::Receiver<Command>,
+    command_sender: mpsc::Sender<Command>,
+    wake: OwnedFd,
+    ethtool: Option<EthtoolJob>,
+    ethtool_queue: VecDeque<(EthtoolQueries, Answer)>,
     status: Arc<Mutex<DeviceStatus>>,
     next_seq: u32,
-    pending: HashMap<u32, Request>,
+    pending: HashMap<u32, (Request, Purpose)>,
     tx_stopped: bool,
     frame: Vec<u8>,
 }
@@ -151,9 +243,13 @@ impl Supervisor {
         let g = setup.geometry;
         vfio.map_dma(shm.arena().base(), g.arena_iova, g.arena_size).map_err(|e| e.to_string())?;
         let tap = Tap::create(&setup.ifname).map_err(|e| e.to_string())?;
+        let ifindex = tap.ifindex().map_err(|e| e.to_string())?;
+        let links = LinkMonitor::open().map_err(|e| format!("cannot watch {} through rtnetlink: {e}", setup.ifname))?;
+        links.request_link(ifindex).map_err(|e| format!("netlink RTM_GETLINK {}: {e}", setup.ifname))?;
         let (control, driver_control) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
-        let (kick, notify, stop) = (eventfd(), eventfd(), eventfd());
-        let (kick, notify, stop) = (kick.map_err(|e| e.to_string())?, notify.map_err(|e| e.to_string())?, stop.map_err(|e| e.to_string())?);
+        let (kick, notify, stop, wake) = (eventfd(), eventfd(), eventfd(), eventfd());
+        let (kick, notify, stop, wake) = (kick.map_err(|e| e.to_string())?, notify.map_err(|e| e.to_string())?,
+                                          stop.map_err(|e| e.to_string())?, wake.map_err(|e| e.to_string())?);
         set_nonblocking(control.as_fd());
         let driver = process::spawn(&setup.driver_binary, &DriverFds {
             control: driver_control.as_fd(),
@@ -183,8 +279,15 @@ impl Supervisor {
             mac: None,
             mtu: None,
             driver_name: None,
+            features: None,
+            hw_features: None,
+            min_mtu: None,
+            max_mtu: None,
+            log_lines_suppressed: 0,
             counters: Counters::default(),
         };
+        let (command_sender, commands) = mpsc::channel();
+        let now = Instant::now();
         let mut s = Supervisor {
             driver: Some(driver),
             control,
@@ -194,6 +297,19 @@ impl Supervisor {
             shm,
             vfio,
             tap,
+            links,
+            ifindex,
+            tap_link: None,
+            tap_multicast: Vec::new(),
+            next_multicast_poll: now,
+            shadow: None,
+            watchdog: Watchdog::new(setup.timeouts, now),
+            log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
+            commands,
+            command_sender,
+            wake,
+            ethtool: None,
+            ethtool_queue: VecDeque::new(),
             status: Arc::new(Mutex::new(status)),
             next_seq: 1,
             pending: HashMap::new(),
@@ -206,7 +322,7 @@ impl Supervisor {
             modules: setup.modules.iter().map(|m| m.path.clone()).collect(),
         };
         for request in [hello, probe] {
-            if let Err(e) = s.send_request(request) {
+            if let Err(e) = s.send_request(request, Purpose::Startup) {
                 s.end_driver(&format!("could not send its first requests: {e}"));
                 return Err(format!("the driver process did not take its first requests: {e}"));
             }
@@ -219,7 +335,7 @@ impl Supervisor {
         f(&mut st);
     }
 
-    fn send_request(&mut self, request: Request) -> io::Result<()> {
+    fn send_request(&mut self, request: Request, purpose: Purpose) -> io::Result<()> {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let bytes = request.encode(seq).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -228,15 +344,22 @@ impl Supervisor {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        self.pending.insert(seq, request);
+        self.watchdog.sent(seq, request.name(), Instant::now());
+        self.pending.insert(seq, (request, purpose));
         Ok(())
+    }
+
+    fn send(&mut self, request: Request, purpose: Purpose) -> Result<(), Fault> {
+        let name = request.name();
+        self.send_request(request, purpose).map_err(|e| Fault::Io(format!("control socket, sending {name}: {e}")))
     }
 
     fn run(&mut self) {
         loop {
             let alive = self.driver.is_some();
-            let want_tap = alive && !self.tx_stopped && self.status.lock().map(|s| s.state == DriverState::Running).unwrap_or(false);
-            let mut fds = vec![pollfd(self.stop.as_fd())];
+            let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
+            let want_tap = alive && !self.tx_stopped && open;
+            let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
             if let Some(d) = &self.driver {
                 fds.push(pollfd(d.pidfd.as_fd()));
                 fds.push(pollfd(self.control.as_fd()));
@@ -245,8 +368,9 @@ impl Supervisor {
                     fds.push(pollfd(self.tap.as_fd()));
                 }
             }
+            let timeout = self.poll_timeout(Instant::now());
             // SAFETY: fds is a valid array of pollfd.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -260,34 +384,220 @@ impl Supervisor {
                 self.shut_down();
                 return;
             }
+            if ready(1) {
+                drain_eventfd(self.wake.as_fd());
+            }
+            if ready(2) {
+                self.read_link_changes();
+            }
+            let mut outcome = self.take_commands();
             if !alive {
                 continue;
             }
-            if ready(1) {
+            if ready(3) {
                 let pid = self.driver.as_ref().map(|d| d.pid).expect("alive");
                 let how = process::wait(pid);
                 self.driver = None;
                 self.after_death(format!("the driver process {pid} {how}"));
                 continue;
             }
-            let mut outcome = Ok(());
-            if ready(2) {
+            if outcome.is_ok() && ready(4) {
                 outcome = self.handle_control();
             }
-            if outcome.is_ok() && (ready(3) || ready(4)) {
-                if ready(3) {
+            if outcome.is_ok() && (ready(5) || ready(6)) {
+                if ready(5) {
                     drain_eventfd(self.notify.as_fd());
                 }
-                outcome = self.move_frames(ready(4));
+                outcome = self.move_frames(ready(6));
+            }
+            if outcome.is_ok() {
+                outcome = self.on_timers(Instant::now());
+            }
+            if outcome.is_ok() {
+                outcome = self.reconcile();
             }
             if let Err(fault) = outcome {
                 let why = match fault {
                     Fault::Violation(v) => format!("protocol violation: {v}"),
                     Fault::Io(e) => e,
+                    Fault::Closed if self.exits_by_itself() => {
+                        let pid = self.driver.take().map(|d| d.pid).expect("alive");
+                        let how = process::wait(pid);
+                        self.after_death(format!("the driver process {pid} {how}"));
+                        continue;
+                    }
+                    Fault::Closed => "the driver closed its control socket".into(),
                 };
                 self.end_driver(&why);
             }
         }
+    }
+
+    /// A process that closed its control socket while exiting has exited
+    /// within a moment; its own death is then reported, not a kill.
+    fn exits_by_itself(&self) -> bool {
+        let Some(d) = &self.driver else { return false };
+        let mut fd = [pollfd(d.pidfd.as_fd())];
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(fd.as_mut_ptr(), 1, 500) > 0 }
+    }
+
+    /// Milliseconds until the next deadline, PING, multicast poll or log report.
+    fn poll_timeout(&self, now: Instant) -> libc::c_int {
+        let mut next = self.log_limit.next_report();
+        if self.driver.is_some() {
+            let watchdog = self.watchdog.next_event();
+            next = Some(next.map_or(watchdog, |n| n.min(watchdog)));
+            if self.shadow.is_some() {
+                next = next.map(|n| n.min(self.next_multicast_poll));
+            }
+        }
+        match next {
+            // Rounded up: waking a millisecond early would only loop.
+            Some(t) => t.saturating_duration_since(now).as_micros().div_ceil(1000).min(60_000) as libc::c_int,
+            None => -1,
+        }
+    }
+
+    fn on_timers(&mut self, now: Instant) -> Result<(), Fault> {
+        if let Some(verdict) = self.watchdog.overdue(now) {
+            return Err(Fault::Io(verdict));
+        }
+        if self.watchdog.ping_due(now) {
+            self.send(Request::Ping, Purpose::Heartbeat)?;
+        }
+        if self.shadow.is_some() && now >= self.next_multicast_poll {
+            self.read_multicast_list();
+            self.next_multicast_poll = now + MULTICAST_POLL;
+        }
+        self.report_suppressed_logs(now, false);
+        Ok(())
+    }
+
+    fn report_suppressed_logs(&mut self, now: Instant, force: bool) {
+        if let Some(n) = self.log_limit.take_suppressed(now, force) {
+            warn!("{}: {n} driver log line(s) dropped by the rate limit ({LOG_BURST} at once, {LOG_PER_SECOND}/s)",
+                  self.vfio.address());
+            self.update(|s| s.log_lines_suppressed += n);
+        }
+    }
+
+    fn read_link_changes(&mut self) {
+        match self.links.drain() {
+            Ok(Events::Links(links)) => {
+                if let Some(latest) = links.into_iter().rfind(|l| l.ifindex == self.ifindex) {
+                    self.tap_link = Some(latest);
+                    self.read_multicast_list();
+                }
+            }
+            Ok(Events::Overrun) => {
+                warn!("{}: netlink messages about {} were lost (queue overrun); asking the kernel again",
+                      self.vfio.address(), self.tap.name());
+                if let Err(e) = self.links.request_link(self.ifindex) {
+                    error!("{}: netlink RTM_GETLINK {}: {e}", self.vfio.address(), self.tap.name());
+                }
+            }
+            Err(e) => error!("{}: reading netlink: {e}", self.vfio.address()),
+        }
+    }
+
+    fn read_multicast_list(&mut self) {
+        match read_multicast_list(self.ifindex) {
+            Ok(list) => self.tap_multicast = list,
+            Err(e) => error!("{}: cannot read {}: {e}", self.vfio.address(), crate::multicast::DEV_MCAST),
+        }
+    }
+
+    /// The TAP's configuration, once netlink has described it.
+    fn tap_config(&self) -> Option<TapConfig> {
+        let link = self.tap_link.as_ref()?;
+        let shadow = self.shadow.as_ref()?;
+        Some(TapConfig {
+            up: link.up,
+            mtu: link.mtu.unwrap_or(shadow.mtu()),
+            mac: link.mac.unwrap_or(shadow.mac()),
+            rx: RxMode { promisc: link.promisc, allmulti: link.allmulti, multicast: self.tap_multicast.clone() },
+        })
+    }
+
+    /// Sends the next request that brings the driver to the TAP's
+    /// configuration, or undoes on the TAP what the driver cannot have.
+    fn reconcile(&mut self) -> Result<(), Fault> {
+        if self.driver.is_none() {
+            return Ok(());
+        }
+        loop {
+            let Some(tap) = self.tap_config() else { return Ok(()) };
+            let Some(action) = self.shadow.as_mut().and_then(|s| s.next(&tap)) else { return Ok(()) };
+            match action {
+                Action::Send(request) => {
+                    info!("{}: {}: asking the driver for {}", self.vfio.address(), self.tap.name(), describe(&request));
+                    return self.send(request, Purpose::Config);
+                }
+                Action::Undo(undo) => self.undo(undo),
+            }
+        }
+    }
+
+    /// Puts the TAP back as the driver has it (the netlink message this
+    /// causes will agree; the cached state is updated now so the next step
+    /// does not undo twice).
+    fn undo(&mut self, undo: Undo) {
+        let (dev, ifname) = (self.vfio.address().clone(), self.tap.name().to_string());
+        let link = self.tap_link.as_mut().expect("a TapConfig needs a link");
+        let result = match &undo {
+            Undo::Mtu { restore, why } => {
+                warn!("{dev}: {ifname}: {why}; its MTU is back to {restore}");
+                link.mtu = Some(*restore);
+                self.tap.set_mtu(*restore)
+            }
+            Undo::Mac { restore, why } => {
+                warn!("{dev}: {ifname}: {why}; its address is back to {}", format_mac(restore));
+                link.mac = Some(*restore);
+                self.tap.set_mac(*restore)
+            }
+            Undo::Down { why } => {
+                warn!("{dev}: {ifname}: {why}; the interface is down again (`ip link set {ifname} up` retries)");
+                link.up = false;
+                self.tap.set_down()
+            }
+        };
+        if let Err(e) = result {
+            error!("{dev}: could not undo the change on {ifname}: {e}; it now differs from the driver's");
+        }
+    }
+
+    fn take_commands(&mut self) -> Result<(), Fault> {
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
+            }
+        }
+        if self.shadow.is_none() {
+            let why = match self.driver {
+                Some(_) => "the driver has not registered its net_device yet",
+                None => "the driver is dead (see `understudy status`)",
+            };
+            for (_, answer) in self.ethtool_queue.drain(..) {
+                let _ = answer.send(Err(format!("{}: {why}", self.vfio.address())));
+            }
+            return Ok(());
+        }
+        if self.ethtool.is_none() {
+            if let Some((queries, answer)) = self.ethtool_queue.pop_front() {
+                let (job, requests) =
+                    EthtoolJob::start(self.vfio.address().to_string(), self.tap.name().to_string(), queries, answer);
+                if requests.is_empty() {
+                    job.finish();
+                    return Ok(());
+                }
+                self.ethtool = Some(job);
+                for request in requests {
+                    self.send(request, Purpose::Ethtool)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn handle_control(&mut self) -> Result<(), Fault> {
@@ -306,7 +616,7 @@ impl Supervisor {
                 };
             }
             if n == 0 {
-                return Err(Fault::Io("the driver closed its control socket".into()));
+                return Err(Fault::Closed);
             }
             let n = n as usize;
             if n > MSG_MAX {
@@ -317,33 +627,83 @@ impl Supervisor {
         }
     }
 
-    fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
+    fn handle_reply(&mut self, seq: u32, status: i32, data: &[u8]) -> Result<(), Fault> {
         let dev = self.vfio.address().clone();
-        match msg {
-            DriverMessage::Reply { seq, status, .. } => {
-                let request = self.pending.remove(&seq)
-                    .ok_or_else(|| Fault::Violation(format!("reply to seq {seq}, which no request has")))?;
-                if status != 0 {
-                    let errno = io::Error::from_raw_os_error(-status);
-                    warn!("{dev}: the driver answered {:?} with {status} ({errno})", request.type_());
-                    if matches!(request, Request::Hello(_) | Request::Probe { .. } | Request::Open) {
-                        return Err(Fault::Io(format!("request type {} failed in the driver: {errno}", request.type_())));
+        let (request, purpose) = self.pending.remove(&seq)
+            .ok_or_else(|| Fault::Violation(format!("reply to seq {seq}, which no request has")))?;
+        self.watchdog.answered(seq, Instant::now());
+        if purpose != Purpose::Ethtool && !data.is_empty() {
+            return Err(Fault::Violation(format!("the reply to {} carries {} bytes of data", request.name(), data.len())));
+        }
+        let errno = || io::Error::from_raw_os_error(-status);
+        match purpose {
+            Purpose::Startup if status < 0 => {
+                return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
+            }
+            Purpose::Startup => {}
+            Purpose::Heartbeat if status < 0 => warn!("{dev}: the driver answered PING with {status} ({})", errno()),
+            Purpose::Heartbeat => {}
+            Purpose::Config => {
+                if status < 0 {
+                    warn!("{dev}: the driver refused {}: {}", describe(&request), errno());
+                } else {
+                    info!("{dev}: the driver took {}", describe(&request));
+                }
+                if let Some(undo) = self.shadow.as_mut().and_then(|s| s.answered(status)) {
+                    self.undo(undo);
+                }
+                let shadow = self.shadow.as_ref().expect("config requests need a shadow");
+                let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
+                self.update(|s| {
+                    s.state = state;
+                    s.mtu = Some(mtu);
+                    s.mac = Some(mac);
+                });
+            }
+            Purpose::Ethtool => {
+                let Some(job) = self.ethtool.as_mut() else { return Ok(()) };
+                match job.answered(&request, status, data).map_err(|e| Fault::Violation(e.to_string()))? {
+                    Ok(Progress::Next(next)) => self.send(next, Purpose::Ethtool)?,
+                    Ok(Progress::Waiting) => {}
+                    Ok(Progress::Done) => self.ethtool.take().expect("a job").finish(),
+                    Err(why) => {
+                        // Replies to the job's other requests are dropped when they come.
+                        self.ethtool.take().expect("a job").fail(format!("{dev}: {why}"));
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
+        let dev = self.vfio.address().clone();
+        match msg {
+            DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,
             DriverMessage::Registered(r) => {
-                info!("{dev}: {} registered its net_device: MAC {}, MTU {}", r.driver, format_mac(&r.dev_addr), r.mtu);
+                if self.shadow.is_some() {
+                    return Err(Fault::Violation("a second REGISTERED".into()));
+                }
+                info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
+                       it is opened when {} is set up",
+                      r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features, self.tap.name());
                 self.tap.set_mac(r.dev_addr).map_err(|e| Fault::Io(e.to_string()))?;
                 self.tap.set_mtu(r.mtu).map_err(|e| Fault::Io(e.to_string()))?;
+                if let Some(link) = self.tap_link.as_mut() {
+                    link.mac = Some(r.dev_addr);
+                    link.mtu = Some(r.mtu);
+                }
+                self.shadow = Some(NetShadow::registered(r.mtu, r.min_mtu, r.max_mtu, r.dev_addr));
                 self.update(|s| {
-                    s.state = DriverState::Running;
+                    s.state = DriverState::Registered;
                     s.mac = Some(format_mac(&r.dev_addr));
                     s.mtu = Some(r.mtu);
+                    s.min_mtu = Some(r.min_mtu);
+                    s.max_mtu = Some(r.max_mtu);
+                    s.features = Some(r.features);
+                    s.hw_features = Some(r.hw_features);
                     s.driver_name = Some(r.driver.clone());
                 });
-                // The net_device is the TAP's stand-in: open it now so packets flow.
-                self.send_request(Request::Open).map_err(|e| Fault::Io(format!("control socket: {e}")))?;
-                self.move_frames(false)?;
             }
             DriverMessage::Carrier(on) => {
                 info!("{dev}: carrier {}", if on { "on" } else { "off" });
@@ -351,11 +711,15 @@ impl Supervisor {
                 self.update(|s| s.carrier = on);
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
-            DriverMessage::Log { level, text } => match level {
-                0..=3 => error!("{dev}: driver: {text}"),
-                4 => warn!("{dev}: driver: {text}"),
-                _ => info!("{dev}: driver: {text}"),
-            },
+            DriverMessage::Log { level, text } => {
+                if self.log_limit.admit(Instant::now()) {
+                    match level {
+                        0..=3 => error!("{dev}: driver: {text}"),
+                        4 => warn!("{dev}: driver: {text}"),
+                        _ => info!("{dev}: driver: {text}"),
+                    }
+                }
+            }
             DriverMessage::Warn { file, line, text } => warn!("{dev}: driver WARN at {file}:{line}: {text}"),
         }
         Ok(())
@@ -439,6 +803,12 @@ impl Supervisor {
         let unmapped = self.vfio.unmap_all();
         self.shm.reclaim_all();
         self.pending.clear();
+        self.watchdog = Watchdog::new(self.watchdog.timeouts(), Instant::now());
+        self.shadow = None;
+        if let Some(job) = self.ethtool.take() {
+            job.fail(format!("{dev}: the driver died before it answered"));
+        }
+        self.report_suppressed_logs(Instant::now(), true);
         self.tx_stopped = false;
         let _ = self.tap.set_carrier(false);
         let bus_master_off = report.command_after.is_some_and(|c| !bus_master_enabled(c));
@@ -476,6 +846,14 @@ impl Drop for Supervisor {
             process::kill(d.pid);
             process::wait(d.pid);
         }
+    }
+}
+
+fn state_of(phase: Phase) -> DriverState {
+    match phase {
+        Phase::Registered => DriverState::Registered,
+        Phase::Open => DriverState::Open,
+        Phase::Stopped => DriverState::Stopped,
     }
 }
 

@@ -2,6 +2,18 @@
 //! The TAP interface applications see. The daemon keeps its fd for the
 //! device's whole life (not a persistent TAP): a driver restart never makes the
 //! interface disappear, and the daemon's exit always removes it.
+//!
+//! Offloads: the driver's features (REGISTERED) are reported in `status`, but
+//! not given to the TAP with TUNSETOFFLOAD. TUNSETOFFLOAD makes the stack hand
+//! the TAP unchecksummed (CHECKSUM_PARTIAL) and unsegmented (GSO) frames, whose
+//! checksum start/offset and segment size travel only in a virtio_net_hdr
+//! (IFF_VNET_HDR), and the rings of docs/protocol.md carry none of it: an entry
+//! is a buffer, a length and no offload flags. So every frame crosses the
+//! rings finished (checksummed, at most MTU-sized) and the driver's NETIF_F_*
+//! offloads stay unused until the ring entry grows those fields. The TAP's own
+//! MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
+//! and has no ioctl to change them, so an MTU outside the driver's range is
+//! undone by the daemon after the fact (see shadow.rs).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -86,14 +98,28 @@ impl Tap {
     pub fn set_mtu(&self, mtu: u32) -> io::Result<()> {
         let mut req = IfReq::new(&self.name)?;
         req.data[..4].copy_from_slice(&(mtu as libc::c_int).to_ne_bytes());
-        // SAFETY: a plain socket for the interface ioctl; closed by OwnedFd.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-        ioctl(sock.as_fd(), libc::SIOCSIFMTU as libc::c_ulong, &mut req)
+        ioctl(inet_socket()?.as_fd(), libc::SIOCSIFMTU as libc::c_ulong, &mut req)
             .map_err(|e| io::Error::new(e.kind(), format!("SIOCSIFMTU {} {mtu}: {e}", self.name)))
+    }
+
+    /// The interface index, which netlink messages name it by.
+    pub fn ifindex(&self) -> io::Result<i32> {
+        let mut req = IfReq::new(&self.name)?;
+        ioctl(inet_socket()?.as_fd(), libc::SIOCGIFINDEX as libc::c_ulong, &mut req)
+            .map_err(|e| io::Error::new(e.kind(), format!("SIOCGIFINDEX {}: {e}", self.name)))?;
+        Ok(i32::from_ne_bytes(req.data[..4].try_into().expect("4 bytes")))
+    }
+
+    /// Takes the interface down, as the kernel leaves a device whose ndo_open failed.
+    pub fn set_down(&self) -> io::Result<()> {
+        let sock = inet_socket()?;
+        let mut req = IfReq::new(&self.name)?;
+        ioctl(sock.as_fd(), libc::SIOCGIFFLAGS as libc::c_ulong, &mut req)
+            .map_err(|e| io::Error::new(e.kind(), format!("SIOCGIFFLAGS {}: {e}", self.name)))?;
+        let flags = libc::c_short::from_ne_bytes([req.data[0], req.data[1]]) & !(libc::IFF_UP as libc::c_short);
+        req.data[..2].copy_from_slice(&flags.to_ne_bytes());
+        ioctl(sock.as_fd(), libc::SIOCSIFFLAGS as libc::c_ulong, &mut req)
+            .map_err(|e| io::Error::new(e.kind(), format!("SIOCSIFFLAGS {} down: {e}", self.name)))
     }
 
     /// One frame the stack sent, or `None` if there is none now.
@@ -115,6 +141,16 @@ impl Tap {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A plain socket for interface ioctls.
+fn inet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is a new fd we own.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 impl AsFd for Tap {

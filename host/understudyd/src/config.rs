@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `understudyd --config FILE`: the devices to run at start, in TOML.
+//!
+//! ```toml
+//! [[device]]
+//! pci = "0000:00:02.0"                                  # bound to vfio-pci
+//! modules = ["/lib/modules/6.1.0-28-amd64/kernel/drivers/net/ethernet/intel/e1000/e1000.ko"]
+//! ifname = "us0"                                        # optional: the first free usN
+//! ```
+//!
+//! Unknown keys are refused, so a misspelt key is an error, not a silent default.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default, rename = "device")]
+    pub devices: Vec<DeviceConfig>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// PCI address of a device bound to vfio-pci.
+    pub pci: String,
+    /// Kernel modules, dependencies first, the driver last.
+    pub modules: Vec<String>,
+    pub ifname: Option<String>,
+}
+
+pub fn parse(text: &str) -> Result<Config, String> {
+    let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut seen = std::collections::HashSet::new();
+    for d in &config.devices {
+        if !seen.insert(&d.pci) {
+            return Err(format!("device {} is listed twice", d.pci));
+        }
+    }
+    Ok(config)
+}
+
+pub fn load(path: &Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read the config {}: {e}", path.display()))?;
+    parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_devices_parse() {
+        let c = parse(r#"
+            [[device]]
+            pci = "0000:00:02.0"
+            modules = ["/m/e1000.ko"]
+            ifname = "us0"
+
+            [[device]]
+            pci = "0000:00:03.0"
+            modules = ["/m/mii.ko", "/m/8139cp.ko"]
+        "#).unwrap();
+        assert_eq!(c.devices.len(), 2);
+        assert_eq!(c.devices[0].ifname.as_deref(), Some("us0"));
+        assert_eq!(c.devices[1].modules, ["/m/mii.ko", "/m/8139cp.ko"]);
+        assert_eq!(c.devices[1].ifname, None);
+    }
+
+    #[test]
+    fn misspelt_keys_duplicates_and_missing_fields_are_refused() {
+        let e = parse("[[device]]\npci = \"0000:00:02.0\"\nmodule = [\"/m/e1000.ko\"]\n").unwrap_err();
+        assert!(e.contains("module"), "{e}");
+        let twice = "[[device]]\npci = \"a\"\nmodules = [\"x\"]\n[[device]]\npci = \"a\"\nmodules = [\"y\"]\n";
+        assert_eq!(parse(twice).unwrap_err(), "device a is listed twice");
+        assert!(parse("[[device]]\nmodules = [\"x\"]\n").is_err());
+        assert!(parse("").unwrap().devices.is_empty());
+    }
+}
