@@ -57,13 +57,17 @@ def iface_of(guest: Guest, dev_id: str, timeout: float = 20) -> str:
 
 def bring_up(guest: Guest, dev_id: str, timeout: float = 30) -> str:
     """Addresses a NIC on the slirp network and waits for carrier and a first ping reply."""
-    iface = iface_of(guest, dev_id)
+    return bring_up_iface(guest, iface_of(guest, dev_id), timeout, what=dev_id)
+
+
+def bring_up_iface(guest: Guest, iface: str, timeout: float = 30, what: str = "") -> str:
+    """bring_up for an interface by name (a NIC's, or understudy's TAP)."""
     script = (f"ip link set {iface} up && ip addr replace {GUEST_ADDRESS} dev {iface} && "
               f"ip route replace default via {SLIRP_GATEWAY} dev {iface} && "
               f"ping -n -c 1 -i 0.05 -w {int(timeout)} {SLIRP_GATEWAY} >/dev/null")
     res = guest.run(script, timeout=timeout + 10)
     if res.returncode != 0:
-        raise LabError(f"{iface} ({dev_id}) did not come up: {res.err.strip()}")
+        raise LabError(f"{iface} ({what or iface}) did not come up: {res.err.strip()}")
     return iface
 
 
