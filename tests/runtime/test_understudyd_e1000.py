@@ -1,0 +1,81 @@
+"""Debian's e1000.ko, run by understudyd in a driver process, carries the guest's traffic.
+
+The whole path: the stack sends on the TAP us0, understudyd puts each frame on
+the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
+(QEMU's e1000 behind the emulated IOMMU) sends it to slirp, and the replies come
+back through e1000's NAPI poll, the rx ring and the TAP. Then the driver
+process is killed mid-transfer and the daemon, the device and us0 are checked.
+"""
+import time
+
+import pytest
+
+from lab import config, net, understudy
+from lab.guest import SLIRP_GATEWAY, Guest
+
+pytestmark = pytest.mark.lab
+
+MAC = "52:54:00:12:34:56"
+BULK_BYTES = 200 * 1000 * 1000
+
+
+@pytest.fixture(scope="module")
+def bins(lab_ready, runtime_built):
+    return understudy.build()
+
+
+def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_leftover_qemu, bins):
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        ko = understudy.module_path(g, "e1000")
+        understudy.bind_vfio(g, bdf)
+        d = understudy.Daemon(g, bins)
+        d.run(bdf, [ko])
+        registered = d.wait_state(bdf, "registered", timeout=120)
+        assert registered["mac"] == MAC and registered["driver_name"] == "e1000", registered
+
+        g.run(f"ip link set us0 up && ip addr add {net.GUEST_ADDRESS} dev us0 && "
+              f"ip route replace default via {SLIRP_GATEWAY} dev us0", check=True)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
+        assert MAC in g.run("ip link show us0", check=True).out
+        assert understudy.carrier(g, "us0")
+
+        p = net.ping(g, count=100, interval=0.02)
+        print("ping", p)
+        assert p["loss_pct"] == 0, p
+
+        for direction in ("tx", "rx"):
+            b = net.bulk(g, direction, BULK_BYTES, timeout=900)
+            print("bulk", b.summary())
+            assert b.hash_ok and b.host["bytes"] == BULK_BYTES, b.summary()
+        tx_mbps = net.iperf3(g, reverse=False, seconds=5)
+        rx_mbps = net.iperf3(g, reverse=True, seconds=5)
+        print(f"iperf3 tx {tx_mbps:.1f} Mbit/s rx {rx_mbps:.1f} Mbit/s")
+        assert tx_mbps > 0 and rx_mbps > 0
+
+        # SIGKILL the driver process while a transfer runs through it.
+        assert understudy.bus_master_on(g, bdf), "e1000's probe enabled bus mastering"
+        host = net.HostBulk("rx", BULK_BYTES, timeout=60)
+        transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)],
+                           cwd=str(config.REPO_DIR))
+        try:
+            deadline = time.monotonic() + 60
+            while d.status()[bdf]["counters"]["rx_bytes"] < 5_000_000:
+                assert time.monotonic() < deadline, d.status()[bdf]
+                time.sleep(0.2)
+            g.run(["kill", "-9", str(opened["pid"])], check=True)
+            dead = d.wait_state(bdf, "dead", timeout=30)
+        finally:
+            transfer.kill()
+            host.proc.kill()
+            host.proc.wait()
+        print("dead", dead)
+        assert "killed by signal 9" in dead["death"], dead
+        assert dead["device_stop"]["bus_master_off"] and dead["device_stop"]["iommu_unmapped"]
+        assert dead["pid"] is None and not dead["carrier"]
+        assert not understudy.bus_master_on(g, bdf)
+        assert understudy.interface_exists(g, "us0"), "the TAP survives its driver"
+        assert d.alive()
+        log = d.stop()
+        assert "driver died" in log, log
