@@ -540,6 +540,8 @@ int us_pci_init(void)
 	pdev->hdr_type &= 0x7f;
 	pdev->cfg_size = PCI_CFG_SPACE_SIZE;
 	pdev->current_state = PCI_D0;
+	/* Not 0: pci_channel_offline() would call the device gone (e1000's stats). */
+	pdev->error_state = pci_channel_io_normal;
 	pdev->pm_cap = pci_find_capability(pdev, PCI_CAP_ID_PM);
 	/* A name for request_irq(); the interrupt itself is VFIO's INTx. */
 	pdev->irq = 16;
