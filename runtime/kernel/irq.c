@@ -2,8 +2,9 @@
 /*
  * Interrupts: the function's legacy INTx line, delivered by VFIO through an
  * eventfd. An IRQ thread waits on it without the CPU, takes the CPU, runs
- * the handler in hard-IRQ context (HARDIRQ_OFFSET in the preempt count) and
- * unmasks the line, which VFIO masked when it fired.
+ * the handler in hard-IRQ context (HARDIRQ_OFFSET in the preempt count),
+ * then the NET_RX softirq it raised (irq_exit()), and unmasks the line,
+ * which VFIO masked when it fired.
  *
  * While another thread holds the CPU no handler can run, which is exactly
  * local_irq_disable() on a uniprocessor; disable_irq() additionally keeps
@@ -56,6 +57,7 @@ static void irq_thread(void *arg)
 		__irq_enter_raw();
 		ret = desc->handler(desc->irq, desc->dev_id);
 		__irq_exit_raw();
+		us_softirq_on_irq_exit();
 		if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
 			desc->thread_fn(desc->irq, desc->dev_id);
 		us_cpu_leave();

@@ -198,6 +198,23 @@ bool us_in_softirq_thread(void)
 	return current == softirq_task;
 }
 
+/*
+ * NET_RX at the end of a hard interrupt, as irq_exit() runs pending
+ * softirqs: the frames the interrupt announced are polled on the IRQ
+ * thread, without a hand-over to the softirq thread. What one round leaves
+ * (budget used up) stays raised for the softirq thread, like ksoftirqd.
+ */
+void us_softirq_on_irq_exit(void)
+{
+	if (!net_rx_raised || in_interrupt())
+		return;
+	net_rx_raised = false;
+	__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+	if (us_net_rx_action())
+		us_raise_net_rx();
+	__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
+}
+
 /* Runs due timers; returns the deadline of the next one, 0 if none. */
 static u64 run_timers(void)
 {
