@@ -3,6 +3,10 @@
 bench baseline --driver D: the in-kernel driver's figures, the yardstick every
 understudy figure is divided by.  Medians over several runs, because these
 machines are noisy.
+
+bench net --driver D: the same NIC, in one guest, alternately driven by the
+in-kernel driver and by understudy (the same module file in a driver process
+behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import statistics
 import sys
 import time
 
-from . import config, net
+from . import config, net, understudy
 from .devices import NIC, lookup
 from .errors import LabError
 from .guest import Guest
@@ -25,8 +29,9 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> dict:
-    """One run of every baseline figure against the in-kernel driver."""
+def measure_traffic(guest: Guest, seconds: int) -> dict:
+    """Throughput both ways (iperf3), guest CPU per byte moved, and 100 pings, through
+    whatever interface carries the guest's default route."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
     tx = net.iperf3(guest, reverse=False, seconds=seconds)
@@ -35,16 +40,21 @@ def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> 
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
     p = net.ping(guest, count=100, interval=0.02)
+    return {"tx_mbps": tx, "rx_mbps": rx, "rtt_ms_median": p["rtt_ms_median"],
+            "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
+            "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
+            "cpu_utilisation": busy / elapsed / guest.cpus}
+
+
+def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> dict:
+    """One run of every baseline figure against the in-kernel driver."""
+    figures = measure_traffic(guest, seconds)
     reload = net.guest_workload(guest, ["reload", "--driver", driver,
                                         "--pci", guest.pci_address(dev_id)])
     if reload.get("error"):
         raise LabError(f"reload of {driver} failed: {reload['error']}")
-    return {"tx_mbps": tx, "rx_mbps": rx, "rtt_ms_median": p["rtt_ms_median"],
-            "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
-            "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
-            "cpu_utilisation": busy / elapsed / guest.cpus,
-            "reload_downtime_ms": reload["downtime_ms"], "reload_probe_ms": reload["probe_ms"],
-            "reload_link_ms": reload["link_ms"]}
+    return {**figures, "reload_downtime_ms": reload["downtime_ms"],
+            "reload_probe_ms": reload["probe_ms"], "reload_link_ms": reload["link_ms"]}
 
 
 def medians(runs: list[dict]) -> dict:
@@ -99,6 +109,77 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+NET_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",
+            "cpu_ns_per_byte", "cpu_utilisation"]
+# understudy ÷ in-kernel, of the medians: what running the driver in a process costs.
+NET_RATIOS = {"tx_ratio": "tx_mbps", "rx_ratio": "rx_mbps", "rtt_ratio": "rtt_ms_median",
+              "cpu_per_byte_ratio": "cpu_ns_per_byte"}
+
+
+def understudy_up(guest: Guest, daemon: understudy.Daemon, bdf: str, modules: list[str]) -> None:
+    """understudy runs the device's driver and us0 carries the slirp network."""
+    understudy.bind_vfio(guest, bdf)
+    daemon.run(bdf, modules, "us0")
+    daemon.wait_state(bdf, "registered", timeout=120)
+    guest.run("ip link set us0 up", check=True)
+    daemon.wait_state(bdf, "open", timeout=30, carrier=True)
+    net.bring_up_iface(guest, "us0")
+
+
+def understudy_down(guest: Guest, daemon: understudy.Daemon, bdf: str) -> None:
+    res = daemon.cli("stop", bdf)
+    if res.returncode:
+        raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
+
+
+def bench_net(driver: str, runs: int, seconds: int) -> dict:
+    """Alternating runs of the in-kernel driver and understudy on the same device."""
+    dev = lookup(driver)
+    if dev.kind != NIC:
+        raise LabError(f"{driver} is not a network driver")
+    bins = understudy.build()
+    kernel_runs, understudy_runs = [], []
+    log(f"booting a guest with {dev.name}")
+    with Guest(devices=[dev.name]) as guest:
+        bdf = guest.pci_address("nic0")
+        understudy.prepare(guest)
+        modules = understudy.module_chain(guest, dev.driver)
+        daemon = understudy.Daemon(guest, bins)
+        try:
+            for i in range(runs):
+                log(f"run {i + 1}/{runs}: in-kernel {dev.driver}")
+                understudy.bind_kernel(guest, bdf, dev.driver)
+                net.bring_up(guest, "nic0")
+                kernel_runs.append(measure_traffic(guest, seconds))
+                log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
+                understudy_up(guest, daemon, bdf, modules)
+                understudy_runs.append(measure_traffic(guest, seconds))
+                understudy_down(guest, daemon, bdf)
+        finally:
+            daemon.stop()
+    kernel, under = medians(kernel_runs), medians(understudy_runs)
+    ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
+              for name, k in NET_RATIOS.items()}
+    return {"driver": dev.driver, "device": dev.name, "abi": config.kernel().release,
+            "runs": runs, "seconds": seconds, **ratios,
+            "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
+            "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}
+
+
+def cmd_net(args) -> int:
+    report = bench_net(args.driver, args.runs, args.seconds)
+    command = "python3 -m lab " + shlex.join(sys.argv[1:])
+    if args.json:
+        print(json.dumps({**report, "command": command}, indent=2))
+    else:
+        rows = [{"driver": f"in-kernel {report['driver']}", **report["kernel"]},
+                {"driver": "understudy", **report["understudy"]}]
+        print(table(rows, NET_KEYS))
+        print("  ".join(f"{k} {_fmt(report[k])}" for k in NET_RATIOS))
+        print(f"(medians of {args.runs} alternating runs; {command})")
+    return 0
+
+
 def add_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks (table, or JSON with --json)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,3 +194,13 @@ def add_parser(sub) -> None:
     base.add_argument("--seconds", type=int, default=5, help="iperf3 duration per direction")
     base.add_argument("--json", action="store_true", help="print one JSON object")
     base.set_defaults(func=cmd_baseline)
+    netp = bsub.add_parser("net", help="understudy against the in-kernel driver, same guest and NIC",
+                           description="Alternating runs on one device, rebound between the "
+                           "in-kernel driver and vfio-pci + understudyd: iperf3 both ways, 100 "
+                           "pings, guest CPU per byte (daemon and driver process included). "
+                           "Medians, and understudy ÷ in-kernel ratios.")
+    netp.add_argument("--driver", default="e1000", help="a lab NIC's in-kernel driver")
+    netp.add_argument("--runs", type=int, default=3)
+    netp.add_argument("--seconds", type=int, default=5, help="iperf3 duration per direction")
+    netp.add_argument("--json", action="store_true", help="print one JSON object")
+    netp.set_defaults(func=cmd_net)
