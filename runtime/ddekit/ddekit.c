@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <linux/vfio.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,9 +42,7 @@ static struct {
 	char name[32];
 	struct vfio_region_info regions[VFIO_PCI_NUM_REGIONS];
 	void *bar_map[PCI_STD_BARS];
-	int irq_eventfd;
-	atomic_bool irq_attached;
-} device = { .fd = -1, .irq_eventfd = -1 };
+} device = { .fd = -1 };
 
 static struct {
 	void *va;
@@ -438,22 +435,19 @@ int ddekit_irq_attach(void)
 		close(fd);
 		return err;
 	}
-	device.irq_eventfd = fd;
-	atomic_store(&device.irq_attached, true);
-	return 0;
+	return fd;
 }
 
-int ddekit_irq_wait(void)
+int ddekit_irq_wait(int fd)
 {
 	uint64_t count;
 
-	while (atomic_load(&device.irq_attached)) {
-		if (read(device.irq_eventfd, &count, sizeof(count)) == sizeof(count))
-			return atomic_load(&device.irq_attached) ? 0 : -1;
+	for (;;) {
+		if (read(fd, &count, sizeof(count)) == sizeof(count))
+			return 0;
 		if (errno != EINTR)
-			return -1;
+			return -errno;
 	}
-	return -1;
 }
 
 void ddekit_irq_unmask(void)
@@ -462,16 +456,18 @@ void ddekit_irq_unmask(void)
 	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, 1, -1);
 }
 
-void ddekit_irq_detach(void)
+void ddekit_irq_detach(int fd)
 {
 	uint64_t one = 1;
 
-	if (!atomic_exchange(&device.irq_attached, false))
-		return;
 	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, -1);
-	/* Wakes the IRQ thread so it sees the line is gone. */
-	if (write(device.irq_eventfd, &one, sizeof(one)) != sizeof(one))
+	if (write(fd, &one, sizeof(one)) != sizeof(one))
 		ddekit_panic("cannot wake the IRQ thread");
+}
+
+void ddekit_irq_close(int fd)
+{
+	close(fd);
 }
 
 /* ---- network taps ------------------------------------------------------- */

@@ -101,14 +101,17 @@ int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
 void *ddekit_pci_bar_map(int bar);
 
 /*
- * Legacy INTx through VFIO: an eventfd the kernel signals on each interrupt;
- * VFIO masks the line until ddekit_irq_unmask().
+ * Legacy INTx through VFIO: an eventfd (returned by attach) the kernel
+ * signals on each interrupt; VFIO masks the line until ddekit_irq_unmask().
+ * detach stops the signalling and wakes the waiter once more, so it can see
+ * it was detached; the waiter then closes the eventfd.
  */
 int ddekit_irq_attach(void);
-/* Blocks (without the CPU) until an interrupt; 0, or -1 once detached. */
-int ddekit_irq_wait(void);
+/* Blocks (without the CPU) until an interrupt or the detach wake-up. */
+int ddekit_irq_wait(int eventfd);
 void ddekit_irq_unmask(void);
-void ddekit_irq_detach(void);
+void ddekit_irq_detach(int eventfd);
+void ddekit_irq_close(int eventfd);
 
 /* ---- network taps ----------------------------------------------------- */
 

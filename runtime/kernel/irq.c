@@ -24,6 +24,7 @@ struct us_irq {
 	void *dev_id;
 	const char *name;
 	int disable_depth;
+	int eventfd;
 	bool freed;
 	unsigned long count;
 };
@@ -44,8 +45,8 @@ static void irq_thread(void *arg)
 	for (;;) {
 		irqreturn_t ret;
 
-		if (ddekit_irq_wait())
-			break;
+		if (ddekit_irq_wait(desc->eventfd))
+			us_panic("IRQ %u: cannot wait for the interrupt eventfd", desc->irq);
 		us_cpu_enter();
 		while (desc->disable_depth && !desc->freed)
 			us_wait(0);
@@ -63,6 +64,7 @@ static void irq_thread(void *arg)
 		us_cpu_leave();
 		ddekit_irq_unmask();
 	}
+	ddekit_irq_close(desc->eventfd);
 	us_cpu_enter();
 	kfree(desc);
 	us_cpu_leave();
@@ -90,11 +92,16 @@ int request_threaded_irq(unsigned int irq, irq_handler_t handler, irq_handler_t 
 	desc->dev_id = dev_id;
 	desc->name = name;
 	desc->disable_depth = flags & IRQF_NO_AUTOEN ? 1 : 0;
-	err = ddekit_irq_attach();
-	if (!err)
-		err = ddekit_thread_create(irq_thread, desc, "irq");
+	desc->eventfd = ddekit_irq_attach();
+	if (desc->eventfd < 0) {
+		err = desc->eventfd;
+		kfree(desc);
+		return err;
+	}
+	err = ddekit_thread_create(irq_thread, desc, "irq");
 	if (err) {
-		ddekit_irq_detach();
+		ddekit_irq_detach(desc->eventfd);
+		ddekit_irq_close(desc->eventfd);
 		kfree(desc);
 		return err;
 	}
@@ -113,8 +120,8 @@ const void *free_irq(unsigned int irq, void *dev_id)
 	}
 	name = line->name;
 	line->freed = true;
+	ddekit_irq_detach(line->eventfd);	/* the IRQ thread frees the descriptor */
 	line = NULL;
-	ddekit_irq_detach();	/* the IRQ thread frees the descriptor */
 	us_wake();
 	return name;
 }

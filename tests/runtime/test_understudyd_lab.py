@@ -80,6 +80,14 @@ def test_guest_traffic_through_us0_and_the_driver_process(lab_ready, no_leftover
             # e1000 and e100 call it rx_packets, 8139cp rx_ok: any counter > 0 will do.
             counts = [int(v) for v in re.findall(r"^\s*\w+: (\d+)$", stats.out, re.M)]
             assert stats.returncode == 0 and max(counts) > 50, stats.out + stats.err
+
+        # Down and up again: STOP (ndo_stop: free_irq, napi_disable, ...) then OPEN.
+        # (After the statistics: 8139cp's hardware counters restart with the chip.)
+        again = g.run("ip link set us0 down && sleep 1 && ip link set us0 up && "
+                      "ping -n -c 1 -i 0.1 -w 30 10.0.2.2", timeout=60)
+        assert again.returncode == 0, again.out + again.err
+        assert net.ping(g, count=20, interval=0.02)["loss_pct"] == 0
+
         [status] = json.loads(cli("status", "--json").out)["devices"]
         daemon.kill(15)   # SIGTERM: stop the driver, release the device
         out = daemon.wait(30)
