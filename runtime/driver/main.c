@@ -54,7 +54,6 @@
 #include "../loader/loader.h"
 #include "driver.h"
 
-#define DEFAULT_SYMVERS		"/usr/src/linux-headers-6.1.0-55-amd64/Module.symvers"
 #define DEFAULT_ARENA_IOVA	0x10000000ULL
 #define DEFAULT_ARENA_SIZE	(64ULL << 20)
 #define DEFAULT_POOL_SIZE	(8ULL << 20)

@@ -58,7 +58,6 @@ dma_addr_t us_dma_addr(phys_addr_t phys);
 void us_softirq_start(void);
 void us_raise_net_rx(void);
 void us_softirq_on_irq_exit(void);
-bool us_in_softirq_thread(void);
 
 /* workqueue.c */
 void us_workqueue_start(void);

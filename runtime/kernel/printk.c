@@ -425,7 +425,8 @@ static int log_record(int default_level, const char *prefix, const char *fmt, va
 
 int vprintk(const char *fmt, va_list args)
 {
-	return log_record(LOGLEVEL_DEFAULT == -1 ? 4 : LOGLEVEL_DEFAULT, "", fmt, args);
+	/* Records without a level get the kernel's default message level. */
+	return log_record(CONFIG_MESSAGE_LOGLEVEL_DEFAULT, "", fmt, args);
 }
 EXPORT_SYMBOL(vprintk);
 

@@ -193,11 +193,6 @@ void us_raise_net_rx(void)
 	us_wake();
 }
 
-bool us_in_softirq_thread(void)
-{
-	return current == softirq_task;
-}
-
 /*
  * NET_RX at the end of a hard interrupt, as irq_exit() runs pending
  * softirqs: the frames the interrupt announced are polled on the IRQ
