@@ -31,6 +31,32 @@ static int with_rtnl(int (*fn)(struct net_device *dev, void *arg), void *arg)
 	return err;
 }
 
+/*
+ * dev_watchdog() (net/sched/sch_generic.c): a queue the driver stopped and
+ * has not sent from for watchdog_timeo is a hung transmitter, and the
+ * driver's ndo_tx_timeout resets it (e1000 schedules its reset task).
+ */
+static void tx_watchdog(struct timer_list *t)
+{
+	struct net_device *dev = from_timer(dev, t, watchdog_timer);
+
+	if (!netif_running(dev) || !netif_carrier_ok(dev) || !netif_device_present(dev))
+		goto rearm;
+	for (unsigned int i = 0; i < dev->real_num_tx_queues; i++) {
+		struct netdev_queue *txq = netdev_get_tx_queue(dev, i);
+
+		if (netif_xmit_stopped(txq) &&
+		    time_after(jiffies, READ_ONCE(txq->trans_start) + dev->watchdog_timeo)) {
+			netdev_warn(dev, "transmit queue %u timed out\n", i);
+			dev->netdev_ops->ndo_tx_timeout(dev, i);
+			break;
+		}
+	}
+rearm:
+	if (netif_running(dev))
+		mod_timer(&dev->watchdog_timer, round_jiffies(jiffies + dev->watchdog_timeo));
+}
+
 static int do_open(struct net_device *dev, void *unused)
 {
 	int err;
@@ -46,6 +72,12 @@ static int do_open(struct net_device *dev, void *unused)
 	dev->flags |= IFF_UP;
 	if (dev->netdev_ops->ndo_set_rx_mode)
 		dev->netdev_ops->ndo_set_rx_mode(dev);
+	if (dev->netdev_ops->ndo_tx_timeout) {
+		if (dev->watchdog_timeo <= 0)
+			dev->watchdog_timeo = 5 * HZ;
+		timer_setup(&dev->watchdog_timer, tx_watchdog, 0);
+		mod_timer(&dev->watchdog_timer, round_jiffies(jiffies + dev->watchdog_timeo));
+	}
 	return 0;
 }
 
@@ -55,17 +87,25 @@ int us_net_open(void)
 }
 EXPORT_SYMBOL_GPL(us_net_open);
 
-static int do_stop(struct net_device *dev, void *unused)
+/* dev_close(): also what unregister_netdev() does to a running device. */
+int us_netdev_stop(struct net_device *dev)
 {
 	int err = 0;
 
 	if (!netif_running(dev))
 		return 0;
 	clear_bit(__LINK_STATE_START, &dev->state);
+	if (dev->netdev_ops->ndo_tx_timeout)
+		timer_delete_sync(&dev->watchdog_timer);
 	if (dev->netdev_ops->ndo_stop)
 		err = dev->netdev_ops->ndo_stop(dev);
 	dev->flags &= ~IFF_UP;
 	return err;
+}
+
+static int do_stop(struct net_device *dev, void *unused)
+{
+	return us_netdev_stop(dev);
 }
 
 int us_net_stop(void)
@@ -334,10 +374,13 @@ static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait)
 		return -ENETDOWN;
 	local_bh_disable();
 	__netif_tx_lock(txq, smp_processor_id());
-	if (netif_xmit_frozen_or_stopped(txq))
+	if (netif_xmit_frozen_or_stopped(txq)) {
 		ret = NETDEV_TX_BUSY;
-	else
+	} else {
 		ret = dev->netdev_ops->ndo_start_xmit(skb, dev);
+		if (ret == NETDEV_TX_OK)
+			txq_trans_update(txq);	/* as netdev_start_xmit() does */
+	}
 	us_net_tx_queue_check(txq);
 	__netif_tx_unlock(txq);
 	local_bh_enable();

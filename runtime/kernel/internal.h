@@ -71,6 +71,7 @@ struct sk_buff;
 struct net_device *us_first_netdev(void);
 struct netdev_queue;
 void us_net_tx_queue_check(struct netdev_queue *txq);
+int us_netdev_stop(struct net_device *dev);
 void us_net_deliver(struct sk_buff *skb);
 struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size);
 

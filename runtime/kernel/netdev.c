@@ -217,10 +217,7 @@ EXPORT_SYMBOL(register_netdev);
 
 void unregister_netdev(struct net_device *dev)
 {
-	if (netif_running(dev)) {
-		dev->netdev_ops->ndo_stop(dev);
-		clear_bit(__LINK_STATE_START, &dev->state);
-	}
+	us_netdev_stop(dev);
 	if (dev->netdev_ops->ndo_uninit)
 		dev->netdev_ops->ndo_uninit(dev);
 	dev->reg_state = NETREG_UNREGISTERED;
