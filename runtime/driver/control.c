@@ -95,7 +95,7 @@ static int probe(struct session *s, const struct us_probe *p)
 	s->probed = true;
 	if (ddekit_setup_device(s->device_fd, p->pci_address))
 		return -ENODEV;
-	err = start_runtime(s->runtime, modules, p->n_modules, &init_status);
+	err = start_runtime(s->runtime, modules, p->n_modules, NULL, 0, &init_status);
 	if (err)
 		return err;
 	if (!netdev_registered())

@@ -27,6 +27,7 @@ struct kernel_api {
 			uint8_t *link);
 	int (*net_stats)(uint32_t first, uint32_t max, uint32_t *total,
 			 char (*names)[ETH_GSTRING_LEN], uint64_t *values);
+	int (*param_set)(const void *kernel_param, const char *val);
 	unsigned long (*irq_count)(void);
 	unsigned long (*rx_frames)(void);
 	long (*skb_live)(void);
@@ -36,12 +37,14 @@ extern struct kernel_api kernel;
 
 /*
  * Loads the kernel half and the module chain, boots the kernel half and runs
- * every module's init. 0, or -errno if a module did not load (the reasons
- * are on stderr and in a LOAD_FAILED line). *init_status: the first failed
- * init's result, 0 if all succeeded.
+ * every module's init. params are "module.name=value" settings applied
+ * before the inits, as insmod's arguments. 0, or -errno if a module did not
+ * load or a parameter could not be set (the reasons are on stderr and in a
+ * LOAD_FAILED or PARAM_FAILED line). *init_status: the first failed init's
+ * result, 0 if all succeeded.
  */
 int start_runtime(const char *runtime, const char *const *modules, int n_modules,
-		  int *init_status);
+		  const char *const *params, int n_params, int *init_status);
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);
 

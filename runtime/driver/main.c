@@ -20,8 +20,8 @@
  *	understudy-driver [--runtime KO] [--module KO]... [--symvers FILE]
  *		[--device-fd N --pci-address DDDD:BB:SS.F]
  *		[--arena-fd N --arena-iova X --arena-size X --pool-size X]
- *		[--open] [--wait-carrier SECONDS] [--arp SRC_IP,DST_IP]
- *		[--loglevel N]
+ *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
+ *		[--arp SRC_IP,DST_IP] [--loglevel N]
  *
  * --runtime defaults to understudy-kernel.ko next to this executable.
  * Output: one event per line on stdout (PROBE, REGISTERED, CARRIER, ...),
@@ -59,6 +59,7 @@
 #define DEFAULT_POOL_SIZE	(8ULL << 20)
 #define SELFTEST_ARENA_SIZE	(32ULL << 20)
 #define MAX_MODULES		8
+#define MAX_PARAMS		16
 #define STACK_CANARY_OFFSET	40
 #define EX_TYPE_MASK		0xff
 #define EX_TYPE_DEFAULT		1
@@ -264,6 +265,7 @@ static void find_kernel_api(void)
 	kernel.net_drvinfo = kernel_export("us_net_drvinfo");
 	kernel.net_link = kernel_export("us_net_link");
 	kernel.net_stats = kernel_export("us_net_stats");
+	kernel.param_set = kernel_export("us_param_set");
 	kernel.irq_count = kernel_export("us_irq_count");
 	kernel.rx_frames = kernel_export("us_rx_frames");
 	kernel.skb_live = kernel_export("us_skb_live");
@@ -297,8 +299,28 @@ bool netdev_registered(void)
 	return r;
 }
 
+/* "module.name=value": through the parameter's kernel_param_ops. */
+static int set_param(const char *setting)
+{
+	const char *dot = strchr(setting, '.'), *eq = strchr(setting, '=');
+	char module[64];
+	const struct ko_module *m;
+
+	if (!dot || !eq || eq < dot || (size_t)(dot - setting) >= sizeof(module))
+		return -EINVAL;
+	snprintf(module, sizeof(module), "%.*s", (int)(dot - setting), setting);
+	m = ko_find_module(ctx, module);
+	for (size_t i = 0; m && i < m->params.count; i++) {
+		const struct ko_param *p = &m->params.entries[i];
+
+		if (strlen(p->name) == (size_t)(eq - dot - 1) && !strncmp(p->name, dot + 1, eq - dot - 1))
+			return kernel.param_set((const void *)p->kernel_param, eq + 1);
+	}
+	return -ENOENT;
+}
+
 int start_runtime(const char *runtime, const char *const *modules, int n_modules,
-		  int *init_status)
+		  const char *const *params, int n_params, int *init_status)
 {
 	static struct ko_options kopts = { .resolve = resolve_ddekit };
 	struct ko_crc_table *crcs;
@@ -324,6 +346,14 @@ int start_runtime(const char *runtime, const char *const *modules, int n_modules
 	setup_percpu();
 	if (kernel.boot())
 		die("the kernel half failed to boot");
+	for (int i = 0; i < n_params; i++) {
+		int err = set_param(params[i]);
+
+		if (err) {
+			printf("PARAM_FAILED setting=%s result=%d\n", params[i], err);
+			return err;
+		}
+	}
 
 	*init_status = 0;
 	for (size_t i = 1; i < ko_module_count(ctx); i++) {
@@ -505,7 +535,8 @@ int main(int argc, char **argv)
 {
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
-	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL };
+	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
+	       OPT_PARAM };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -524,10 +555,11 @@ int main(int argc, char **argv)
 		{ "wait-carrier", required_argument, NULL, OPT_WAIT_CARRIER },
 		{ "arp", required_argument, NULL, OPT_ARP },
 		{ "loglevel", required_argument, NULL, OPT_LOGLEVEL },
+		{ "param", required_argument, NULL, OPT_PARAM },
 		{ 0 }
 	};
-	const char *runtime = NULL, *modules[MAX_MODULES], *pci_address = NULL;
-	int n_modules = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
+	const char *runtime = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
+	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
 	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status;
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
@@ -541,6 +573,11 @@ int main(int argc, char **argv)
 			if (n_modules == MAX_MODULES)
 				die("at most %d modules", MAX_MODULES);
 			modules[n_modules++] = optarg;
+			break;
+		case OPT_PARAM:
+			if (n_params == MAX_PARAMS)
+				die("at most %d parameters", MAX_PARAMS);
+			params[n_params++] = optarg;
 			break;
 		case OPT_SYMVERS: symvers = optarg; break;
 		case OPT_DEVICE_FD: device_fd = number(optarg, "--device-fd"); break;
@@ -581,7 +618,7 @@ int main(int argc, char **argv)
 	if (control_fd >= 0) {
 		if (device_fd < 0 || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 || notify_fd < 0)
 			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");
-		if (n_modules || open_dev || arp || wait_carrier > 0 || pci_address)
+		if (n_modules || n_params || open_dev || arp || wait_carrier > 0 || pci_address)
 			die("with --control-fd the host chooses modules and actions");
 		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
 				    runtime);
@@ -596,7 +633,7 @@ int main(int argc, char **argv)
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
 	ddekit_setup_rx(on_rx);
-	if (start_runtime(runtime, modules, n_modules, &init_status))
+	if (start_runtime(runtime, modules, n_modules, params, n_params, &init_status))
 		exit(2);
 	if (init_status)
 		status = 1;

@@ -270,9 +270,8 @@ EXPORT_SYMBOL(crc32_le);
 /* ---- module parameters -------------------------------------------------- */
 
 /*
- * The ops a module's __param entries point to. The driver process sets no
- * parameters today, but the tables must be real: the host may pass
- * parameters later, and a module may call these through the ops.
+ * The ops a module's __param entries point to; understudy-driver --param
+ * sets parameters through them (us_param_set).
  */
 static int parse_ll(const char *s, long long *out)
 {
@@ -372,6 +371,21 @@ const struct kernel_param_ops param_array_ops = {
 	.get = param_array_get,
 };
 EXPORT_SYMBOL(param_array_ops);
+
+/*
+ * Sets a loaded module's parameter as the kernel does from the insmod
+ * command line (parse_args): through the parameter's own ops.
+ */
+int us_param_set(const struct kernel_param *kp, const char *val)
+{
+	int err;
+
+	us_cpu_enter();
+	err = kp->ops->set(val, kp);
+	us_cpu_leave();
+	return err;
+}
+EXPORT_SYMBOL_GPL(us_param_set);
 
 /* ---- number parsing ----------------------------------------------------- */
 

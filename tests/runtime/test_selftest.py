@@ -40,6 +40,34 @@ def test_warn_once_is_reported_once_and_execution_continues(selftest_run):
     assert warn["at"].startswith("understudy_selftest+")
 
 
+@pytest.mark.parametrize("crash, reason", [
+    (1, r"BUG at .*selftest\.c:\d+"),
+    (2, r"spinlock \S+ taken twice \(deadlock\)"),
+    (3, r"sleeps in atomic context \(preempt count 0x1\)"),
+])
+def test_a_broken_module_ends_the_process_with_the_reason(runtime_built, crash, reason):
+    """BUG() (ud2 via SIGILL), a self-deadlock and sleeping under a spinlock are
+    fatal, as in the kernel; module parameters are set like insmod's arguments."""
+    res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF),
+                          "--module", str(BUILD / "understudy-selftest.ko"),
+                          "--param", f"understudy_selftest.crash={crash}"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 70, res.stdout + res.stderr
+    [panic] = [line for line in res.stdout.splitlines() if line.startswith("PANIC ")]
+    assert re.search(reason, panic), panic
+    assert "INIT" not in res.stdout
+
+
+def test_an_unknown_parameter_is_refused(runtime_built):
+    res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF),
+                          "--module", str(BUILD / "understudy-selftest.ko"),
+                          "--param", "understudy_selftest.no_such=1"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert events(res.stdout, "PARAM_FAILED") == [{"setting": "understudy_selftest.no_such=1",
+                                                   "result": "-2"}]
+
+
 def test_missing_imports_fail_the_load_with_the_complete_list(runtime_built, debian_modules):
     """igb needs much the runtime does not have yet: every missing symbol is named."""
     res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF), "--module",

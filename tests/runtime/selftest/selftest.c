@@ -396,8 +396,37 @@ static void test_warn(void)
 	CHECK(warn_once(1));
 }
 
+/*
+ * crash=N: instead of the tests, do what a broken driver does; the runtime
+ * must end the process with the reason (understudy-driver exits 70).
+ */
+static int crash;
+module_param(crash, int, 0);
+MODULE_PARM_DESC(crash, "1 BUG(), 2 a spinlock taken twice, 3 msleep with a spinlock held");
+
+static DEFINE_SPINLOCK(crash_lock);
+
+static int do_crash(void)
+{
+	switch (crash) {
+	case 1:
+		BUG();
+	case 2:
+		spin_lock(&crash_lock);
+		spin_lock(&crash_lock);
+		break;
+	case 3:
+		spin_lock(&crash_lock);
+		msleep(1);
+		break;
+	}
+	return -EINVAL;	/* still alive: the runtime missed it */
+}
+
 static int __init selftest_init(void)
 {
+	if (crash)
+		return do_crash();
 	run("percpu", test_percpu);
 	run("timers", test_timers);
 	run("workqueues", test_workqueues);
