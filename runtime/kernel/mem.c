@@ -175,8 +175,7 @@ static unsigned int block_order(const void *p, const char *who)
 	unsigned int order;
 
 	if (!inside(p, 1, region.va, region.size))
-		us_panic("%s(%px): not runtime memory (caller %pS)", who, p,
-			 __builtin_return_address(1));
+		us_panic("%s(%px): not runtime memory", who, p);
 	order = region.page_order[off >> PAGE_SHIFT];
 	if (!order || off & ((1UL << order) - 1))
 		us_panic("%s(%px): not the start of an allocated block", who, p);

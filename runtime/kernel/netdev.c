@@ -516,7 +516,11 @@ void us_net_deliver(struct sk_buff *skb)
 
 	if (!skb_mac_header_was_set(skb))
 		us_panic("received sk_buff %px without eth_type_trans()", skb);
-	if (len <= sizeof(frame)) {
+	if (!skb_is_nonlinear(skb)) {
+		rx_frames++;
+		ddekit_net_rx(skb_mac_header(skb), len);
+	} else if (len <= sizeof(frame)) {
+		/* Paged data: gathered into one buffer first. */
 		memcpy(frame, skb_mac_header(skb), mac_len);
 		if (!skb_copy_bits(skb, 0, frame + mac_len, skb->len)) {
 			rx_frames++;

@@ -17,33 +17,32 @@
 
 #include "internal.h"
 
-static void take(raw_spinlock_t *lock)
+/* ip: the lock's caller, for the report (no frame pointers to walk). */
+static void take(raw_spinlock_t *lock, unsigned long ip)
 {
 	preempt_disable();
 	if (atomic_read(&lock->raw_lock.val))
-		us_panic("spinlock %px taken twice (deadlock), caller %pS", lock,
-			 __builtin_return_address(1));
+		us_panic("spinlock %px taken twice (deadlock), caller %pS", lock, (void *)ip);
 	atomic_set(&lock->raw_lock.val, _Q_LOCKED_VAL);
 }
 
-static void release(raw_spinlock_t *lock)
+static void release(raw_spinlock_t *lock, unsigned long ip)
 {
 	if (!atomic_read(&lock->raw_lock.val))
-		us_panic("spinlock %px released but not held, caller %pS", lock,
-			 __builtin_return_address(1));
+		us_panic("spinlock %px released but not held, caller %pS", lock, (void *)ip);
 	atomic_set(&lock->raw_lock.val, 0);
 	preempt_enable();
 }
 
 void __lockfunc _raw_spin_lock(raw_spinlock_t *lock)
 {
-	take(lock);
+	take(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_lock);
 
 void __lockfunc _raw_spin_unlock(raw_spinlock_t *lock)
 {
-	release(lock);
+	release(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_unlock);
 
@@ -51,7 +50,7 @@ int __lockfunc _raw_spin_trylock(raw_spinlock_t *lock)
 {
 	if (atomic_read(&lock->raw_lock.val))
 		return 0;
-	take(lock);
+	take(lock, _RET_IP_);
 	return 1;
 }
 EXPORT_SYMBOL(_raw_spin_trylock);
@@ -62,39 +61,39 @@ EXPORT_SYMBOL(_raw_spin_trylock);
  */
 unsigned long __lockfunc _raw_spin_lock_irqsave(raw_spinlock_t *lock)
 {
-	take(lock);
+	take(lock, _RET_IP_);
 	return X86_EFLAGS_IF;
 }
 EXPORT_SYMBOL(_raw_spin_lock_irqsave);
 
 void __lockfunc _raw_spin_unlock_irqrestore(raw_spinlock_t *lock, unsigned long flags)
 {
-	release(lock);
+	release(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_unlock_irqrestore);
 
 void __lockfunc _raw_spin_lock_irq(raw_spinlock_t *lock)
 {
-	take(lock);
+	take(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_lock_irq);
 
 void __lockfunc _raw_spin_unlock_irq(raw_spinlock_t *lock)
 {
-	release(lock);
+	release(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_unlock_irq);
 
 void __lockfunc _raw_spin_lock_bh(raw_spinlock_t *lock)
 {
 	__preempt_count_add(SOFTIRQ_DISABLE_OFFSET);
-	take(lock);
+	take(lock, _RET_IP_);
 }
 EXPORT_SYMBOL(_raw_spin_lock_bh);
 
 void __lockfunc _raw_spin_unlock_bh(raw_spinlock_t *lock)
 {
-	release(lock);
+	release(lock, _RET_IP_);
 	__local_bh_enable_ip(_RET_IP_, SOFTIRQ_DISABLE_OFFSET);
 }
 EXPORT_SYMBOL(_raw_spin_unlock_bh);
