@@ -119,6 +119,10 @@ pub struct SharedMemory {
     rx_fill: Producer,
     tx_done: Consumer,
     rx: Consumer,
+    /// Buffers lent through tx / rx_fill and not yet returned. Each stays at
+    /// most ring_size, so whatever the driver does with what it holds, its
+    /// tx_done and rx always have room for every buffer it can return.
+    lent: Lent,
 }
 
 impl SharedMemory {
@@ -141,6 +145,7 @@ impl SharedMemory {
             rx_fill: Producer::new(RING_RX_FILL),
             tx_done: Consumer::new(RING_TX_DONE),
             rx: Consumer::new(RING_RX),
+            lent: Lent::default(),
         }
     }
 
@@ -157,8 +162,7 @@ impl SharedMemory {
     }
 
     pub fn lent(&self) -> Lent {
-        let count = |o| self.owners.iter().filter(|&&x| x == o).count() as u32;
-        Lent { tx: count(Owner::DriverTx), rx_fill: count(Owner::DriverRxFill) }
+        self.lent
     }
 
     fn buffer_offset(&self, buf: u32) -> usize {
@@ -187,25 +191,28 @@ impl SharedMemory {
     }
 
     /// Lends `buf` (holding a `len`-byte frame) to the driver through `tx`.
-    /// Returns `Ok(false)` if the ring is full (the buffer stays the host's),
-    /// `Ok(true)` when sent.
+    /// Returns `Ok(false)` if the ring is full or the driver already holds
+    /// ring_size tx buffers (the buffer stays the host's), `Ok(true)` when sent.
     pub fn send(&mut self, buf: u32, len: u16) -> Result<bool, ShmError> {
-        if self.tx.space(&self.rings)? == 0 {
+        if self.tx.space(&self.rings)? == 0 || self.lent.tx >= self.geometry.ring_size {
             return Ok(false);
         }
         self.owners[buf as usize] = Owner::DriverTx;
+        self.lent.tx += 1;
         self.tx.push(&self.rings, RingEntry { buf, len, flags: 0 });
         Ok(true)
     }
 
-    /// Lends free buffers through `rx_fill` until the ring is full or only
-    /// `keep_for_tx` free buffers remain. Returns how many were lent.
+    /// Lends free buffers through `rx_fill` until the ring is full, the
+    /// driver holds ring_size of them, or only `keep_for_tx` free buffers
+    /// remain. Returns how many were lent.
     pub fn fill_rx(&mut self, keep_for_tx: usize) -> Result<u32, ShmError> {
-        let mut space = self.rx_fill.space(&self.rings)?;
+        let mut space = self.rx_fill.space(&self.rings)?.min(self.geometry.ring_size - self.lent.rx_fill);
         let mut lent = 0;
         while space > 0 && self.free.len() > keep_for_tx {
             let buf = self.free.pop().expect("checked non-empty");
             self.owners[buf as usize] = Owner::DriverRxFill;
+            self.lent.rx_fill += 1;
             self.rx_fill.push(&self.rings, RingEntry { buf, len: 0, flags: 0 });
             space -= 1;
             lent += 1;
@@ -239,6 +246,10 @@ impl SharedMemory {
         }
         self.owners[buf as usize] = Owner::Host;
         self.free.push(buf);
+        match expected {
+            Owner::DriverTx => self.lent.tx -= 1,
+            _ => self.lent.rx_fill -= 1,
+        }
         Ok(())
     }
 
@@ -283,6 +294,7 @@ impl SharedMemory {
     pub fn reclaim_all(&mut self) {
         self.owners.iter_mut().for_each(|o| *o = Owner::Host);
         self.free = (0..self.geometry.pool_buffers).rev().collect();
+        self.lent = Lent::default();
         for ring in 0..RING_COUNT {
             for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {
                 counter.store(0, std::sync::atomic::Ordering::SeqCst);

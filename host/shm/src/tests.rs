@@ -204,6 +204,32 @@ fn a_full_tx_ring_keeps_the_buffer_with_the_host() {
 }
 
 #[test]
+fn the_driver_never_holds_more_buffers_than_its_return_rings_hold() {
+    // A driver that consumed tx and rx_fill but has returned nothing yet
+    // (frames on the NIC, a slow host): lending more would let its
+    // completions overflow tx_done and rx. The pool has buffers to spare.
+    let mut host = SharedMemory::create(Geometry { pool_buffers: 32, ..GEOMETRY }).unwrap();
+    let driver = Driver::attach(&host);
+    for _ in 0..8 {
+        send_one(&mut host, &[0; 60]);
+    }
+    assert_eq!(host.fill_rx(0).unwrap(), 8);
+    while driver.consume(RING_TX).is_some() {}
+    while driver.consume(RING_RX_FILL).is_some() {}
+    let buf = host.take_free().unwrap();
+    assert!(!host.send(buf, 60).unwrap(), "the tx ring is empty, but 8 buffers are out");
+    host.put_free(buf);
+    assert_eq!(host.fill_rx(0).unwrap(), 0);
+    assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 8 });
+
+    driver.produce(RING_TX_DONE, 0, 60, 0);
+    assert!(host.reap_tx_done().unwrap().is_some());
+    let buf = host.take_free().unwrap();
+    assert!(host.send(buf, 60).unwrap(), "one returned, one more may go");
+    assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 8 });
+}
+
+#[test]
 fn wakeups_follow_the_consumer_waiting_flag() {
     let (mut host, driver) = setup();
     send_one(&mut host, &[0; 60]);
