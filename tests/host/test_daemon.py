@@ -3,79 +3,34 @@ with nothing left behind, and surviving drivers that misbehave or die.
 
 The driver process here is tests/host/hostile_driver.c, a test stand-in that
 gets the device "running" and then breaks the protocol or kills itself."""
-import json
 import time
 
 import pytest
 
+from lab import understudy
 from lab.guest import Guest
+from lab.understudy import bind_vfio, bus_master_on, interface_exists
 
 pytestmark = pytest.mark.lab
 SOCKET = "/run/understudy-test.sock"
 
 
-class Daemon:
+class Daemon(understudy.Daemon):
     """understudyd running in the guest with the hostile stand-in as its driver."""
 
     def __init__(self, g: Guest, bins: dict, mode: str, *options: str, remote_dir: str | None = None):
-        self.g, self.bins = g, bins
-        env = {"UNDERSTUDY_TEST_DRIVER_MODE": mode, "RUST_LOG": "info"}
+        env = {"UNDERSTUDY_TEST_DRIVER_MODE": mode}
         if remote_dir:
             env["UNDERSTUDY_TEST_DRIVER_DIR"] = remote_dir
-        self.proc = g.spawn([str(bins["understudyd"]), "--socket", SOCKET, "--driver", str(bins["hostile_driver"]),
-                             *options], env=env)
-        deadline = time.monotonic() + 30
-        while self.cli("status").returncode == 3:
-            assert self.proc.poll() is None, self.proc.wait(1).err
-            assert time.monotonic() < deadline, "understudyd did not start listening"
-            time.sleep(0.2)
-
-    def cli(self, *args: str):
-        return self.g.run([str(self.bins["understudy"]), "--socket", SOCKET, *args], timeout=60)
-
-    def status(self) -> dict:
-        res = self.cli("status", "--json")
-        assert res.returncode == 0, res.err
-        return {d["device"]: d for d in json.loads(res.out)["devices"]}
-
-    def wait_state(self, bdf: str, state: str, timeout: float = 60) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            d = self.status()[bdf]
-            if d["state"] == state:
-                return d
-            assert time.monotonic() < deadline, f"{bdf} never reached {state}: {d}"
-            time.sleep(0.3)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> str:
-        self.proc.kill(15)
-        return self.proc.wait(30).err
-
-
-def bus_master_on(g: Guest, bdf: str) -> bool:
-    config = g.read_file(f"/sys/bus/pci/devices/{bdf}/config")
-    return bool(int.from_bytes(config[4:6], "little") & 0x4)
-
-
-def interface_exists(g: Guest, name: str) -> bool:
-    return g.run(f"test -e /sys/class/net/{name}").returncode == 0
+        super().__init__(g, bins, bins["hostile_driver"], *options, env=env, socket=SOCKET)
 
 
 def driver_processes(g: Guest, bins: dict) -> str:
     return g.run(["pgrep", "-x", bins["hostile_driver"].name]).out.strip()
 
 
-def bind_vfio(g: Guest, bdf: str) -> None:
-    g.run(f"echo vfio-pci > /sys/bus/pci/devices/{bdf}/driver_override && "
-          f"echo {bdf} > /sys/bus/pci/devices/{bdf}/driver/unbind && "
-          f"echo {bdf} > /sys/bus/pci/drivers_probe", check=True)
-
-
 def e1000_module(g: Guest) -> str:
-    return g.run("readlink -f $(modinfo -n e1000)", check=True).out.strip()
+    return understudy.module_path(g, "e1000")
 
 
 def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries):
