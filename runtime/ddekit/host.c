@@ -175,6 +175,9 @@ static void produce(struct us_ring *r, uint32_t buf, uint16_t len, uint16_t flag
 	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	uint64_t one = 1;
 
+	/* The host lends at most ring_size buffers, so tx_done and rx never fill. */
+	if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) > rings.mask)
+		ddekit_panic("a completion ring is full: the host lent more than ring_size buffers");
 	r->entries[head & rings.mask] = (struct us_ring_entry){ buf, len, flags };
 	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
 	/* Order the head store before reading the flag (the consumer re-checks). */
