@@ -56,14 +56,16 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
 
         # SIGKILL the driver process while a transfer runs through it.
         assert understudy.bus_master_on(g, bdf), "e1000's probe enabled bus mastering"
+        received_before = d.status()[bdf]["counters"]["rx_bytes"]
         host = net.HostBulk("rx", BULK_BYTES, timeout=60)
         transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)],
                            cwd=str(config.REPO_DIR))
         try:
             deadline = time.monotonic() + 60
-            while d.status()[bdf]["counters"]["rx_bytes"] < 5_000_000:
+            while d.status()[bdf]["counters"]["rx_bytes"] < received_before + 5_000_000:
                 assert time.monotonic() < deadline, d.status()[bdf]
                 time.sleep(0.2)
+            assert transfer.poll() is None, "the transfer ended before the driver was killed"
             g.run(["kill", "-9", str(opened["pid"])], check=True)
             dead = d.wait_state(bdf, "dead", timeout=30)
         finally:
