@@ -45,6 +45,10 @@ extern struct kernel_api kernel;
  */
 int start_runtime(const char *runtime, const char *const *modules, int n_modules,
 		  const char *const *params, int n_params, int *init_status);
+/* Tells gdb (JIT interface) where a loaded module's sections are. */
+struct ko_module;
+void debugger_register_module(const struct ko_module *m);
+
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);
 

@@ -226,8 +226,10 @@ static const struct ko_module *load(const char *path)
 	const struct ko_module *m = ko_load_file(ctx, path);
 	const struct ko_error *err;
 
-	if (m)
+	if (m) {
+		debugger_register_module(m);
 		return m;
+	}
 	err = ko_last_error(ctx);
 	fprintf(stderr, "understudy-driver: %s\n", err->message);
 	for (size_t i = 0; i < err->n_problems; i++)
