@@ -9,6 +9,8 @@
 mod region;
 mod ring;
 
+use std::collections::VecDeque;
+
 use understudy_protocol::{
     ring_stride, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_RX, RING_RX_FILL, RING_TX, RING_TX_DONE,
     TX_DONE_DROPPED,
@@ -102,6 +104,15 @@ pub struct TxDone {
     pub dropped: bool,
 }
 
+/// A frame lent through `tx` that the driver never completed: after its
+/// death the buffer is the host's again but still holds the frame, so a new
+/// driver can be given it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UncompletedTx {
+    pub buf: u32,
+    pub len: u16,
+}
+
 /// Counts for `status`: how many buffers the driver holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Lent {
@@ -123,6 +134,9 @@ pub struct SharedMemory {
     /// most ring_size, so whatever the driver does with what it holds, its
     /// tx_done and rx always have room for every buffer it can return.
     lent: Lent,
+    /// The frames lent through `tx` and not yet completed, oldest first: what
+    /// a restarted driver must send again (and nothing it already completed).
+    tx_in_flight: VecDeque<UncompletedTx>,
 }
 
 impl SharedMemory {
@@ -146,6 +160,7 @@ impl SharedMemory {
             tx_done: Consumer::new(RING_TX_DONE),
             rx: Consumer::new(RING_RX),
             lent: Lent::default(),
+            tx_in_flight: VecDeque::new(),
         }
     }
 
@@ -199,6 +214,7 @@ impl SharedMemory {
         }
         self.owners[buf as usize] = Owner::DriverTx;
         self.lent.tx += 1;
+        self.tx_in_flight.push_back(UncompletedTx { buf, len });
         self.tx.push(&self.rings, RingEntry { buf, len, flags: 0 });
         Ok(true)
     }
@@ -247,7 +263,14 @@ impl SharedMemory {
         self.owners[buf as usize] = Owner::Host;
         self.free.push(buf);
         match expected {
-            Owner::DriverTx => self.lent.tx -= 1,
+            Owner::DriverTx => {
+                self.lent.tx -= 1;
+                // Drivers complete in order almost always, so this is the
+                // front; a driver may also complete out of order (at most
+                // ring_size entries to look through).
+                let at = self.tx_in_flight.iter().position(|t| t.buf == buf).expect("a lent tx buffer is in flight");
+                self.tx_in_flight.remove(at);
+            }
             _ => self.lent.rx_fill -= 1,
         }
         Ok(())
@@ -290,10 +313,16 @@ impl SharedMemory {
     }
 
     /// After the driver is gone: every buffer is the host's again and the
-    /// rings start empty, ready for the next driver process.
-    pub fn reclaim_all(&mut self) {
+    /// rings start empty, ready for the next driver process. Returns the
+    /// frames it was given and never completed, oldest first; their buffers
+    /// are not free: the caller sends them again (`send`) or frees them
+    /// (`put_free`).
+    pub fn reclaim_all(&mut self) -> Vec<UncompletedTx> {
+        let uncompleted: Vec<UncompletedTx> = self.tx_in_flight.drain(..).collect();
         self.owners.iter_mut().for_each(|o| *o = Owner::Host);
-        self.free = (0..self.geometry.pool_buffers).rev().collect();
+        let mut held = vec![false; self.geometry.pool_buffers as usize];
+        uncompleted.iter().for_each(|t| held[t.buf as usize] = true);
+        self.free = (0..self.geometry.pool_buffers).rev().filter(|&b| !held[b as usize]).collect();
         self.lent = Lent::default();
         for ring in 0..RING_COUNT {
             for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {
@@ -304,6 +333,7 @@ impl SharedMemory {
         self.rx_fill = Producer::new(RING_RX_FILL);
         self.tx_done = Consumer::new(RING_TX_DONE);
         self.rx = Consumer::new(RING_RX);
+        uncompleted
     }
 }
 

@@ -249,11 +249,47 @@ fn reclaim_all_returns_every_buffer_and_empties_the_rings() {
     send_one(&mut host, &[0; 60]);
     host.fill_rx(0).unwrap();
     driver.rings.head(RING_RX).store(12345, Ordering::Release);
-    host.reclaim_all();
+    let uncompleted = host.reclaim_all();
+    assert_eq!(uncompleted.len(), 1, "the frame sent and never completed");
+    uncompleted.iter().for_each(|t| host.put_free(t.buf));
     assert_eq!(host.lent(), Lent::default());
     assert_eq!(driver.rings.head(RING_RX).load(Ordering::Acquire), 0);
     assert!(!host.take_rx(&mut Vec::new()).unwrap());
     assert_eq!(host.fill_rx(0).unwrap(), 8);
+}
+
+/// A restarted driver is given exactly the frames its predecessor took and
+/// never completed, oldest first, with their bytes intact -- not one it completed.
+#[test]
+fn reclaim_all_keeps_the_uncompleted_frames_in_order_for_the_next_driver() {
+    let (mut host, driver) = setup();
+    let sent: Vec<u32> = (0..5u8).map(|i| send_one(&mut host, &[i; 60])).collect();
+    let taken: Vec<RingEntry> = std::iter::from_fn(|| driver.consume(RING_TX)).collect();
+    assert_eq!(taken.len(), 5);
+    // Completed out of order: the second, then the first, then the fourth.
+    for i in [1, 0, 3] {
+        driver.produce(RING_TX_DONE, sent[i], 0, 0);
+    }
+    while host.reap_tx_done().unwrap().is_some() {}
+    let uncompleted = host.reclaim_all();
+    assert_eq!(uncompleted, vec![UncompletedTx { buf: sent[2], len: 60 }, UncompletedTx { buf: sent[4], len: 60 }]);
+    let free_after: Vec<u32> = std::iter::from_fn(|| host.take_free()).collect();
+    assert_eq!(free_after.len(), GEOMETRY.pool_buffers as usize - 2, "the held frames are not free");
+    assert!(uncompleted.iter().all(|t| !free_after.contains(&t.buf)));
+    free_after.into_iter().for_each(|b| host.put_free(b));
+
+    // The next driver (same memfds, rings reset) sees them again, once each, in order.
+    for t in &uncompleted {
+        assert!(host.send(t.buf, t.len).unwrap());
+    }
+    let resent: Vec<RingEntry> = std::iter::from_fn(|| driver.consume(RING_TX)).collect();
+    assert_eq!(resent.iter().map(|e| e.buf).collect::<Vec<_>>(), vec![sent[2], sent[4]]);
+    let mut frame = [0u8; 60];
+    driver.arena.read(sent[4] as usize * GEOMETRY.buffer_size as usize, &mut frame);
+    assert_eq!(frame, [4u8; 60]);
+    driver.produce(RING_TX_DONE, sent[2], 0, 0);
+    assert_eq!(host.reap_tx_done().unwrap().map(|d| d.buf), Some(sent[2]));
+    assert_eq!(host.reclaim_all(), vec![UncompletedTx { buf: sent[4], len: 60 }]);
 }
 
 #[test]

@@ -23,7 +23,7 @@
 //! the TAP down again (dev_open fails the same way). A refused receive mode
 //! cannot be undone on a TAP; it is not asked again until the TAP's mode changes.
 
-use understudy_protocol::{Request, MAX_MC, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
+use understudy_protocol::{RegisteredInfo, Request, MAX_MC, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -91,14 +91,71 @@ pub enum Undo {
     Down { why: String },
 }
 
-pub struct NetShadow {
-    phase: Phase,
-    mtu: u32,
-    min_mtu: u32,
-    max_mtu: u32,
-    mac: [u8; 6],
+/// The passive log (live-update paper §4): what the driver said of its
+/// net_device and every setting it accepted -- all a fresh driver process
+/// must be given to stand where this one stood. Refused and unanswered
+/// requests are not in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassiveLog {
+    /// Driver-originated: its REGISTERED message.
+    pub registered: RegisteredInfo,
+    /// Driver-originated: its last CARRIER.
+    pub carrier: bool,
+    pub phase: Phase,
+    pub mtu: u32,
+    pub mac: [u8; 6],
     /// `None` until the driver has been told since it last opened.
-    rx: Option<RxMode>,
+    pub rx: Option<RxMode>,
+}
+
+impl PassiveLog {
+    /// Why a newly registered driver cannot take this log's place, if it cannot:
+    /// another device or model, an MTU in use it would refuse, or fewer
+    /// features than the stack was using.
+    pub fn incompatibility(&self, fresh: &RegisteredInfo) -> Option<String> {
+        let old = &self.registered;
+        if fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr {
+            return Some(format!("it registered address {} (permanent {}), its predecessor {} (permanent {})",
+                                fmt_mac(&fresh.dev_addr), fmt_mac(&fresh.perm_addr),
+                                fmt_mac(&old.dev_addr), fmt_mac(&old.perm_addr)));
+        }
+        if self.mtu < fresh.min_mtu || self.mtu > fresh.max_mtu {
+            return Some(format!("the MTU in use, {}, is outside its range {}..{}", self.mtu, fresh.min_mtu, fresh.max_mtu));
+        }
+        let missing = old.features & !fresh.features;
+        if missing != 0 {
+            return Some(format!("it lacks features {missing:#x} that were in use"));
+        }
+        None
+    }
+
+    /// The requests that bring a newly registered driver (compatible, see
+    /// `incompatibility`) to this log's state, in the order the shadow sends
+    /// them: configuration before OPEN, the receive mode right after it.
+    pub fn replay(&self, fresh: &RegisteredInfo) -> Vec<Request> {
+        let mut requests = Vec::new();
+        if self.mtu != fresh.mtu {
+            requests.push(Request::SetMtu(self.mtu));
+        }
+        if self.mac != fresh.dev_addr {
+            requests.push(Request::SetMac(self.mac));
+        }
+        if self.phase == Phase::Open {
+            requests.push(Request::Open);
+            if let Some(rx) = &self.rx {
+                requests.push(rx.request());
+            }
+        }
+        requests
+    }
+}
+
+fn fmt_mac(mac: &[u8; 6]) -> String {
+    crate::supervisor::format_mac(mac)
+}
+
+pub struct NetShadow {
+    log: PassiveLog,
     refused_rx: Option<RxMode>,
     in_flight: Option<Change>,
 }
@@ -108,20 +165,29 @@ fn errno_text(status: i32) -> String {
 }
 
 impl NetShadow {
-    pub fn registered(mtu: u32, min_mtu: u32, max_mtu: u32, mac: [u8; 6]) -> Self {
-        NetShadow { phase: Phase::Registered, mtu, min_mtu, max_mtu, mac, rx: None, refused_rx: None, in_flight: None }
+    pub fn registered(info: RegisteredInfo) -> Self {
+        let log = PassiveLog { phase: Phase::Registered, mtu: info.mtu, mac: info.dev_addr, rx: None, carrier: false, registered: info };
+        NetShadow { log, refused_rx: None, in_flight: None }
+    }
+
+    pub fn log(&self) -> &PassiveLog {
+        &self.log
+    }
+
+    pub fn set_carrier(&mut self, on: bool) {
+        self.log.carrier = on;
     }
 
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.log.phase
     }
 
     pub fn mtu(&self) -> u32 {
-        self.mtu
+        self.log.mtu
     }
 
     pub fn mac(&self) -> [u8; 6] {
-        self.mac
+        self.log.mac
     }
 
     /// The next request or undo that brings the driver closer to `tap`, or
@@ -130,22 +196,22 @@ impl NetShadow {
         if self.in_flight.is_some() {
             return None;
         }
-        let change = if !tap.up && self.phase == Phase::Open {
+        let change = if !tap.up && self.log.phase == Phase::Open {
             Change::Stop
-        } else if tap.mtu != self.mtu {
-            if tap.mtu < self.min_mtu || tap.mtu > self.max_mtu {
+        } else if tap.mtu != self.log.mtu {
+            if tap.mtu < self.log.registered.min_mtu || tap.mtu > self.log.registered.max_mtu {
                 // What dev_validate_mtu() refuses before asking a driver.
                 return Some(Action::Undo(Undo::Mtu {
-                    restore: self.mtu,
-                    why: format!("MTU {} is outside the driver's range {}..{}", tap.mtu, self.min_mtu, self.max_mtu),
+                    restore: self.log.mtu,
+                    why: format!("MTU {} is outside the driver's range {}..{}", tap.mtu, self.log.registered.min_mtu, self.log.registered.max_mtu),
                 }));
             }
             Change::Mtu(tap.mtu)
-        } else if tap.mac != self.mac {
+        } else if tap.mac != self.log.mac {
             Change::Mac(tap.mac)
-        } else if tap.up && self.phase != Phase::Open {
+        } else if tap.up && self.log.phase != Phase::Open {
             Change::Open
-        } else if self.phase == Phase::Open && self.rx.as_ref() != Some(&tap.rx) && self.refused_rx.as_ref() != Some(&tap.rx) {
+        } else if self.log.phase == Phase::Open && self.log.rx.as_ref() != Some(&tap.rx) && self.refused_rx.as_ref() != Some(&tap.rx) {
             Change::Rx(tap.rx.clone())
         } else {
             return None;
@@ -171,28 +237,28 @@ impl NetShadow {
                 return Some(Undo::Down { why: format!("the driver's ndo_open failed: {}", errno_text(status)) })
             }
             Change::Open => {
-                self.phase = Phase::Open;
-                self.rx = None;
+                self.log.phase = Phase::Open;
+                self.log.rx = None;
             }
             // The kernel ignores what ndo_stop returns: the device is down either way.
-            Change::Stop => self.phase = Phase::Stopped,
+            Change::Stop => self.log.phase = Phase::Stopped,
             Change::Mtu(mtu) if refused => {
                 return Some(Undo::Mtu {
-                    restore: self.mtu,
+                    restore: self.log.mtu,
                     why: format!("the driver refused MTU {mtu}: {}", errno_text(status)),
                 })
             }
-            Change::Mtu(mtu) => self.mtu = mtu,
+            Change::Mtu(mtu) => self.log.mtu = mtu,
             Change::Mac(mac) if refused => {
                 return Some(Undo::Mac {
-                    restore: self.mac,
+                    restore: self.log.mac,
                     why: format!("the driver refused the address {}: {}", crate::supervisor::format_mac(&mac), errno_text(status)),
                 })
             }
-            Change::Mac(mac) => self.mac = mac,
+            Change::Mac(mac) => self.log.mac = mac,
             Change::Rx(rx) if refused => self.refused_rx = Some(rx),
             Change::Rx(rx) => {
-                self.rx = Some(rx);
+                self.log.rx = Some(rx);
                 self.refused_rx = None;
             }
         }
@@ -210,8 +276,15 @@ mod tests {
         TapConfig { up, mtu, mac: MAC, rx: RxMode::default() }
     }
 
+    fn e1000() -> RegisteredInfo {
+        RegisteredInfo {
+            perm_addr: MAC, dev_addr: MAC, mtu: 1500, min_mtu: 46, max_mtu: 16110, features: 0x4000_0003,
+            hw_features: 0x4000_0003, n_tx_queues: 1, n_rx_queues: 1, driver: "e1000".into(), version: "".into(),
+        }
+    }
+
     fn shadow() -> NetShadow {
-        NetShadow::registered(1500, 46, 16110, MAC)
+        NetShadow::registered(e1000())
     }
 
     #[test]
@@ -302,5 +375,71 @@ mod tests {
         let mut s = shadow();
         assert_eq!(s.answered(0), None);
         assert_eq!(s.phase(), Phase::Registered);
+    }
+
+    /// The log holds what the driver accepted, never what it refused or has
+    /// not answered yet.
+    #[test]
+    fn the_log_records_only_accepted_settings() {
+        let mut s = shadow();
+        let mut t = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default() };
+        s.next(&t);
+        assert_eq!(s.log().mtu, 1500, "not answered yet");
+        s.answered(0);
+        s.next(&t);
+        s.answered(0);
+        t.rx = RxMode { promisc: true, allmulti: false, multicast: vec![[1, 0, 0x5e, 0, 0, 7]] };
+        s.next(&t);
+        s.answered(0);
+        s.set_carrier(true);
+        t.mtu = 9000;
+        s.next(&t);
+        s.answered(-22);
+        let log = s.log();
+        assert_eq!((log.phase, log.mtu, log.mac, log.carrier), (Phase::Open, 1400, MAC, true));
+        assert_eq!(log.rx.as_ref(), Some(&t.rx));
+        assert_eq!(log.registered, e1000());
+    }
+
+    #[test]
+    fn replay_gives_a_fresh_driver_the_accepted_settings_in_the_shadows_order() {
+        let mut s = shadow();
+        let t = TapConfig {
+            up: true, mtu: 1400, mac: [2, 0, 0, 0, 0, 9],
+            rx: RxMode { promisc: true, allmulti: false, multicast: vec![[1, 0, 0x5e, 0, 0, 7]] },
+        };
+        // The live driver's own sequence is what replay must repeat.
+        let mut live = Vec::new();
+        while let Some(Action::Send(request)) = s.next(&t) {
+            live.push(request);
+            s.answered(0);
+        }
+        assert_eq!(s.log().replay(&e1000()), live);
+        assert_eq!(live, vec![
+            Request::SetMtu(1400), Request::SetMac([2, 0, 0, 0, 0, 9]), Request::Open,
+            Request::SetRxMode { flags: RX_MODE_PROMISC, multicast: vec![[1, 0, 0x5e, 0, 0, 7]] },
+        ]);
+        // A stopped device is configured, not opened; what the fresh driver already has is not asked.
+        let mut stopped = s.log().clone();
+        stopped.phase = Phase::Stopped;
+        let fresh = RegisteredInfo { mtu: 1400, ..e1000() };
+        assert_eq!(stopped.replay(&fresh), vec![Request::SetMac([2, 0, 0, 0, 0, 9])]);
+        // Registered, never opened: nothing to replay.
+        assert_eq!(shadow().log().replay(&e1000()), vec![]);
+    }
+
+    #[test]
+    fn a_replacement_must_be_the_same_device_with_the_mtu_and_features_in_use() {
+        let mut log = shadow().log().clone();
+        log.mtu = 9000;
+        assert_eq!(log.incompatibility(&e1000()), None);
+        let other = RegisteredInfo { perm_addr: [2, 0, 0, 0, 0, 1], ..e1000() };
+        assert!(log.incompatibility(&other).unwrap().contains("permanent 02:00:00:00:00:01"));
+        let small = RegisteredInfo { max_mtu: 1500, ..e1000() };
+        assert_eq!(log.incompatibility(&small).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
+        let fewer = RegisteredInfo { features: 0x3, ..e1000() };
+        assert_eq!(log.incompatibility(&fewer).unwrap(), "it lacks features 0x40000000 that were in use");
+        let more = RegisteredInfo { features: 0x4000_0007, ..e1000() };
+        assert_eq!(log.incompatibility(&more), None);
     }
 }

@@ -693,7 +693,7 @@ impl Supervisor {
                     link.mac = Some(r.dev_addr);
                     link.mtu = Some(r.mtu);
                 }
-                self.shadow = Some(NetShadow::registered(r.mtu, r.min_mtu, r.max_mtu, r.dev_addr));
+                self.shadow = Some(NetShadow::registered(r.clone()));
                 self.update(|s| {
                     s.state = DriverState::Registered;
                     s.mac = Some(format_mac(&r.dev_addr));
@@ -708,6 +708,9 @@ impl Supervisor {
             DriverMessage::Carrier(on) => {
                 info!("{dev}: carrier {}", if on { "on" } else { "off" });
                 self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
+                if let Some(shadow) = self.shadow.as_mut() {
+                    shadow.set_carrier(on);
+                }
                 self.update(|s| s.carrier = on);
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
@@ -801,7 +804,10 @@ impl Supervisor {
         let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
         let unmapped = self.vfio.unmap_all();
-        self.shm.reclaim_all();
+        // Without a next driver to give them to, the frames it never sent are dropped.
+        for lost in self.shm.reclaim_all() {
+            self.shm.put_free(lost.buf);
+        }
         self.pending.clear();
         self.watchdog = Watchdog::new(self.watchdog.timeouts(), Instant::now());
         self.shadow = None;
