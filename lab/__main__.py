@@ -62,29 +62,61 @@ def cmd_boot(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """The main job on the built-in lab, as far as it goes today: the in-kernel
-    e1000 passing real traffic, and the figures understudy has to match."""
-    from . import bench, net
+    """The main job on the built-in lab, as far as it goes today: the same e1000
+    binary first in the kernel, then in a user-space process behind understudyd,
+    passing real traffic; then the driver process is killed and the daemon, the
+    device and the interface are checked."""
+    from . import bench, net, understudy
     from .guest import Guest
 
     def say(msg: str) -> None:
         print(f"[demo] {msg}", flush=True)
 
-    say(f"booting a lab guest: Debian {config.kernel().release}, q35 + emulated Intel IOMMU, e1000")
-    with Guest(devices=["e1000"]) as guest:
-        net.load_kernel_drivers(guest)
-        say(f"in-kernel e1000 is up as {net.iface_of(guest, 'nic0')} at {guest.pci_address('nic0')}")
+    def traffic(iface: str) -> None:
         p = net.ping(guest, count=50, interval=0.02)
-        say(f"ping 10.0.2.2 (the host's loopback through slirp): {p['received']}/{p['sent']} "
-            f"answered, RTT median {p['rtt_ms_median']:.2f} ms, p99 {p['rtt_ms_p99']:.2f} ms")
+        say(f"  ping 10.0.2.2 (the host's loopback through slirp) over {iface}: "
+            f"{p['received']}/{p['sent']} answered, RTT median {p['rtt_ms_median']:.2f} ms")
         for direction, what in (("tx", "guest → host"), ("rx", "host → guest")):
             s = net.bulk(guest, direction, args.megabytes << 20).summary()
             verdict = "hash matches" if s["hash_ok"] else "HASH MISMATCH"
-            say(f"TCP {args.megabytes} MB {what}: {s['mbps']:.0f} Mbit/s, {verdict}, "
-                f"{s['resets']} resets, {s['stalls']} stalls")
-        say("baseline figures (one run; `python3 -m lab bench baseline` for medians):")
-        figures = bench.measure_kernel_run(guest, "e1000", "nic0", seconds=3)
-    print(bench.table([{"driver": "e1000", **figures}], bench.BASELINE_KEYS))
+            say(f"  TCP {args.megabytes} MB {what}: {s['mbps']:.0f} Mbit/s, {verdict}, "
+                f"{s['resets']} resets")
+
+    say("building understudyd and the driver process")
+    bins = understudy.build()
+    say(f"booting a lab guest: Debian {config.kernel().release}, q35 + emulated Intel IOMMU, e1000")
+    with Guest(devices=["e1000"]) as guest:
+        net.load_kernel_drivers(guest)
+        bdf = guest.pci_address("nic0")
+        say(f"1. in-kernel e1000 at {bdf}, interface {net.iface_of(guest, 'nic0')}:")
+        traffic("eth0")
+        in_kernel = bench.measure_traffic(guest, seconds=3)
+
+        say("2. the same e1000.ko in a user-space driver process, behind understudyd:")
+        understudy.prepare(guest)
+        understudy.bind_vfio(guest, bdf)
+        daemon = understudy.Daemon(guest, bins)
+        module = understudy.module_path(guest, "e1000")
+        daemon.run(bdf, [module])
+        daemon.wait_state(bdf, "registered")
+        net.bring_up_iface(guest, "us0", what="understudy's interface")
+        status = daemon.wait_state(bdf, "open", carrier=True)
+        say(f"  us0 has the driver's MAC {status['mac']}, module sha256 "
+            f"{status['modules'][0]['sha256'][:16]}…, driver process pid {status['pid']}")
+        traffic("us0")
+        in_process = bench.measure_traffic(guest, seconds=3)
+
+        say("3. the driver process is killed (SIGKILL):")
+        guest.run(["kill", "-9", str(status["pid"])], check=True)
+        dead = daemon.wait_state(bdf, "dead")
+        say(f"  daemon alive: {daemon.alive()}; cause: {dead['death']}; "
+            f"bus mastering {'ON' if understudy.bus_master_on(guest, bdf) else 'off'}; "
+            f"us0 {'kept' if understudy.interface_exists(guest, 'us0') else 'GONE'}")
+        say("  (restarting the driver and replaying its state — the shadow driver — comes next)")
+        daemon.stop()
+    say("the same e1000.ko, both ways (one run each; `python3 -m lab bench net` for medians):")
+    print(bench.table([{"driver": "in-kernel", **in_kernel}, {"driver": "understudy", **in_process}],
+                      bench.NET_KEYS))
     return 0
 
 
