@@ -16,6 +16,9 @@ pub enum Request {
     Ethtool { device: String, queries: EthtoolQueries },
     /// Stop the driver, release the device and remove the interface.
     Stop { device: String },
+    /// Restart the driver of `device` (a PCI address or an interface name) and
+    /// give the fresh one its settings, as after a death (counted by the restart limit).
+    Recover { device: String },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -68,6 +71,30 @@ pub enum DriverState {
     Stopped,
     /// The process is gone; `death` says why, the device is stopped.
     Dead,
+    /// The driver died and a fresh process is being started and given the
+    /// dead one's settings; the interface keeps its carrier meanwhile.
+    Recovering,
+}
+
+/// One restart of a driver process after its death (or hang), with how long
+/// each phase took, in milliseconds from the moment the death was seen.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecoveryRecord {
+    pub cause: String,
+    /// "recovered", or why the device was left down.
+    pub outcome: String,
+    /// Device stopped, IOMMU mapping dropped, buffers reclaimed, arena mapped again.
+    pub stop_ms: f64,
+    /// The fresh process started and its driver registered (HELLO, PROBE, REGISTERED).
+    pub spawn_probe_ms: Option<f64>,
+    /// OPEN, MTU, MAC and receive mode given again and accepted.
+    pub replay_ms: Option<f64>,
+    /// The first frame through the fresh driver.
+    pub first_packet_ms: Option<f64>,
+    /// From the last frame through the dead driver to the first through the fresh one.
+    pub downtime_ms: Option<f64>,
+    /// Frames the dead driver took and never completed, given to the fresh one.
+    pub tx_resubmitted: u32,
 }
 
 /// What the daemon did to the device after its driver died.
@@ -105,6 +132,9 @@ pub struct DeviceStatus {
     /// Driver log lines dropped by the rate limit.
     pub log_lines_suppressed: u64,
     pub counters: Counters,
+    /// Restarts of the driver process, oldest first.
+    pub recoveries: Vec<RecoveryRecord>,
+    pub recovery_count: u32,
 }
 
 /// Which ethtool answers to ask for.

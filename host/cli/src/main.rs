@@ -74,6 +74,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Restart a device's driver process and give the fresh one the
+    /// settings in force, as after a crash (the interface keeps its carrier;
+    /// counted by understudyd's --max-restarts).
+    Recover {
+        /// The interface (e.g. us0) or the device's PCI address.
+        device: String,
+    },
     /// End a device's driver, release the device and remove its interface.
     Stop {
         /// PCI address of the device.
@@ -113,6 +120,13 @@ fn print_device(d: &DeviceStatus) {
              c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes);
     if let Some(death) = &d.death {
         println!("    died: {death}");
+    }
+    for r in &d.recoveries {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+        println!("    restarted after: {}\n      {}: stop {:.1} ms, spawn+probe {} ms, replay {} ms, first frame at {} ms, \
+                  downtime {} ms, {} frame(s) given again",
+                 r.cause, r.outcome, r.stop_ms, ms(r.spawn_probe_ms), ms(r.replay_ms), ms(r.first_packet_ms),
+                 ms(r.downtime_ms), r.tx_resubmitted);
     }
     if let Some(s) = &d.device_stop {
         println!("    device stopped: bus mastering {}, interrupts {}, reset {}, IOMMU mappings {}",
@@ -162,6 +176,7 @@ fn main() -> ExitCode {
             (Request::Ethtool { device, queries }, json)
         }
         Command::Stop { device } => (Request::Stop { device }, false),
+        Command::Recover { device } => (Request::Recover { device }, false),
     };
     let response = match ask(&cli.socket, &request) {
         Ok(r) => r,
@@ -183,6 +198,7 @@ fn main() -> ExitCode {
             Request::Status => response.devices.iter().for_each(print_device),
             Request::Ethtool { .. } => response.ethtool.iter().for_each(print_ethtool),
             Request::Stop { device } => println!("{device}: stopped and released"),
+            Request::Recover { device } => println!("{device}: restarting its driver (see `understudy status`)"),
         }
     }
     if response.ok { ExitCode::SUCCESS } else { ExitCode::from(1) }

@@ -12,6 +12,7 @@ mod multicast;
 mod netlink;
 mod process;
 mod ratelimit;
+mod recovery;
 mod server;
 mod shadow;
 mod supervisor;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::recovery::RestartPolicy;
 use crate::watchdog::Timeouts;
 
 const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime/build/understudy-driver");
@@ -71,6 +73,13 @@ struct Args {
     /// HELLO and PROBE (module loading and the driver's probe) not answered within this is a hung driver.
     #[arg(long, default_value_t = 60000, value_parser = clap::value_parser!(u64).range(1..))]
     probe_timeout_ms: u64,
+    /// Restart a device's driver process when it dies or hangs, at most this
+    /// many times within --restart-window-s; then the interface is left down.
+    /// 0: a dead driver stays dead.
+    #[arg(long, default_value_t = 0)]
+    max_restarts: u32,
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    restart_window_s: u64,
 }
 
 fn main() -> ExitCode {
@@ -97,7 +106,8 @@ fn main() -> ExitCode {
         request: Duration::from_millis(args.request_timeout_ms),
         probe: Duration::from_millis(args.probe_timeout_ms),
     };
-    match server::serve(&args.socket, driver, timeouts, config) {
+    let restarts = RestartPolicy { max: args.max_restarts, window: Duration::from_secs(args.restart_window_s) };
+    match server::serve(&args.socket, driver, timeouts, restarts, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

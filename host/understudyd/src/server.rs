@@ -17,6 +17,7 @@ use understudy_vfio::PciAddress;
 
 use crate::config::Config;
 use crate::supervisor::{self, Handle, Setup};
+use crate::recovery::RestartPolicy;
 use crate::watchdog::Timeouts;
 
 /// A device is `Starting` while `run` sets it up: a second `run` is refused
@@ -29,13 +30,14 @@ enum Slot {
 struct Daemon {
     driver: PathBuf,
     timeouts: Timeouts,
+    restarts: RestartPolicy,
     devices: Mutex<BTreeMap<PciAddress, Slot>>,
 }
 
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
 /// of the config that cannot start is logged and left out, and the daemon
 /// serves the others (`understudy status` shows which run).
-pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, config: Config) -> Result<(), String> {
+pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: RestartPolicy, config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
     }
@@ -46,7 +48,7 @@ pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, config: Config)
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, timeouts, devices: Mutex::new(BTreeMap::new()) });
+    let daemon = Arc::new(Daemon { driver, timeouts, restarts, devices: Mutex::new(BTreeMap::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
         match daemon.run(&d.pci, &d.modules, d.ifname) {
@@ -144,6 +146,10 @@ impl Daemon {
                 },
                 Err(e) => Response::error(e),
             },
+            Request::Recover { device } => match self.requester_for(&device).and_then(|r| r.recover()) {
+                Ok(()) => Response::ok(Vec::new()),
+                Err(e) => Response::error(e),
+            },
             Request::Stop { device } => match self.stop(&device) {
                 Ok(()) => Response::ok(Vec::new()),
                 Err(e) => Response::error(e),
@@ -188,6 +194,7 @@ impl Daemon {
             driver_binary: self.driver.clone(),
             geometry: Geometry::default(),
             timeouts: self.timeouts,
+            restarts: self.restarts,
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

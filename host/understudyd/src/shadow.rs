@@ -190,6 +190,20 @@ impl NetShadow {
         self.log.mac
     }
 
+    /// The fresh driver accepted `request`, one of `from.replay(..)`: the log takes it in.
+    pub fn replayed(&mut self, request: &Request, from: &PassiveLog) {
+        match request {
+            Request::SetMtu(mtu) => self.log.mtu = *mtu,
+            Request::SetMac(mac) => self.log.mac = *mac,
+            Request::Open => {
+                self.log.phase = Phase::Open;
+                self.log.rx = None;
+            }
+            Request::SetRxMode { .. } => self.log.rx = from.rx.clone(),
+            other => unreachable!("replay never sends {}", other.name()),
+        }
+    }
+
     /// The next request or undo that brings the driver closer to `tap`, or
     /// `None` if they agree or a request is still being answered.
     pub fn next(&mut self, tap: &TapConfig) -> Option<Action> {
@@ -415,6 +429,11 @@ mod tests {
             s.answered(0);
         }
         assert_eq!(s.log().replay(&e1000()), live);
+        let mut fresh = NetShadow::registered(e1000());
+        for request in &live {
+            fresh.replayed(request, s.log());
+        }
+        assert_eq!(fresh.log(), &PassiveLog { carrier: false, ..s.log().clone() });
         assert_eq!(live, vec![
             Request::SetMtu(1400), Request::SetMac([2, 0, 0, 0, 0, 9]), Request::Open,
             Request::SetRxMode { flags: RX_MODE_PROMISC, multicast: vec![[1, 0, 0x5e, 0, 0, 7]] },

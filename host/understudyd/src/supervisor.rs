@@ -27,6 +27,7 @@ use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
+use crate::recovery::{Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::watchdog::{Timeouts, Watchdog};
@@ -50,11 +51,14 @@ pub struct Setup {
     pub driver_binary: PathBuf,
     pub geometry: Geometry,
     pub timeouts: Timeouts,
+    pub restarts: RestartPolicy,
 }
 
 /// What the CLI asks of a running device's thread.
 enum Command {
     Ethtool { queries: EthtoolQueries, answer: Answer },
+    /// `understudy recover`: restart the driver as if it had died.
+    Recover { answer: mpsc::Sender<Result<(), String>> },
 }
 
 /// What the rest of the daemon holds for a device.
@@ -78,6 +82,15 @@ impl Requester {
     pub fn ethtool(&self, queries: EthtoolQueries) -> Result<EthtoolReport, String> {
         let (answer, answered) = mpsc::channel();
         self.commands.send(Command::Ethtool { queries, answer }).map_err(|_| "the device's thread has ended".to_string())?;
+        signal_eventfd(self.wake.as_fd());
+        answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
+
+    /// Ends the driver process and starts a fresh one through the restart
+    /// path; returns once the restart has begun (`status` follows it).
+    pub fn recover(&self) -> Result<(), String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Recover { answer }).map_err(|_| "the device's thread has ended".to_string())?;
         signal_eventfd(self.wake.as_fd());
         answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
     }
@@ -176,6 +189,10 @@ enum Fault {
     Io(String),
     /// The driver closed its control socket: usually it is exiting.
     Closed,
+    /// `understudy recover`.
+    RecoverRequested,
+    /// A fresh driver cannot take its predecessor's place: ended, not restarted.
+    Unreplaceable(String),
 }
 
 /// Why a request was sent, so its reply goes to the right place.
@@ -187,6 +204,8 @@ enum Purpose {
     Config,
     Heartbeat,
     Ethtool,
+    /// The passive log, given to a fresh driver after a restart.
+    Replay,
 }
 
 /// A request for the log: its name and what it carries.
@@ -234,6 +253,13 @@ struct Supervisor {
     pending: HashMap<u32, (Request, Purpose)>,
     tx_stopped: bool,
     frame: Vec<u8>,
+    driver_binary: PathBuf,
+    probe: Request,
+    restarts: RestartBudget,
+    /// The restart under way, until the first frame through the fresh driver.
+    recovery: Option<Recovery>,
+    /// When a frame last went through the driver (for the downtime of a restart).
+    last_packet: Option<Instant>,
 }
 
 impl Supervisor {
@@ -246,21 +272,10 @@ impl Supervisor {
         let ifindex = tap.ifindex().map_err(|e| e.to_string())?;
         let links = LinkMonitor::open().map_err(|e| format!("cannot watch {} through rtnetlink: {e}", setup.ifname))?;
         links.request_link(ifindex).map_err(|e| format!("netlink RTM_GETLINK {}: {e}", setup.ifname))?;
-        let (control, driver_control) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
         let (kick, notify, stop, wake) = (eventfd(), eventfd(), eventfd(), eventfd());
         let (kick, notify, stop, wake) = (kick.map_err(|e| e.to_string())?, notify.map_err(|e| e.to_string())?,
                                           stop.map_err(|e| e.to_string())?, wake.map_err(|e| e.to_string())?);
-        set_nonblocking(control.as_fd());
-        let driver = process::spawn(&setup.driver_binary, &DriverFds {
-            control: driver_control.as_fd(),
-            device: vfio.device_fd(),
-            arena: shm.arena().as_fd(),
-            rings: shm.rings().region().as_fd(),
-            kick: kick.as_fd(),
-            notify: notify.as_fd(),
-        })
-        .map_err(|e| e.to_string())?;
-        drop(driver_control);
+        let (control, driver) = spawn_driver(&setup.driver_binary, &vfio, &shm, kick.as_fd(), notify.as_fd())?;
         info!("{}: driver process {} started ({}), interface {}, IOMMU group {}, arena {} MiB at IOVA {:#x}",
               setup.device, driver.pid, setup.driver_binary.display(), setup.ifname, vfio.group_id(),
               g.arena_size >> 20, g.arena_iova);
@@ -285,6 +300,8 @@ impl Supervisor {
             max_mtu: None,
             log_lines_suppressed: 0,
             counters: Counters::default(),
+            recoveries: Vec::new(),
+            recovery_count: 0,
         };
         let (command_sender, commands) = mpsc::channel();
         let now = Instant::now();
@@ -315,19 +332,26 @@ impl Supervisor {
             pending: HashMap::new(),
             tx_stopped: false,
             frame: Vec::with_capacity(MSG_MAX),
+            driver_binary: setup.driver_binary.clone(),
+            probe: Request::Probe {
+                pci_address: setup.device.to_string(),
+                modules: setup.modules.iter().map(|m| m.path.clone()).collect(),
+            },
+            restarts: RestartBudget::new(setup.restarts),
+            recovery: None,
+            last_packet: None,
         };
-        let hello = Request::Hello(g.hello());
-        let probe = Request::Probe {
-            pci_address: setup.device.to_string(),
-            modules: setup.modules.iter().map(|m| m.path.clone()).collect(),
-        };
-        for request in [hello, probe] {
-            if let Err(e) = s.send_request(request, Purpose::Startup) {
-                s.end_driver(&format!("could not send its first requests: {e}"));
-                return Err(format!("the driver process did not take its first requests: {e}"));
-            }
+        if let Err(e) = s.send_startup() {
+            s.end_driver(&format!("could not send its first requests: {e}"), false);
+            return Err(format!("the driver process did not take its first requests: {e}"));
         }
         Ok(s)
+    }
+
+    /// HELLO and PROBE: the driver process maps the shared memory and loads the modules.
+    fn send_startup(&mut self) -> io::Result<()> {
+        self.send_request(Request::Hello(self.shm.geometry().hello()), Purpose::Startup)?;
+        self.send_request(self.probe.clone(), Purpose::Startup)
     }
 
     fn update(&self, f: impl FnOnce(&mut DeviceStatus)) {
@@ -358,7 +382,9 @@ impl Supervisor {
         loop {
             let alive = self.driver.is_some();
             let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-            let want_tap = alive && !self.tx_stopped && open;
+            // While a restart replays, the TAP's frames wait: the dead driver's go first.
+            let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
+            let want_tap = alive && !self.tx_stopped && open && !replaying;
             let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
             if let Some(d) = &self.driver {
                 fds.push(pollfd(d.pidfd.as_fd()));
@@ -398,7 +424,7 @@ impl Supervisor {
                 let pid = self.driver.as_ref().map(|d| d.pid).expect("alive");
                 let how = process::wait(pid);
                 self.driver = None;
-                self.after_death(format!("the driver process {pid} {how}"));
+                self.after_death(format!("the driver process {pid} {how}"), true);
                 continue;
             }
             if outcome.is_ok() && ready(4) {
@@ -423,12 +449,17 @@ impl Supervisor {
                     Fault::Closed if self.exits_by_itself() => {
                         let pid = self.driver.take().map(|d| d.pid).expect("alive");
                         let how = process::wait(pid);
-                        self.after_death(format!("the driver process {pid} {how}"));
+                        self.after_death(format!("the driver process {pid} {how}"), true);
                         continue;
                     }
                     Fault::Closed => "the driver closed its control socket".into(),
+                    Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
+                    Fault::Unreplaceable(why) => {
+                        self.end_driver(&why, false);
+                        continue;
+                    }
                 };
-                self.end_driver(&why);
+                self.end_driver(&why, true);
             }
         }
     }
@@ -523,7 +554,9 @@ impl Supervisor {
     /// Sends the next request that brings the driver to the TAP's
     /// configuration, or undoes on the TAP what the driver cannot have.
     fn reconcile(&mut self) -> Result<(), Fault> {
-        if self.driver.is_none() {
+        // A restart's replay follows the log, not the TAP; the TAP's own
+        // changes meanwhile are reconciled after it.
+        if self.driver.is_none() || self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket) {
             return Ok(());
         }
         loop {
@@ -568,10 +601,24 @@ impl Supervisor {
     }
 
     fn take_commands(&mut self) -> Result<(), Fault> {
+        let mut recover = false;
         while let Ok(command) = self.commands.try_recv() {
             match command {
                 Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
+                Command::Recover { answer } => {
+                    let accepted = match (&self.driver, &self.shadow, &self.recovery) {
+                        (None, ..) => Err("the driver is dead (see `understudy status`)"),
+                        (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
+                        (_, _, Some(_)) => Err("a restart is already under way"),
+                        _ => Ok(()),
+                    };
+                    recover |= accepted.is_ok();
+                    let _ = answer.send(accepted.map_err(|why| format!("{}: {why}", self.vfio.address())));
+                }
             }
+        }
+        if recover {
+            return Err(Fault::RecoverRequested);
         }
         if self.shadow.is_none() {
             let why = match self.driver {
@@ -641,6 +688,15 @@ impl Supervisor {
                 return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
             }
             Purpose::Startup => {}
+            Purpose::Replay if status < 0 => {
+                return Err(Fault::Unreplaceable(format!(
+                    "the fresh driver refused {} that its predecessor had accepted: {}", describe(&request), errno())));
+            }
+            Purpose::Replay => {
+                let recovery = self.recovery.as_ref().expect("replay belongs to a restart");
+                self.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, &recovery.log);
+                self.replay_next()?;
+            }
             Purpose::Heartbeat if status < 0 => warn!("{dev}: the driver answered PING with {status} ({})", errno()),
             Purpose::Heartbeat => {}
             Purpose::Config => {
@@ -687,6 +743,18 @@ impl Supervisor {
                 info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
                        it is opened when {} is set up",
                       r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features, self.tap.name());
+                if let Some(recovery) = self.recovery.as_mut() {
+                    if let Some(why) = recovery.log.incompatibility(&r) {
+                        return Err(Fault::Unreplaceable(format!("the fresh driver cannot replace the dead one: {why}")));
+                    }
+                    recovery.record.spawn_probe_ms = Some(recovery.elapsed_ms(Instant::now()) - recovery.record.stop_ms);
+                    recovery.step = Step::Replaying;
+                    recovery.replay = recovery.log.replay(&r).into();
+                    // The TAP keeps the settings in force; the replay gives them to the driver.
+                    self.shadow = Some(NetShadow::registered(r.clone()));
+                    self.publish_recovery();
+                    return self.replay_next();
+                }
                 self.tap.set_mac(r.dev_addr).map_err(|e| Fault::Io(e.to_string()))?;
                 self.tap.set_mtu(r.mtu).map_err(|e| Fault::Io(e.to_string()))?;
                 if let Some(link) = self.tap_link.as_mut() {
@@ -706,11 +774,17 @@ impl Supervisor {
                 });
             }
             DriverMessage::Carrier(on) => {
-                info!("{dev}: carrier {}", if on { "on" } else { "off" });
-                self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
                 if let Some(shadow) = self.shadow.as_mut() {
                     shadow.set_carrier(on);
                 }
+                // A fresh driver's link comes up some time after its open;
+                // until its first frame the TAP keeps the dead one's carrier.
+                if self.recovery.is_some() {
+                    info!("{dev}: restart: the fresh driver's carrier is {}", if on { "on" } else { "off" });
+                    return Ok(());
+                }
+                info!("{dev}: carrier {}", if on { "on" } else { "off" });
+                self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
                 self.update(|s| s.carrier = on);
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
@@ -733,9 +807,11 @@ impl Supervisor {
     fn move_frames(&mut self, tap_ready: bool) -> Result<(), Fault> {
         let violation = |e: ShmError| Fault::Violation(e.to_string());
         let mut counters = Counters::default();
+        let mut completed = 0u64;
         loop {
             while let Some(done) = self.shm.reap_tx_done().map_err(violation)? {
                 counters.tx_dropped += done.dropped as u64;
+                completed += 1;
             }
             let mut frame = std::mem::take(&mut self.frame);
             let mut got = false;
@@ -779,6 +855,14 @@ impl Supervisor {
         if self.shm.driver_wants_kick() {
             signal_eventfd(self.kick.as_fd());
         }
+        // A frame went through the driver: one it received, or one it sent.
+        if counters.rx_packets + completed > 0 {
+            let now = Instant::now();
+            self.last_packet = Some(now);
+            if self.recovery.as_ref().is_some_and(|r| r.step == Step::FirstPacket) {
+                self.end_recovery(now)?;
+            }
+        }
         self.update(|s| {
             s.counters.tx_packets += counters.tx_packets;
             s.counters.tx_bytes += counters.tx_bytes;
@@ -789,57 +873,216 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Ends a misbehaving or unusable driver process; the device is then stopped.
-    fn end_driver(&mut self, why: &str) {
+    /// Ends a misbehaving or unusable driver process; the device is then
+    /// stopped, and the driver restarted if `restart` and the policy allow.
+    fn end_driver(&mut self, why: &str, restart: bool) {
         let Some(d) = self.driver.take() else { return };
         error!("{}: ending driver process {}: {why}", self.vfio.address(), d.pid);
         process::kill(d.pid);
         let how = process::wait(d.pid);
-        self.after_death(format!("{why} (the process was ended by the daemon: {how})"));
+        self.after_death(format!("{why} (the process was ended by the daemon: {how})"), restart);
     }
 
     /// DESIGN.md decision 4: stop the device, then drop its IOMMU mapping, then
-    /// take every buffer back. The interface stays, without carrier.
-    fn after_death(&mut self, cause: String) {
+    /// take every buffer back. Then, if `restart` and the restart policy
+    /// allow, a fresh driver process takes the dead one's place (`restart`);
+    /// otherwise the interface stays, without carrier.
+    fn after_death(&mut self, cause: String, restart: bool) {
+        let seen_dead = Instant::now();
         let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
         let unmapped = self.vfio.unmap_all();
-        // Without a next driver to give them to, the frames it never sent are dropped.
-        for lost in self.shm.reclaim_all() {
-            self.shm.put_free(lost.buf);
-        }
+        let mut uncompleted = self.shm.reclaim_all();
         self.pending.clear();
-        self.watchdog = Watchdog::new(self.watchdog.timeouts(), Instant::now());
-        self.shadow = None;
+        self.watchdog = Watchdog::new(self.watchdog.timeouts(), seen_dead);
+        // What the fresh driver must be given: the dead one's log, or, if it
+        // died during a restart, the log that restart was replaying.
+        let interrupted = self.recovery.take();
+        let log = match (self.shadow.take(), &interrupted) {
+            (_, Some(previous)) => Some(previous.log.clone()),
+            (Some(shadow), None) => Some(shadow.log().clone()),
+            (None, None) => None,
+        };
+        if let Some(mut previous) = interrupted {
+            // Its frames never reached the fresh driver: they are still the oldest.
+            previous.uncompleted.append(&mut uncompleted);
+            uncompleted = std::mem::take(&mut previous.uncompleted);
+            previous.record.outcome = format!("the fresh driver died too: {cause}");
+            self.publish(&previous);
+        }
         if let Some(job) = self.ethtool.take() {
             job.fail(format!("{dev}: the driver died before it answered"));
         }
-        self.report_suppressed_logs(Instant::now(), true);
+        self.report_suppressed_logs(seen_dead, true);
         self.tx_stopped = false;
-        let _ = self.tap.set_carrier(false);
         let bus_master_off = report.command_after.is_some_and(|c| !bus_master_enabled(c));
         let reset = match &report.reset {
             Ok(()) => "done".to_string(),
             Err(e) => e.clone(),
         };
-        error!("{dev}: driver died: {cause}. Device stopped (bus mastering {}, interrupts {}, reset: {reset}), \
+        let device_stop = DeviceStop { bus_master_off, irqs_disabled: report.irqs_disabled, reset, iommu_unmapped: unmapped.is_ok() };
+        let not_restarted = match (restart, log) {
+            (false, _) => None,
+            (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
+            (true, Some(log)) => match self.restarts.take(seen_dead) {
+                Ok(()) => {
+                    let recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
+                    match self.restart(recovery, &device_stop) {
+                        Ok(()) => return,
+                        Err((why, unsent)) => {
+                            uncompleted = unsent;
+                            Some(why)
+                        }
+                    }
+                }
+                Err(why) => Some(why),
+            },
+        };
+        // Nobody will send the frames the dead driver never completed.
+        for lost in uncompleted {
+            self.shm.put_free(lost.buf);
+        }
+        let _ = self.tap.set_carrier(false);
+        let death = match &not_restarted {
+            Some(why) => format!("{cause}; not restarted: {why}"),
+            None => cause.clone(),
+        };
+        error!("{dev}: driver died: {death}. Device stopped (bus mastering {}, interrupts {}, reset: {}), \
                 IOMMU mappings {}; {} kept without carrier. `understudy stop {dev}` releases it.",
                if bus_master_off { "off" } else { "STILL ON" },
                if report.irqs_disabled { "disabled" } else { "not all disabled" },
+               device_stop.reset,
                if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.tap.name());
         self.update(|s| {
             s.state = DriverState::Dead;
             s.pid = None;
-            s.death = Some(cause);
+            s.death = Some(death);
             s.carrier = false;
-            s.device_stop = Some(DeviceStop { bus_master_off, irqs_disabled: report.irqs_disabled, reset, iommu_unmapped: unmapped.is_ok() });
+            s.device_stop = Some(device_stop);
+        });
+    }
+
+    /// The one mechanism of DESIGN.md decisions 7 and 8 (recovery now; live
+    /// update and migration later): with the device stopped and every buffer
+    /// back, map the arena again and start a fresh driver process; REGISTERED
+    /// then starts the replay of `recovery.log` (`replay_next`). The TAP keeps
+    /// its carrier throughout. On failure, returns why and the frames still held.
+    fn restart(&mut self, mut recovery: Recovery, device_stop: &DeviceStop)
+               -> Result<(), (String, Vec<understudy_shm::UncompletedTx>)> {
+        let dev = self.vfio.address().clone();
+        let g = self.shm.geometry();
+        if let Err(e) = self.vfio.map_dma(self.shm.arena().base(), g.arena_iova, g.arena_size) {
+            return Err((format!("cannot map the arena again: {e}"), recovery.uncompleted));
+        }
+        recovery.record.stop_ms = recovery.elapsed_ms(Instant::now());
+        let (control, driver) = match spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd()) {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = self.vfio.unmap_all();
+                return Err((e, recovery.uncompleted));
+            }
+        };
+        self.control = control;
+        let pid = driver.pid;
+        self.driver = Some(driver);
+        warn!("{dev}: driver died: {}. Device stopped (reset: {}); restarting it: process {pid}, {} frame(s) to give it again; \
+               {} keeps its carrier", recovery.record.cause, device_stop.reset, recovery.uncompleted.len(), self.tap.name());
+        let cause = recovery.record.cause.clone();
+        let record = recovery.record.clone();
+        let device_stop = device_stop.clone();
+        self.update(|s| {
+            s.state = DriverState::Recovering;
+            s.pid = Some(pid as u32);
+            s.death = Some(cause);
+            s.device_stop = Some(device_stop);
+            s.recovery_count += 1;
+            s.recoveries.push(record);
+        });
+        self.recovery = Some(recovery);
+        if let Err(e) = self.send_startup() {
+            // The control socket is broken: the run loop sees the process end.
+            error!("{dev}: the fresh driver process did not take its first requests: {e}");
+        }
+        Ok(())
+    }
+
+    /// Sends the next request of the replay; after the last one is accepted,
+    /// gives the fresh driver the frames the dead one never completed, in
+    /// order, and goes back to passive mode.
+    fn replay_next(&mut self) -> Result<(), Fault> {
+        let recovery = self.recovery.as_mut().expect("replay belongs to a restart");
+        let shadow = self.shadow.as_ref().expect("replay follows REGISTERED");
+        if let Some(request) = recovery.replay.pop_front() {
+            info!("{}: restart: giving the fresh driver {}", self.vfio.address(), describe(&request));
+            return self.send(request, Purpose::Replay);
+        }
+        let now = Instant::now();
+        recovery.record.replay_ms =
+            Some(recovery.elapsed_ms(now) - recovery.record.stop_ms - recovery.record.spawn_probe_ms.unwrap_or(0.0));
+        let mut resubmitted = 0;
+        for frame in std::mem::take(&mut recovery.uncompleted) {
+            if self.shm.send(frame.buf, frame.len).map_err(|e| Fault::Violation(e.to_string()))? {
+                resubmitted += 1;
+            } else {
+                // Cannot happen (the rings are empty and held at most ring_size), but a frame is never lost silently.
+                self.shm.put_free(frame.buf);
+                warn!("{}: restart: a frame of the dead driver did not fit the fresh driver's tx ring", self.vfio.address());
+            }
+        }
+        recovery.record.tx_resubmitted = resubmitted;
+        recovery.step = Step::FirstPacket;
+        signal_eventfd(self.kick.as_fd());
+        let state = state_of(shadow.phase());
+        let (mtu, mac) = (shadow.mtu(), format_mac(&shadow.mac()));
+        info!("{}: restart: the fresh driver has its predecessor's settings; {resubmitted} frame(s) given again",
+              self.vfio.address());
+        self.publish_recovery();
+        self.update(|s| {
+            s.state = state;
+            s.mtu = Some(mtu);
+            s.mac = Some(mac);
+        });
+        Ok(())
+    }
+
+    /// The first frame went through the fresh driver: the restart is over,
+    /// and the TAP's carrier follows the driver's again.
+    fn end_recovery(&mut self, now: Instant) -> Result<(), Fault> {
+        let mut recovery = self.recovery.take().expect("a restart under way");
+        recovery.first_packet(now);
+        recovery.record.outcome = "recovered".into();
+        let r = &recovery.record;
+        info!("{}: recovered from {}: stop {} ms, spawn+probe {:?} ms, replay {:?} ms, first frame at {:?} ms, \
+               downtime {:?} ms, {} frame(s) given again",
+              self.vfio.address(), r.cause, r.stop_ms, r.spawn_probe_ms, r.replay_ms, r.first_packet_ms, r.downtime_ms,
+              r.tx_resubmitted);
+        self.publish(&recovery);
+        let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        self.tap.set_carrier(carrier).map_err(|e| Fault::Io(e.to_string()))?;
+        self.update(|s| s.carrier = carrier);
+        Ok(())
+    }
+
+    fn publish_recovery(&self) {
+        if let Some(recovery) = &self.recovery {
+            self.publish(recovery);
+        }
+    }
+
+    /// The restart's record replaces its earlier version in `status`.
+    fn publish(&self, recovery: &Recovery) {
+        let record = recovery.record.clone();
+        self.update(|s| {
+            if let Some(last) = s.recoveries.last_mut() {
+                *last = record;
+            }
         });
     }
 
     fn shut_down(&mut self) {
         if self.driver.is_some() {
-            self.end_driver("stopped by request");
+            self.end_driver("stopped by request", false);
         }
         info!("{}: released; interface {} removed", self.vfio.address(), self.tap.name());
     }
@@ -853,6 +1096,24 @@ impl Drop for Supervisor {
             process::wait(d.pid);
         }
     }
+}
+
+/// Starts a driver process on `vfio`'s device and `shm`; returns the host's
+/// end of its control socket and the process.
+fn spawn_driver(binary: &std::path::Path, vfio: &Vfio, shm: &SharedMemory, kick: BorrowedFd, notify: BorrowedFd)
+                -> Result<(OwnedFd, DriverProcess), String> {
+    let (control, driver_control) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
+    set_nonblocking(control.as_fd());
+    let driver = process::spawn(binary, &DriverFds {
+        control: driver_control.as_fd(),
+        device: vfio.device_fd(),
+        arena: shm.arena().as_fd(),
+        rings: shm.rings().region().as_fd(),
+        kick,
+        notify,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok((control, driver))
 }
 
 fn state_of(phase: Phase) -> DriverState {

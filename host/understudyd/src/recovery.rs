@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Restarting a dead driver process: how often it may happen, and what one
+//! restart is waiting for (DESIGN.md decisions 7 and 8: recovery, live update
+//! and migration are one mechanism, "restart a driver process and replay").
+//!
+//! While a fresh process starts the shadow impersonates the driver: the
+//! TAP keeps its carrier, and frames the stack sends wait in the TAP's own
+//! transmit queue (txqueuelen frames, tun's ring): the daemon does not read
+//! the TAP until the fresh driver is open again. When that queue is full
+//! the kernel drops the newest frame (tail drop), as a NIC's full ring does;
+//! TCP retransmits it.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use understudy_api::RecoveryRecord;
+use understudy_protocol::Request;
+use understudy_shm::UncompletedTx;
+
+use crate::shadow::PassiveLog;
+
+/// At most `max` restarts of a device's driver within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    pub max: u32,
+    pub window: Duration,
+}
+
+/// The restarts a device has had within its policy's window.
+pub struct RestartBudget {
+    policy: RestartPolicy,
+    recent: VecDeque<Instant>,
+}
+
+impl RestartBudget {
+    pub fn new(policy: RestartPolicy) -> Self {
+        RestartBudget { policy, recent: VecDeque::new() }
+    }
+
+    /// Counts a restart at `now` if the policy allows one, else says why not.
+    pub fn take(&mut self, now: Instant) -> Result<(), String> {
+        while self.recent.front().is_some_and(|&t| now.duration_since(t) >= self.policy.window) {
+            self.recent.pop_front();
+        }
+        if self.recent.len() as u32 >= self.policy.max {
+            return Err(match self.policy.max {
+                0 => "restarts are off (understudyd --max-restarts)".to_string(),
+                max => format!("{max} restart(s) within {} s already (understudyd --max-restarts, --restart-window-s)",
+                               self.policy.window.as_secs()),
+            });
+        }
+        self.recent.push_back(now);
+        Ok(())
+    }
+}
+
+/// What a restart under way is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// HELLO and PROBE sent; waiting for REGISTERED.
+    Registering,
+    /// Replaying the log, one request at a time.
+    Replaying,
+    /// Back in passive mode; waiting for the first frame through the fresh driver.
+    FirstPacket,
+}
+
+/// One restart under way.
+pub struct Recovery {
+    pub step: Step,
+    /// The dead driver's log: what the fresh one must be given.
+    pub log: PassiveLog,
+    /// Frames the dead driver took and never completed, oldest first.
+    pub uncompleted: Vec<UncompletedTx>,
+    /// The replay's requests not sent yet (filled at REGISTERED).
+    pub replay: VecDeque<Request>,
+    pub seen_dead: Instant,
+    /// The last frame through the dead driver.
+    pub last_packet: Option<Instant>,
+    pub record: RecoveryRecord,
+}
+
+impl Recovery {
+    pub fn new(cause: String, log: PassiveLog, uncompleted: Vec<UncompletedTx>, seen_dead: Instant,
+               last_packet: Option<Instant>) -> Self {
+        Recovery {
+            step: Step::Registering,
+            log,
+            uncompleted,
+            replay: VecDeque::new(),
+            seen_dead,
+            last_packet,
+            record: RecoveryRecord {
+                cause,
+                outcome: "under way".into(),
+                stop_ms: 0.0,
+                spawn_probe_ms: None,
+                replay_ms: None,
+                first_packet_ms: None,
+                downtime_ms: None,
+                tx_resubmitted: 0,
+            },
+        }
+    }
+
+    /// Milliseconds since the death was seen.
+    pub fn elapsed_ms(&self, now: Instant) -> f64 {
+        round_ms(now.duration_since(self.seen_dead))
+    }
+
+    /// The first frame through the fresh driver, at `now`: the restart is over.
+    pub fn first_packet(&mut self, now: Instant) {
+        self.record.first_packet_ms = Some(self.elapsed_ms(now));
+        self.record.downtime_ms = self.last_packet.map(|t| round_ms(now.duration_since(t)));
+    }
+}
+
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_max_restarts_within_the_window() {
+        let t0 = Instant::now();
+        let mut budget = RestartBudget::new(RestartPolicy { max: 2, window: Duration::from_secs(60) });
+        assert_eq!(budget.take(t0), Ok(()));
+        assert_eq!(budget.take(t0 + Duration::from_secs(10)), Ok(()));
+        assert_eq!(budget.take(t0 + Duration::from_secs(20)).unwrap_err(),
+                   "2 restart(s) within 60 s already (understudyd --max-restarts, --restart-window-s)");
+        // The refused attempt is not counted; the first restart leaves the window at 60 s.
+        assert_eq!(budget.take(t0 + Duration::from_secs(60)), Ok(()));
+        assert!(budget.take(t0 + Duration::from_secs(69)).is_err());
+        assert_eq!(budget.take(t0 + Duration::from_secs(70)), Ok(()));
+    }
+
+    #[test]
+    fn no_restart_when_the_policy_allows_none() {
+        let mut budget = RestartBudget::new(RestartPolicy { max: 0, window: Duration::from_secs(60) });
+        assert_eq!(budget.take(Instant::now()).unwrap_err(), "restarts are off (understudyd --max-restarts)");
+    }
+}
