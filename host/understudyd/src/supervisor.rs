@@ -260,6 +260,9 @@ struct Supervisor {
     recovery: Option<Recovery>,
     /// When a frame last went through the driver (for the downtime of a restart).
     last_packet: Option<Instant>,
+    /// After a restart the TAP keeps the dead driver's carrier until the fresh
+    /// one, opened, reports its link up (e1000's comes a second or two after OPEN).
+    carrier_held: bool,
 }
 
 impl Supervisor {
@@ -340,6 +343,7 @@ impl Supervisor {
             restarts: RestartBudget::new(setup.restarts),
             recovery: None,
             last_packet: None,
+            carrier_held: false,
         };
         if let Err(e) = s.send_startup() {
             s.end_driver(&format!("could not send its first requests: {e}"), false);
@@ -777,10 +781,10 @@ impl Supervisor {
                 if let Some(shadow) = self.shadow.as_mut() {
                     shadow.set_carrier(on);
                 }
-                // A fresh driver's link comes up some time after its open;
-                // until its first frame the TAP keeps the dead one's carrier.
-                if self.recovery.is_some() {
+                if self.carrier_held {
                     info!("{dev}: restart: the fresh driver's carrier is {}", if on { "on" } else { "off" });
+                    let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
+                    self.carrier_held = !(on && open);
                     return Ok(());
                 }
                 info!("{dev}: carrier {}", if on { "on" } else { "off" });
@@ -860,7 +864,7 @@ impl Supervisor {
             let now = Instant::now();
             self.last_packet = Some(now);
             if self.recovery.as_ref().is_some_and(|r| r.step == Step::FirstPacket) {
-                self.end_recovery(now)?;
+                self.end_recovery(now);
             }
         }
         self.update(|s| {
@@ -889,6 +893,7 @@ impl Supervisor {
     /// otherwise the interface stays, without carrier.
     fn after_death(&mut self, cause: String, restart: bool) {
         let seen_dead = Instant::now();
+        self.carrier_held = false;
         let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
         let unmapped = self.vfio.unmap_all();
@@ -975,6 +980,10 @@ impl Supervisor {
         if let Err(e) = self.vfio.map_dma(self.shm.arena().base(), g.arena_iova, g.arena_size) {
             return Err((format!("cannot map the arena again: {e}"), recovery.uncompleted));
         }
+        if let Err(e) = self.vfio.allow_intx() {
+            let _ = self.vfio.unmap_all();
+            return Err((format!("cannot allow the device's interrupt again: {e}"), recovery.uncompleted));
+        }
         recovery.record.stop_ms = recovery.elapsed_ms(Instant::now());
         let (control, driver) = match spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd()) {
             Ok(started) => started,
@@ -984,6 +993,7 @@ impl Supervisor {
             }
         };
         self.control = control;
+        self.carrier_held = true;
         let pid = driver.pid;
         self.driver = Some(driver);
         warn!("{dev}: driver died: {}. Device stopped (reset: {}); restarting it: process {pid}, {} frame(s) to give it again; \
@@ -1032,7 +1042,6 @@ impl Supervisor {
         }
         recovery.record.tx_resubmitted = resubmitted;
         recovery.step = Step::FirstPacket;
-        signal_eventfd(self.kick.as_fd());
         let state = state_of(shadow.phase());
         let (mtu, mac) = (shadow.mtu(), format_mac(&shadow.mac()));
         info!("{}: restart: the fresh driver has its predecessor's settings; {resubmitted} frame(s) given again",
@@ -1043,12 +1052,16 @@ impl Supervisor {
             s.mtu = Some(mtu);
             s.mac = Some(mac);
         });
+        // The fresh rings are empty and nobody waits on them yet: lend receive
+        // buffers, say the host waits for completions, and kick the driver for
+        // the frames just given again -- else a receiving-only stack would wait forever.
+        self.move_frames(false)?;
+        signal_eventfd(self.kick.as_fd());
         Ok(())
     }
 
-    /// The first frame went through the fresh driver: the restart is over,
-    /// and the TAP's carrier follows the driver's again.
-    fn end_recovery(&mut self, now: Instant) -> Result<(), Fault> {
+    /// The first frame went through the fresh driver: the restart is over.
+    fn end_recovery(&mut self, now: Instant) {
         let mut recovery = self.recovery.take().expect("a restart under way");
         recovery.first_packet(now);
         recovery.record.outcome = "recovered".into();
@@ -1058,10 +1071,6 @@ impl Supervisor {
               self.vfio.address(), r.cause, r.stop_ms, r.spawn_probe_ms, r.replay_ms, r.first_packet_ms, r.downtime_ms,
               r.tx_resubmitted);
         self.publish(&recovery);
-        let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
-        self.tap.set_carrier(carrier).map_err(|e| Fault::Io(e.to_string()))?;
-        self.update(|s| s.carrier = carrier);
-        Ok(())
     }
 
     fn publish_recovery(&self) {

@@ -282,6 +282,15 @@ impl Vfio {
 
     /// Stops whatever a driver left running: bus mastering off (no more DMA),
     /// interrupts disabled, then a function reset if the device has one.
+    /// Before a fresh driver process probes a device `stop_device` quiesced:
+    /// its legacy interrupt is allowed again (as after vfio-pci's own reset;
+    /// no probe clears PCI_COMMAND's INTx disable). Bus mastering stays off
+    /// until the driver enables it.
+    pub fn allow_intx(&self) -> io::Result<()> {
+        let cmd = self.read_command()?;
+        self.write_command(cmd & !PCI_COMMAND_INTX_DISABLE)
+    }
+
     pub fn stop_device(&self) -> StopReport {
         let command_before = self.read_command().ok();
         if let Some(cmd) = command_before {

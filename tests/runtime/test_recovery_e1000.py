@@ -1,0 +1,97 @@
+"""Shadow-driver recovery with Debian's e1000.ko: the driver process is SIGKILLed
+during a hash-checked TCP transfer and understudyd restarts it and replays its
+settings (MTU 1400, promiscuous mode, a multicast address) while us0 keeps its
+carrier; the transfer completes intact, without a reset.
+"""
+import json
+import re
+import time
+
+import pytest
+
+from lab import config, net, understudy
+from lab.guest import SLIRP_GATEWAY, Guest
+
+pytestmark = pytest.mark.lab
+
+BULK_BYTES = 40 * 1000 * 1000
+GROUP = "01:00:5e:00:00:42"
+
+
+@pytest.fixture(scope="module")
+def bins(lab_ready, runtime_built):
+    return understudy.build()
+
+
+def carrier_down_count(g: Guest) -> int:
+    return int(g.run("cat /sys/class/net/us0/carrier_down_count", check=True).out)
+
+
+def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_survives(no_leftover_qemu, bins):
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        ko = understudy.module_path(g, "e1000")
+        understudy.bind_vfio(g, bdf)
+        d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
+        d.run(bdf, [ko])
+        d.wait_state(bdf, "registered", timeout=120)
+        g.run(f"ip link set us0 mtu 1400 promisc on && ip maddr add {GROUP} dev us0 && ip link set us0 up && "
+              f"ip addr add {net.GUEST_ADDRESS} dev us0 && ip route replace default via {SLIRP_GATEWAY} dev us0",
+              check=True)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400)
+        downs_before = carrier_down_count(g)
+
+        received_before = opened["counters"]["rx_bytes"]
+        host = net.HostBulk("rx", BULK_BYTES, timeout=120)
+        transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)], cwd=str(config.REPO_DIR))
+        try:
+            deadline = time.monotonic() + 60
+            while d.status()[bdf]["counters"]["rx_bytes"] < received_before + 5_000_000:
+                assert time.monotonic() < deadline, d.status()[bdf]
+                time.sleep(0.2)
+            assert transfer.poll() is None, "the transfer ended before the driver was killed"
+            g.run(["kill", "-9", str(opened["pid"])], check=True)
+            deadline = time.monotonic() + 60
+            while not (st := d.status()[bdf])["recoveries"] or st["recoveries"][-1]["outcome"] == "under way":
+                assert time.monotonic() < deadline, st
+                time.sleep(0.2)
+            print("recovery", st["state"], st["recoveries"], st["death"])
+            guest_side = transfer.wait(300)
+            host_side = host.result(300)
+        except BaseException:
+            print(d.stop()[-6000:])
+            raise
+        finally:
+            transfer.kill()
+            host.proc.kill()
+            host.proc.wait()
+        if not (host_side["bytes"] == BULK_BYTES):
+            print(d.stop()[-8000:])
+        result = net.BulkResult("rx", host_side, json.loads(guest_side.out.strip().splitlines()[-1]))
+        print("bulk", result.summary())
+        assert result.hash_ok and host_side["bytes"] == BULK_BYTES, result.summary()
+        assert result.summary()["resets"] == 0, result.summary()
+
+        after = d.wait_state(bdf, "open", timeout=30, carrier=True)
+        print("recoveries", after["recoveries"])
+        assert after["recovery_count"] == 1, after
+        r = after["recoveries"][0]
+        assert "killed by signal 9" in r["cause"] and r["outcome"] == "recovered", r
+        assert all(r[k] is not None for k in ("spawn_probe_ms", "replay_ms", "first_packet_ms", "downtime_ms")), r
+        assert after["pid"] not in (None, opened["pid"]) and after["mtu"] == 1400, after
+        assert after["device_stop"]["bus_master_off"] and after["device_stop"]["iommu_unmapped"], after
+        assert understudy.bus_master_on(g, bdf), "the fresh driver's probe enabled bus mastering again"
+        assert carrier_down_count(g) == downs_before, "us0 kept its carrier through the restart"
+        assert "PROMISC" in g.run("ip link show us0", check=True).out
+        assert d.alive()
+        log = d.stop()
+        # The fresh driver was given (and accepted: a refusal ends the restart) what the dead one had.
+        replayed = [line for line in log.splitlines() if "restart: giving the fresh driver" in line]
+        print("\n".join(replayed))
+        assert any("SET_MTU 1400" in line for line in replayed), log[-3000:]
+        modes = re.findall(r"the driver took (SET_RX_MODE.*)", log)
+        assert modes and "promisc" in modes[-1], log[-3000:]
+        assert any(line.endswith(modes[-1]) for line in replayed), (modes[-1], replayed)
+        assert any(line.endswith(" OPEN") for line in replayed), log[-3000:]
+        assert "recovered from" in log
