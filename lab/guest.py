@@ -60,7 +60,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _pyenv_free_path() -> str:
+def _guest_path() -> str:
     """The guest's PATH: this interpreter's own directory first, then the usual ones."""
     return f"{Path(sys.executable).resolve().parent}:{GUEST_PATH}"
 
@@ -296,7 +296,7 @@ class Guest:
         """Starts a command in the host root, or in the initramfs (busybox) if asked or
         if the host root is detached (detach_host_root)."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        full_env = {"PATH": _pyenv_free_path(), "HOME": "/root", "TERM": "dumb",
+        full_env = {"PATH": _guest_path(), "HOME": "/root", "TERM": "dumb",
                     "LANG": "C.UTF-8", **(env or {})}
         if in_initramfs is None:
             in_initramfs = not self.host_root_attached
