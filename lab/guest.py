@@ -21,9 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from qemu.qmp import ConnectError
-from qemu.qmp.legacy import QEMUMonitorProtocol
-
 from . import config, initramfs
 from .agent import AgentClient, AgentGone, CommandResult, GuestProcess, OutputSink
 from .devices import NIC, SOUND, STORAGE, Device, lookup
@@ -104,7 +101,7 @@ class Guest:
         self.host_root_attached = True   # see detach_host_root()
         self._tap_fds: dict[str, int] = {}  # NIC id -> TAP fd, from start() until QEMU has it
         self.qemu: subprocess.Popen | None = None
-        self.qmp: QEMUMonitorProtocol | None = None
+        self.qmp = None   # qemu.qmp's QEMUMonitorProtocol once started
         self.agent = AgentClient(str(self.rundir / "agent.sock"))
         self._console_log = self.rundir / "console.log"
 
@@ -207,6 +204,11 @@ class Guest:
         return self
 
     def _connect_qmp(self, deadline: float) -> None:
+        # Imported here, not at the top: `python3 -m lab setup` must run on a
+        # machine where setup has not yet installed qemu.qmp.
+        from qemu.qmp import ConnectError
+        from qemu.qmp.legacy import QEMUMonitorProtocol
+
         sock = str(self.rundir / "qmp.sock")
         while True:
             self._check_alive("while starting")
