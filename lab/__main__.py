@@ -152,8 +152,9 @@ def cmd_demo(args) -> int:
         crash = survive_a_crash(guest, daemon, bdf, status, args.megabytes << 20)
         r = crash["recovery"]
         say(f"  daemon alive: {daemon.alive()}; cause: {r['cause']}; outcome: {r['outcome']}")
-        say(f"  restart: device stopped {r['stop_ms']:.0f} ms, new driver probed "
-            f"{r['spawn_probe_ms'] or 0:.0f} ms, settings replayed {r['replay_ms'] or 0:.0f} ms; "
+        how = "forked from the post-probe template" if r["start"] == "template" else "loaded and probed"
+        say(f"  restart: device stopped {r['stop_ms']:.0f} ms, new driver {how} "
+            f"{r['start_ms'] or 0:.0f} ms, settings replayed {r['replay_ms'] or 0:.0f} ms; "
             f"downtime {r['downtime_ms'] or 0:.0f} ms; {r['tx_resubmitted']} frames resubmitted")
         verdict = "hash matches" if crash["hash_ok"] else "HASH MISMATCH"
         say(f"  the transfer: {crash['bytes'] >> 20} MB, {verdict}, {crash['resets']} resets, "

@@ -185,24 +185,55 @@ static void *thread_trampoline(void *p)
 	return NULL;
 }
 
-int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name)
+static int start_thread(void (*fn)(void *), void *arg, const char *name, pthread_t *thread)
 {
 	struct thread_start *start = malloc(sizeof(*start));
-	pthread_t thread;
 	int err;
 
 	if (!start)
 		return -ENOMEM;
 	start->fn = fn;
 	start->arg = arg;
-	err = pthread_create(&thread, NULL, thread_trampoline, start);
+	err = pthread_create(thread, NULL, thread_trampoline, start);
 	if (err) {
 		free(start);
 		return -err;
 	}
-	pthread_setname_np(thread, name);
-	pthread_detach(thread);
+	pthread_setname_np(*thread, name);
 	return 0;
+}
+
+int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name)
+{
+	pthread_t thread;
+	int err = start_thread(fn, arg, name, &thread);
+
+	if (!err)
+		pthread_detach(thread);
+	return err;
+}
+
+int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
+			unsigned long *handle)
+{
+	pthread_t thread;
+	int err = start_thread(fn, arg, name, &thread);
+
+	if (!err)
+		*handle = thread;
+	return err;
+}
+
+int ddekit_thread_join(unsigned long handle, unsigned long long timeout_ns)
+{
+	struct timespec ts;
+	unsigned long long deadline;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	deadline = ts.tv_sec * 1000000000ULL + ts.tv_nsec + timeout_ns;
+	ts.tv_sec = deadline / 1000000000ULL;
+	ts.tv_nsec = deadline % 1000000000ULL;
+	return -pthread_timedjoin_np((pthread_t)handle, NULL, &ts);
 }
 
 void *ddekit_thread_data(void)

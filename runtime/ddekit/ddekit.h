@@ -60,6 +60,14 @@ void *ddekit_percpu_block(void);
 
 /* Starts fn(arg) on a new thread whose GS base is the per-cpu block. */
 int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
+/*
+ * The same, for a thread that can be ended and joined (*handle): the
+ * threads a post-probe template stops before it forks (driver/template.c).
+ */
+int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
+			unsigned long *handle);
+/* Waits up to timeout_ns for the thread to return; 0 or -errno. */
+int ddekit_thread_join(unsigned long handle, unsigned long long timeout_ns);
 /* One pointer of thread-local storage for the kernel half (its task). */
 void *ddekit_thread_data(void);
 void ddekit_thread_set_data(void *data);

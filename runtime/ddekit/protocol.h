@@ -85,6 +85,8 @@ enum us_msg_type {
 	US_MSG_SET_FEATURES = 8,
 	US_MSG_ETHTOOL = 9,
 	US_MSG_PING = 10,
+	/* a control socket travels with it (SCM_RIGHTS); the reply's data is the pid */
+	US_MSG_SPAWN = 11,
 	/* driver -> host */
 	US_MSG_REPLY = 64,
 	US_MSG_REGISTERED = 65,

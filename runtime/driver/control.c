@@ -2,8 +2,9 @@
 /*
  * The driver's request loop on the control socket (docs/protocol.md):
  * HELLO maps the arena and rings, PROBE loads the modules and probes, and
- * the rest turn into the kernel half's net_device operations. Every request
- * gets a REPLY with its seq. A message of unknown type, wrong size or with
+ * SPAWN makes the process a post-probe template and forks a driver from it
+ * (template.c), the rest turn into the kernel half's net_device
+ * operations. Every request gets a REPLY with its seq. A message of unknown type, wrong size or with
  * out-of-range fields ends the process (exit status 2): the host never
  * sends one, so it means the two sides disagree.
  */
@@ -22,9 +23,9 @@
 #include "driver.h"
 
 struct session {
-	int device_fd, arena_fd, rings_fd, kick_fd, notify_fd;
+	int control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd;
 	const char *runtime;
-	bool hello, probed;
+	bool hello, probed, tx_started;
 	struct us_hello geometry;
 };
 
@@ -98,10 +99,43 @@ static int probe(struct session *s, const struct us_probe *p)
 	err = start_runtime(s->runtime, modules, p->n_modules, NULL, 0, &init_status);
 	if (err)
 		return err;
-	if (!netdev_registered())
-		return init_status ? init_status : -ENODEV;
-	err = ddekit_start_tx(kernel.net_xmit_buffer);
-	return err;
+	return netdev_registered() ? 0 : init_status ? init_status : -ENODEV;
+}
+
+/*
+ * The TX thread starts with the first OPEN, not at probe: a template must
+ * be a single thread, and the host sends frames only to an open device.
+ */
+static int open_device(struct session *s)
+{
+	int err;
+
+	if (!s->tx_started) {
+		err = ddekit_start_tx(kernel.net_xmit_buffer);
+		if (err)
+			return err;
+		s->tx_started = true;
+	}
+	return kernel.net_open();
+}
+
+/* Replies in the template; in the fork, becomes the driver on child_control. */
+static void spawn(struct session *s, uint32_t seq, int child_control)
+{
+	int pid = template_spawn(s->control_fd, child_control);
+	uint32_t data;
+
+	if (pid == 0) {
+		s->control_fd = child_control;
+		return;
+	}
+	if (pid < 0) {
+		close(child_control);
+		reply(seq, pid, NULL, 0);
+		return;
+	}
+	data = pid;
+	reply(seq, 0, &data, sizeof(data));
 }
 
 static int ethtool(const struct us_ethtool *req, uint8_t *data, uint32_t *len)
@@ -160,7 +194,7 @@ static size_t body_size(uint16_t type)
 	switch (type) {
 	case US_MSG_HELLO: return sizeof(struct us_hello);
 	case US_MSG_PROBE: return sizeof(struct us_probe);
-	case US_MSG_OPEN: case US_MSG_STOP: case US_MSG_PING: return 0;
+	case US_MSG_OPEN: case US_MSG_STOP: case US_MSG_PING: case US_MSG_SPAWN: return 0;
 	case US_MSG_SET_MTU: return sizeof(struct us_set_mtu);
 	case US_MSG_SET_MAC: return sizeof(struct us_set_mac);
 	case US_MSG_SET_FEATURES: return sizeof(struct us_set_features);
@@ -169,7 +203,8 @@ static size_t body_size(uint16_t type)
 	violation("unknown message type %u", type);
 }
 
-static void handle(struct session *s, const uint8_t *msg, size_t n)
+/* received_fd: a descriptor that came with the message, -1 if none. */
+static void handle(struct session *s, const uint8_t *msg, size_t n, int received_fd)
 {
 	struct us_msg_header h;
 	const uint8_t *body = msg + sizeof(h);
@@ -183,6 +218,10 @@ static void handle(struct session *s, const uint8_t *msg, size_t n)
 	memcpy(&h, msg, sizeof(h));
 	if (h.flags)
 		violation("reserved flags %#x", h.flags);
+	if ((h.type == US_MSG_SPAWN) != (received_fd >= 0))
+		violation("type %u %s a file descriptor", h.type, received_fd >= 0 ? "with" : "without");
+	if (template_taken() && h.type != US_MSG_SPAWN && h.type != US_MSG_PING)
+		violation("type %u to a template, which only spawns drivers", h.type);
 	if (h.type == US_MSG_SET_RX_MODE) {
 		struct us_set_rx_mode m;
 
@@ -200,7 +239,18 @@ static void handle(struct session *s, const uint8_t *msg, size_t n)
 		violation("type %u with a %zu-byte body", h.type, len);
 	if (h.type != US_MSG_HELLO && h.type != US_MSG_PROBE && h.type != US_MSG_PING &&
 	    !s->probed) {
+		if (received_fd >= 0)
+			close(received_fd);
 		reply(h.seq, -ENODEV, NULL, 0);
+		return;
+	}
+	if (h.type == US_MSG_SPAWN) {
+		if (s->tx_started) {	/* opened once: not the state a fresh driver starts from */
+			close(received_fd);
+			reply(h.seq, -EBUSY, NULL, 0);
+			return;
+		}
+		spawn(s, h.seq, received_fd);
 		return;
 	}
 	switch (h.type) {
@@ -219,7 +269,7 @@ static void handle(struct session *s, const uint8_t *msg, size_t n)
 		break;
 	}
 	case US_MSG_OPEN:
-		ret = kernel.net_open();
+		ret = open_device(s);
 		break;
 	case US_MSG_STOP:
 		ret = kernel.net_stop();
@@ -261,18 +311,52 @@ static void handle(struct session *s, const uint8_t *msg, size_t n)
 	reply(h.seq, ret, data, data_len);
 }
 
+/*
+ * One message and the descriptor that came with it (-1 if none); more than
+ * one descriptor, or a truncated message or control part, is a violation.
+ */
+static ssize_t receive(int fd, uint8_t *msg, size_t size, int *received_fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	struct iovec iov = { .iov_base = msg, .iov_len = size };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = control.buf, .msg_controllen = sizeof(control.buf),
+	};
+	struct cmsghdr *c;
+	ssize_t n;
+
+	*received_fd = -1;
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return n;
+	c = CMSG_FIRSTHDR(&mh);
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+	    c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(received_fd, CMSG_DATA(c), sizeof(int));
+	else if (c)
+		violation("a control message that is not one file descriptor");
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		violation("a message over %u bytes or with more than one descriptor", US_MSG_MAX);
+	return n;
+}
+
 int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
 		 int notify_fd, const char *runtime)
 {
 	struct session s = {
-		.device_fd = device_fd, .arena_fd = arena_fd, .rings_fd = rings_fd,
-		.kick_fd = kick_fd, .notify_fd = notify_fd, .runtime = runtime,
+		.control_fd = control_fd, .device_fd = device_fd, .arena_fd = arena_fd,
+		.rings_fd = rings_fd, .kick_fd = kick_fd, .notify_fd = notify_fd, .runtime = runtime,
 	};
-	static uint8_t msg[US_MSG_MAX + 1];
+	static uint8_t msg[US_MSG_MAX];
 
 	ddekit_setup_control(control_fd);
 	for (;;) {
-		ssize_t n = recv(control_fd, msg, sizeof(msg), 0);
+		int received_fd;
+		ssize_t n = receive(s.control_fd, msg, sizeof(msg), &received_fd);
 
 		if (n == 0) {
 			printf("HOST_CLOSED\n");
@@ -284,8 +368,6 @@ int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int 
 				continue;
 			violation("control socket: %s", strerror(errno));
 		}
-		if ((size_t)n > US_MSG_MAX)
-			violation("a message over %u bytes", US_MSG_MAX);
-		handle(&s, msg, n);
+		handle(&s, msg, n, received_fd);
 	}
 }

@@ -31,6 +31,9 @@ struct kernel_api {
 	unsigned long (*irq_count)(void);
 	unsigned long (*rx_frames)(void);
 	long (*skb_live)(void);
+	int (*template_park)(void);
+	int (*template_resume)(void);
+	void (*template_used_memory)(unsigned long *offset, unsigned long *len);
 };
 
 extern struct kernel_api kernel;
@@ -51,6 +54,17 @@ void debugger_register_module(const struct ko_module *m);
 
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);
+
+/*
+ * Makes this process a post-probe template (first call) and forks a driver
+ * process from it, whose control socket is child_control; the fork is the
+ * daemon's child (CLONE_PARENT). Returns the fork's pid in the template,
+ * 0 in the fork (which has resumed the device and announced its
+ * net_device), or -errno in the template -- which, if it never became one,
+ * goes on as the driver.
+ */
+int template_spawn(int template_control, int child_control);
+bool template_taken(void);
 
 /* Serves the host's requests on the control socket until it closes. */
 int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,

@@ -271,6 +271,9 @@ static void find_kernel_api(void)
 	kernel.irq_count = kernel_export("us_irq_count");
 	kernel.rx_frames = kernel_export("us_rx_frames");
 	kernel.skb_live = kernel_export("us_skb_live");
+	kernel.template_park = kernel_export("us_template_park");
+	kernel.template_resume = kernel_export("us_template_resume");
+	kernel.template_used_memory = kernel_export("us_template_used_memory");
 }
 
 static void setup_percpu(void)

@@ -54,16 +54,36 @@ bool us_in_dma_region(const void *p, size_t len);
 bool us_in_pool(const void *p);
 dma_addr_t us_dma_addr(phys_addr_t phys);
 
-/* timer.c / softirq */
+/*
+ * timer.c / softirq and workqueue.c: the runtime's own threads. park asks
+ * the thread to end at the top of its loop (called with the CPU), join
+ * waits for it (called without the CPU); start begins a fresh one.
+ */
 void us_softirq_start(void);
+void us_softirq_park(void);
+int us_softirq_join(u64 timeout_ns);
 void us_raise_net_rx(void);
 void us_softirq_on_irq_exit(void);
 
-/* workqueue.c */
 void us_workqueue_start(void);
+void us_workqueue_park(void);
+int us_workqueue_join(u64 timeout_ns);
 
 /* pci.c */
 int us_pci_init(void);
+/*
+ * The bound driver's resume callback (dev_pm_ops or legacy pci_driver):
+ * whether it has one, and running it as the PM core would after the
+ * device was reset (config space is restored by VFIO's reset).
+ */
+bool us_pci_can_resume(void);
+int us_pci_resume(void);
+
+/* irq.c: whether the driver holds its interrupt line. */
+bool us_irq_held(void);
+
+/* mem.c: the part of the arena the allocator has ever handed out. */
+void us_mem_used_extent(unsigned long *offset, unsigned long *len);
 
 /* netdev.c */
 struct net_device;
@@ -72,6 +92,8 @@ struct net_device *us_first_netdev(void);
 struct netdev_queue;
 void us_net_tx_queue_check(struct netdev_queue *txq);
 int us_netdev_stop(struct net_device *dev);
+/* Reports the registered net_device to the host again (REGISTERED, carrier). */
+void us_net_announce(void);
 void us_net_deliver(struct sk_buff *skb);
 struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size);
 

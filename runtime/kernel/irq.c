@@ -190,6 +190,11 @@ int probe_irq_off(unsigned long val)
 }
 EXPORT_SYMBOL(probe_irq_off);
 
+bool us_irq_held(void)
+{
+	return line && !line->freed;
+}
+
 /* Count of handled interrupts, for the driver's main and the tests. */
 unsigned long us_irq_count(void)
 {

@@ -113,6 +113,17 @@ dma_addr_t us_dma_addr(phys_addr_t phys)
 	return region.iova + phys;
 }
 
+/*
+ * [offset, offset + len) of the arena holds every block the allocator has
+ * handed out so far and its free lists (which live in freed blocks); its
+ * bookkeeping (region, page_order) is process memory.
+ */
+void us_mem_used_extent(unsigned long *offset, unsigned long *len)
+{
+	*offset = region.pool_size;
+	*len = PAGE_ALIGN(region.bump);
+}
+
 static void *take_run(unsigned int order)
 {
 	unsigned long size = 1UL << order;

@@ -183,9 +183,23 @@ void dev_addr_mod(struct net_device *dev, unsigned int offset, const void *addr,
 }
 EXPORT_SYMBOL(dev_addr_mod);
 
-int register_netdev(struct net_device *dev)
+/* REGISTERED (and the carrier) for the host: what the net shadow starts from. */
+static void announce(struct net_device *dev)
 {
 	struct ethtool_drvinfo info = {};
+
+	if (dev->ethtool_ops && dev->ethtool_ops->get_drvinfo)
+		dev->ethtool_ops->get_drvinfo(dev, &info);
+	if (!info.driver[0] && dev->dev.parent)
+		strscpy(info.driver, dev_driver_string(dev->dev.parent), sizeof(info.driver));
+	ddekit_net_registered(dev->name, info.driver, info.version, dev->perm_addr,
+			      dev->dev_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
+			      dev->features, dev->hw_features, dev->real_num_tx_queues,
+			      dev->real_num_rx_queues, netif_carrier_ok(dev));
+}
+
+int register_netdev(struct net_device *dev)
+{
 	char *percent = strchr(dev->name, '%');
 
 	if (registered)
@@ -203,17 +217,17 @@ int register_netdev(struct net_device *dev)
 	dev->ifindex = 1;
 	dev->reg_state = NETREG_REGISTERED;
 	registered = dev;
-	if (dev->ethtool_ops && dev->ethtool_ops->get_drvinfo)
-		dev->ethtool_ops->get_drvinfo(dev, &info);
-	if (!info.driver[0] && dev->dev.parent)
-		strscpy(info.driver, dev_driver_string(dev->dev.parent), sizeof(info.driver));
-	ddekit_net_registered(dev->name, info.driver, info.version, dev->perm_addr,
-			      dev->dev_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
-			      dev->features, dev->hw_features, dev->real_num_tx_queues,
-			      dev->real_num_rx_queues, netif_carrier_ok(dev));
+	announce(dev);
 	return 0;
 }
 EXPORT_SYMBOL(register_netdev);
+
+/* A process forked from a post-probe template tells the host what it drives. */
+void us_net_announce(void)
+{
+	if (registered)
+		announce(registered);
+}
 
 void unregister_netdev(struct net_device *dev)
 {

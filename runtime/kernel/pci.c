@@ -615,6 +615,31 @@ int __pci_register_driver(struct pci_driver *drv, struct module *owner, const ch
 }
 EXPORT_SYMBOL(__pci_register_driver);
 
+static struct pci_driver *bound_driver(void)
+{
+	return the_pdev && the_pdev->dev.driver ? to_pci_driver(the_pdev->dev.driver) : NULL;
+}
+
+bool us_pci_can_resume(void)
+{
+	struct pci_driver *drv = bound_driver();
+
+	return drv && ((drv->driver.pm && drv->driver.pm->resume) || drv->resume);
+}
+
+int us_pci_resume(void)
+{
+	struct pci_driver *drv = bound_driver();
+
+	if (!drv)
+		return -ENODEV;
+	if (drv->driver.pm && drv->driver.pm->resume)
+		return drv->driver.pm->resume(&the_pdev->dev);
+	if (drv->resume)
+		return drv->resume(the_pdev);
+	return -EOPNOTSUPP;
+}
+
 void pci_unregister_driver(struct pci_driver *drv)
 {
 	if (the_pdev && the_pdev->dev.driver == &drv->driver) {

@@ -17,6 +17,8 @@
 static HLIST_HEAD(pending_timers);
 static struct timer_list *running_timer;
 static struct task_struct *softirq_task;
+static unsigned long softirq_thread_handle;
+static bool softirq_parking;
 static bool net_rx_raised;
 
 bool us_net_rx_action(void);
@@ -245,7 +247,7 @@ static void softirq_thread(void *unused)
 	us_cpu_enter();
 	softirq_task = current;
 	strscpy(current->comm, "ksoftirqd/0", sizeof(current->comm));
-	for (;;) {
+	while (!softirq_parking) {
 		u64 next_timer;
 
 		us_update_jiffies();
@@ -263,10 +265,29 @@ static void softirq_thread(void *unused)
 		}
 		us_wait(next_timer);
 	}
+	softirq_task = NULL;
+	us_cpu_leave();
 }
 
 void us_softirq_start(void)
 {
-	if (ddekit_thread_create(softirq_thread, NULL, "ksoftirqd/0"))
+	softirq_parking = false;
+	if (ddekit_thread_start(softirq_thread, NULL, "ksoftirqd/0", &softirq_thread_handle))
 		us_panic("cannot start the softirq thread");
+}
+
+/*
+ * Asks the softirq thread to end at the top of its loop (pending timers and
+ * a raised NET_RX stay pending for the next one); the CPU holder calls this
+ * and then, without the CPU, us_softirq_join().
+ */
+void us_softirq_park(void)
+{
+	softirq_parking = true;
+	us_wake();
+}
+
+int us_softirq_join(u64 timeout_ns)
+{
+	return ddekit_thread_join(softirq_thread_handle, timeout_ns);
 }

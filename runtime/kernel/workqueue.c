@@ -35,6 +35,8 @@ EXPORT_SYMBOL(system_power_efficient_wq);
 static LIST_HEAD(queued_work);
 static struct work_struct *running_work;
 static struct task_struct *worker_task;
+static unsigned long worker_thread_handle;
+static bool worker_parking;
 
 static void enqueue(struct work_struct *work)
 {
@@ -200,7 +202,7 @@ static void worker_thread(void *unused)
 	us_cpu_enter();
 	worker_task = current;
 	strscpy(current->comm, "kworker/0", sizeof(current->comm));
-	for (;;) {
+	while (!worker_parking) {
 		struct work_struct *work;
 
 		if (list_empty(&queued_work)) {
@@ -215,10 +217,25 @@ static void worker_thread(void *unused)
 		running_work = NULL;
 		us_wake();	/* cancel_work_sync() and flushes may be waiting */
 	}
+	worker_task = NULL;
+	us_cpu_leave();
 }
 
 void us_workqueue_start(void)
 {
-	if (ddekit_thread_create(worker_thread, NULL, "kworker/0"))
+	worker_parking = false;
+	if (ddekit_thread_start(worker_thread, NULL, "kworker/0", &worker_thread_handle))
 		us_panic("cannot start the workqueue thread");
+}
+
+/* As us_softirq_park(): queued work stays queued for the next worker. */
+void us_workqueue_park(void)
+{
+	worker_parking = true;
+	us_wake();
+}
+
+int us_workqueue_join(u64 timeout_ns)
+{
+	return ddekit_thread_join(worker_thread_handle, timeout_ns);
 }

@@ -2,6 +2,10 @@
 during a hash-checked TCP transfer and understudyd restarts it and replays its
 settings (MTU 1400, promiscuous mode, a multicast address) while us0 keeps its
 carrier; the transfer completes intact, without a reset.
+
+Both ways of restarting are exercised: a fork of the post-probe template that
+resumes the device (the default), and -- once the template is gone -- a new
+process that loads and probes the driver again.
 """
 import json
 import re
@@ -27,7 +31,8 @@ def carrier_down_count(g: Guest) -> int:
     return int(g.run("cat /sys/class/net/us0/carrier_down_count", check=True).out)
 
 
-def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_survives(no_leftover_qemu, bins):
+@pytest.mark.parametrize("start", ["template", "probe"])
+def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_survives(no_leftover_qemu, bins, start):
     with Guest(devices=["e1000"]) as g:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
@@ -41,6 +46,12 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
               check=True)
         opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400)
         downs_before = carrier_down_count(g)
+        template = opened["template_pid"]
+        assert template and template != opened["pid"], opened
+        if start == "probe":
+            # Without its template the daemon falls back to a cold restart.
+            g.run(["kill", "-9", str(template)], check=True)
+            d.wait_state(bdf, "open", timeout=30, template_pid=None)
 
         received_before = opened["counters"]["rx_bytes"]
         host = net.HostBulk("rx", BULK_BYTES, timeout=120)
@@ -77,11 +88,12 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         print("recoveries", after["recoveries"])
         assert after["recovery_count"] == 1, after
         r = after["recoveries"][0]
-        assert "killed by signal 9" in r["cause"] and r["outcome"] == "recovered", r
-        assert all(r[k] is not None for k in ("spawn_probe_ms", "replay_ms", "first_packet_ms", "downtime_ms")), r
+        assert "killed by signal 9" in r["cause"] and r["outcome"] == "recovered" and r["start"] == start, r
+        assert all(r[k] is not None for k in ("start_ms", "replay_ms", "first_packet_ms", "downtime_ms")), r
         assert after["pid"] not in (None, opened["pid"]) and after["mtu"] == 1400, after
         assert after["device_stop"]["bus_master_off"] and after["device_stop"]["iommu_unmapped"], after
-        assert understudy.bus_master_on(g, bdf), "the fresh driver's probe enabled bus mastering again"
+        assert understudy.bus_master_on(g, bdf), "the fresh driver enabled bus mastering again"
+        assert after["template_pid"] == (template if start == "template" else None), after
         assert carrier_down_count(g) == downs_before, "us0 kept its carrier through the restart"
         assert "PROMISC" in g.run("ip link show us0", check=True).out
         assert d.alive()

@@ -76,6 +76,27 @@ pub enum DriverState {
     Recovering,
 }
 
+/// How a fresh driver process took a dead one's place.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StartKind {
+    /// Forked from the post-probe template; the driver's resume callback
+    /// brought the reset device back (no probe).
+    Template,
+    /// A new process loaded the modules and probed the device.
+    Probe,
+}
+
+impl StartKind {
+    /// The start phase's name in log lines and tables.
+    pub fn phase_name(self) -> &'static str {
+        match self {
+            StartKind::Template => "fork+resume",
+            StartKind::Probe => "spawn+probe",
+        }
+    }
+}
+
 /// One restart of a driver process after its death (or hang), with how long
 /// each phase took, in milliseconds from the moment the death was seen.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -85,8 +106,10 @@ pub struct RecoveryRecord {
     pub outcome: String,
     /// Device stopped, IOMMU mapping dropped, buffers reclaimed, arena mapped again.
     pub stop_ms: f64,
-    /// The fresh process started and its driver registered (HELLO, PROBE, REGISTERED).
-    pub spawn_probe_ms: Option<f64>,
+    /// How the fresh driver process started (see `StartKind`).
+    pub start: StartKind,
+    /// The fresh process started and its driver registered (REGISTERED).
+    pub start_ms: Option<f64>,
     /// OPEN, MTU, MAC and receive mode given again and accepted.
     pub replay_ms: Option<f64>,
     /// The first frame through the fresh driver.
@@ -135,6 +158,8 @@ pub struct DeviceStatus {
     /// Restarts of the driver process, oldest first.
     pub recoveries: Vec<RecoveryRecord>,
     pub recovery_count: u32,
+    /// The post-probe template restarts fork from, if the driver has one.
+    pub template_pid: Option<u32>,
 }
 
 /// Which ethtool answers to ask for.

@@ -41,6 +41,7 @@ pub const MSG_SET_RX_MODE: u16 = 7;
 pub const MSG_SET_FEATURES: u16 = 8;
 pub const MSG_ETHTOOL: u16 = 9;
 pub const MSG_PING: u16 = 10;
+pub const MSG_SPAWN: u16 = 11;
 pub const MSG_REPLY: u16 = 64;
 pub const MSG_REGISTERED: u16 = 65;
 pub const MSG_CARRIER: u16 = 66;
@@ -333,7 +334,7 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             let (warn, text) = with_tail::<Warn>(type_, body, TEXT_MAX)?;
             Ok(DriverMessage::Warn { file: c_string("warn.file", &warn.file)?, line: warn.line, text: printable(text) })
         }
-        MSG_HELLO..=MSG_PING => Err(ProtocolError::NotFromDriver(type_)),
+        MSG_HELLO..=MSG_SPAWN => Err(ProtocolError::NotFromDriver(type_)),
         other => Err(ProtocolError::UnknownType(other)),
     }
 }
@@ -352,6 +353,9 @@ pub enum Request {
     /// An `ETHTOOL_*` command; `first` is the first statistic wanted (0 otherwise).
     Ethtool { cmd: u32, first: u32 },
     Ping,
+    /// To a post-probe template: fork a driver process. Its control socket
+    /// travels with the message (SCM_RIGHTS); the reply's data is its pid.
+    Spawn,
 }
 
 impl PartialEq for Hello {
@@ -389,6 +393,7 @@ impl Request {
             Request::SetFeatures(_) => MSG_SET_FEATURES,
             Request::Ethtool { .. } => MSG_ETHTOOL,
             Request::Ping => MSG_PING,
+            Request::Spawn => MSG_SPAWN,
         }
     }
 
@@ -405,6 +410,7 @@ impl Request {
             Request::SetFeatures(_) => "SET_FEATURES",
             Request::Ethtool { .. } => "ETHTOOL",
             Request::Ping => "PING",
+            Request::Spawn => "SPAWN",
         }
     }
 
@@ -426,7 +432,7 @@ impl Request {
                 }
                 out.extend_from_slice(p.as_bytes());
             }
-            Request::Open | Request::Stop | Request::Ping => {}
+            Request::Open | Request::Stop | Request::Ping | Request::Spawn => {}
             Request::SetMtu(mtu) => out.extend_from_slice(SetMtu { mtu: *mtu }.as_bytes()),
             Request::SetMac(mac) => out.extend_from_slice(SetMac { mac: *mac }.as_bytes()),
             Request::SetRxMode { flags, multicast } => {

@@ -17,6 +17,7 @@ mod server;
 mod shadow;
 mod supervisor;
 mod tap;
+mod template;
 mod watchdog;
 
 use std::path::PathBuf;
@@ -80,6 +81,13 @@ struct Args {
     max_restarts: u32,
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     restart_window_s: u64,
+    /// Restart a driver by starting a new process that loads the modules and
+    /// probes the device again, instead of forking it from the post-probe
+    /// template (the default, DESIGN.md decision 8). A driver whose probe
+    /// keeps its interrupt, or that has no resume callback, is always
+    /// restarted this way.
+    #[arg(long)]
+    cold_restarts: bool,
 }
 
 fn main() -> ExitCode {
@@ -106,7 +114,11 @@ fn main() -> ExitCode {
         request: Duration::from_millis(args.request_timeout_ms),
         probe: Duration::from_millis(args.probe_timeout_ms),
     };
-    let restarts = RestartPolicy { max: args.max_restarts, window: Duration::from_secs(args.restart_window_s) };
+    let restarts = RestartPolicy {
+        max: args.max_restarts,
+        window: Duration::from_secs(args.restart_window_s),
+        template: !args.cold_restarts,
+    };
     match server::serve(&args.socket, driver, timeouts, restarts, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -54,13 +54,18 @@ pub fn spawn(binary: &Path, fds: &DriverFds) -> io::Result<DriverProcess> {
     }
     let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start the driver process {}: {e}", binary.display())))?;
     let pid = child.id() as libc::pid_t;
+    watch(pid).inspect_err(|_| {
+        kill(pid);
+        wait(pid);
+    })
+}
+
+/// A driver process of ours, with a pidfd that becomes readable when it exits.
+pub fn watch(pid: libc::pid_t) -> io::Result<DriverProcess> {
     // SAFETY: plain syscall; the result is a new fd we own.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
     if raw < 0 {
-        let e = io::Error::last_os_error();
-        kill(pid);
-        wait(pid);
-        return Err(e);
+        return Err(io::Error::last_os_error());
     }
     Ok(DriverProcess { pid, pidfd: unsafe { OwnedFd::from_raw_fd(raw) } })
 }

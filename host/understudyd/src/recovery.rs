@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use understudy_api::RecoveryRecord;
+use understudy_api::{RecoveryRecord, StartKind};
 use understudy_protocol::Request;
 use understudy_shm::UncompletedTx;
 
@@ -24,6 +24,8 @@ use crate::shadow::PassiveLog;
 pub struct RestartPolicy {
     pub max: u32,
     pub window: Duration,
+    /// Fork restarts from a post-probe template (template.rs) when the driver allows it.
+    pub template: bool,
 }
 
 /// The restarts a device has had within its policy's window.
@@ -35,6 +37,10 @@ pub struct RestartBudget {
 impl RestartBudget {
     pub fn new(policy: RestartPolicy) -> Self {
         RestartBudget { policy, recent: VecDeque::new() }
+    }
+
+    pub fn policy(&self) -> RestartPolicy {
+        self.policy
     }
 
     /// Counts a restart at `now` if the policy allows one, else says why not.
@@ -57,7 +63,8 @@ impl RestartBudget {
 /// What a restart under way is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// HELLO and PROBE sent; waiting for REGISTERED.
+    /// A fresh driver started (forked from the template, or HELLO and PROBE
+    /// sent to a new process); waiting for its REGISTERED.
     Registering,
     /// Replaying the log, one request at a time.
     Replaying,
@@ -94,7 +101,8 @@ impl Recovery {
                 cause,
                 outcome: "under way".into(),
                 stop_ms: 0.0,
-                spawn_probe_ms: None,
+                start: StartKind::Probe,
+                start_ms: None,
                 replay_ms: None,
                 first_packet_ms: None,
                 downtime_ms: None,
@@ -126,7 +134,7 @@ mod tests {
     #[test]
     fn at_most_max_restarts_within_the_window() {
         let t0 = Instant::now();
-        let mut budget = RestartBudget::new(RestartPolicy { max: 2, window: Duration::from_secs(60) });
+        let mut budget = RestartBudget::new(RestartPolicy { max: 2, window: Duration::from_secs(60), template: true });
         assert_eq!(budget.take(t0), Ok(()));
         assert_eq!(budget.take(t0 + Duration::from_secs(10)), Ok(()));
         assert_eq!(budget.take(t0 + Duration::from_secs(20)).unwrap_err(),
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn no_restart_when_the_policy_allows_none() {
-        let mut budget = RestartBudget::new(RestartPolicy { max: 0, window: Duration::from_secs(60) });
+        let mut budget = RestartBudget::new(RestartPolicy { max: 0, window: Duration::from_secs(60), template: true });
         assert_eq!(budget.take(Instant::now()).unwrap_err(), "restarts are off (understudyd --max-restarts)");
     }
 }

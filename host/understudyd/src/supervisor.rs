@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo};
+use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, StartKind};
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 use understudy_shm::{Geometry, SharedMemory, ShmError};
 use understudy_vfio::{bus_master_enabled, PciAddress, Vfio};
@@ -30,6 +30,7 @@ use crate::ratelimit::TokenBucket;
 use crate::recovery::{Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
+use crate::template::{self, SpawnError, Template};
 use crate::watchdog::{Timeouts, Watchdog};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
@@ -137,7 +138,7 @@ fn drain_eventfd(fd: BorrowedFd) {
     unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
 }
 
-fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: plain syscall filling two fds we then own.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
@@ -226,6 +227,10 @@ fn describe(request: &Request) -> String {
 struct Supervisor {
     // Declared in teardown order: the driver goes first, the interface last.
     driver: Option<DriverProcess>,
+    /// The post-probe template restarts fork from (template.rs), once taken.
+    template: Option<Template>,
+    /// The first driver forked from the template has not announced itself yet.
+    takeover: bool,
     control: OwnedFd,
     kick: OwnedFd,
     notify: OwnedFd,
@@ -305,11 +310,14 @@ impl Supervisor {
             counters: Counters::default(),
             recoveries: Vec::new(),
             recovery_count: 0,
+            template_pid: None,
         };
         let (command_sender, commands) = mpsc::channel();
         let now = Instant::now();
         let mut s = Supervisor {
             driver: Some(driver),
+            template: None,
+            takeover: false,
             control,
             kick,
             notify,
@@ -363,9 +371,14 @@ impl Supervisor {
         f(&mut st);
     }
 
-    fn send_request(&mut self, request: Request, purpose: Purpose) -> io::Result<()> {
+    fn take_seq(&mut self) -> u32 {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
+        seq
+    }
+
+    fn send_request(&mut self, request: Request, purpose: Purpose) -> io::Result<()> {
+        let seq = self.take_seq();
         let bytes = request.encode(seq).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: sending our own buffer on our socket.
         let n = unsafe { libc::send(self.control.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
@@ -390,6 +403,11 @@ impl Supervisor {
             let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
             let want_tap = alive && !self.tx_stopped && open && !replaying;
             let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
+            let template_at = fds.len();
+            if let Some(t) = &self.template {
+                fds.push(pollfd(t.process.pidfd.as_fd()));
+            }
+            let driver_at = fds.len();
             if let Some(d) = &self.driver {
                 fds.push(pollfd(d.pidfd.as_fd()));
                 fds.push(pollfd(self.control.as_fd()));
@@ -410,6 +428,9 @@ impl Supervisor {
                 return;
             }
             let ready = |i: usize| fds.get(i).is_some_and(|p| p.revents != 0);
+            if self.template.is_some() && ready(template_at) {
+                self.template_ended();
+            }
             if ready(0) {
                 self.shut_down();
                 return;
@@ -424,21 +445,22 @@ impl Supervisor {
             if !alive {
                 continue;
             }
-            if ready(3) {
+            let (exited, control, notify, tap) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3);
+            if ready(exited) {
                 let pid = self.driver.as_ref().map(|d| d.pid).expect("alive");
                 let how = process::wait(pid);
                 self.driver = None;
                 self.after_death(format!("the driver process {pid} {how}"), true);
                 continue;
             }
-            if outcome.is_ok() && ready(4) {
+            if outcome.is_ok() && ready(control) {
                 outcome = self.handle_control();
             }
-            if outcome.is_ok() && (ready(5) || ready(6)) {
-                if ready(5) {
+            if outcome.is_ok() && (ready(notify) || ready(tap)) {
+                if ready(notify) {
                     drain_eventfd(self.notify.as_fd());
                 }
-                outcome = self.move_frames(ready(6));
+                outcome = self.move_frames(ready(tap));
             }
             if outcome.is_ok() {
                 outcome = self.on_timers(Instant::now());
@@ -559,8 +581,11 @@ impl Supervisor {
     /// configuration, or undoes on the TAP what the driver cannot have.
     fn reconcile(&mut self) -> Result<(), Fault> {
         // A restart's replay follows the log, not the TAP; the TAP's own
-        // changes meanwhile are reconciled after it.
-        if self.driver.is_none() || self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket) {
+        // changes meanwhile are reconciled after it. Nor is a driver
+        // configured before PROBE is answered: an opened driver cannot
+        // become a template.
+        let starting = self.pending.values().any(|&(_, purpose)| purpose == Purpose::Startup);
+        if self.driver.is_none() || starting || self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket) {
             return Ok(());
         }
         loop {
@@ -691,7 +716,11 @@ impl Supervisor {
             Purpose::Startup if status < 0 => {
                 return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
             }
-            Purpose::Startup => {}
+            Purpose::Startup => {
+                if matches!(request, Request::Probe { .. }) && self.recovery.is_none() && self.restarts.policy().template {
+                    self.take_template()?;
+                }
+            }
             Purpose::Replay if status < 0 => {
                 return Err(Fault::Unreplaceable(format!(
                     "the fresh driver refused {} that its predecessor had accepted: {}", describe(&request), errno())));
@@ -741,6 +770,15 @@ impl Supervisor {
         match msg {
             DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,
             DriverMessage::Registered(r) => {
+                if self.takeover {
+                    // The template's first fork: the driver the template registered, resumed.
+                    self.takeover = false;
+                    let shadow = self.shadow.as_ref().expect("the template registered");
+                    if let Some(why) = shadow.log().incompatibility(&r) {
+                        return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
+                    }
+                    return Ok(());
+                }
                 if self.shadow.is_some() {
                     return Err(Fault::Violation("a second REGISTERED".into()));
                 }
@@ -751,7 +789,7 @@ impl Supervisor {
                     if let Some(why) = recovery.log.incompatibility(&r) {
                         return Err(Fault::Unreplaceable(format!("the fresh driver cannot replace the dead one: {why}")));
                     }
-                    recovery.record.spawn_probe_ms = Some(recovery.elapsed_ms(Instant::now()) - recovery.record.stop_ms);
+                    recovery.record.start_ms = Some(recovery.elapsed_ms(Instant::now()) - recovery.record.stop_ms);
                     recovery.step = Step::Replaying;
                     recovery.replay = recovery.log.replay(&r).into();
                     // The TAP keeps the settings in force; the replay gives them to the driver.
@@ -794,11 +832,7 @@ impl Supervisor {
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
             DriverMessage::Log { level, text } => {
                 if self.log_limit.admit(Instant::now()) {
-                    match level {
-                        0..=3 => error!("{dev}: driver: {text}"),
-                        4 => warn!("{dev}: driver: {text}"),
-                        _ => info!("{dev}: driver: {text}"),
-                    }
+                    driver_log(&dev, level, &text);
                 }
             }
             DriverMessage::Warn { file, line, text } => warn!("{dev}: driver WARN at {file}:{line}: {text}"),
@@ -985,13 +1019,18 @@ impl Supervisor {
             return Err((format!("cannot allow the device's interrupt again: {e}"), recovery.uncompleted));
         }
         recovery.record.stop_ms = recovery.elapsed_ms(Instant::now());
-        let (control, driver) = match spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd()) {
+        let forked = self.fork_from_template();
+        let cold = forked.is_none();
+        let (control, driver) = match forked.map(Ok).unwrap_or_else(|| {
+            spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd())
+        }) {
             Ok(started) => started,
             Err(e) => {
                 let _ = self.vfio.unmap_all();
                 return Err((e, recovery.uncompleted));
             }
         };
+        recovery.record.start = if cold { StartKind::Probe } else { StartKind::Template };
         self.control = control;
         self.carrier_held = true;
         let pid = driver.pid;
@@ -1010,11 +1049,78 @@ impl Supervisor {
             s.recoveries.push(record);
         });
         self.recovery = Some(recovery);
-        if let Err(e) = self.send_startup() {
-            // The control socket is broken: the run loop sees the process end.
-            error!("{dev}: the fresh driver process did not take its first requests: {e}");
+        if cold {
+            if let Err(e) = self.send_startup() {
+                // The control socket is broken: the run loop sees the process end.
+                error!("{dev}: the fresh driver process did not take its first requests: {e}");
+            }
         }
         Ok(())
+    }
+
+    /// After the first PROBE: makes the process that probed the template
+    /// restarts fork from, and gives the device to its first fork. A process
+    /// that cannot be a template goes on as the driver (restarts then probe).
+    fn take_template(&mut self) -> Result<(), Fault> {
+        let dev = self.vfio.address().clone();
+        let seq = self.take_seq();
+        let prober = self.driver.as_ref().expect("PROBE was answered");
+        let spawned = template::spawn(self.control.as_fd(), prober.pidfd.as_fd(), seq, |level, text| driver_log(&dev, level, text));
+        match spawned {
+            Ok((control, child)) => {
+                let pid = child.pid;
+                let process = self.driver.replace(child).expect("PROBE was answered");
+                let template_control = std::mem::replace(&mut self.control, control);
+                info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
+                      process.pid);
+                self.update(|s| {
+                    s.pid = Some(pid as u32);
+                    s.template_pid = Some(process.pid as u32);
+                });
+                self.template = Some(Template { process, control: template_control });
+                self.takeover = true;
+                Ok(())
+            }
+            Err(SpawnError::Refused(e)) => {
+                warn!("{dev}: the driver process cannot be a post-probe template ({e}); it drives the device itself, \
+                       and a restart will load and probe the driver again");
+                Ok(())
+            }
+            Err(SpawnError::Broken(why)) => Err(Fault::Violation(format!("asked to become the template: {why}"))),
+        }
+    }
+
+    /// A fresh driver forked from the template, or None (then a cold start
+    /// follows) if there is none or it failed -- a failed template is ended.
+    fn fork_from_template(&mut self) -> Option<(OwnedFd, DriverProcess)> {
+        let dev = self.vfio.address().clone();
+        let seq = self.take_seq();
+        let spawned = self.template.as_ref()?.spawn(seq, |level, text| driver_log(&dev, level, text));
+        match spawned {
+            Ok(forked) => Some(forked),
+            Err(e) => {
+                self.end_template(&format!("it did not fork a driver: {e}"));
+                None
+            }
+        }
+    }
+
+    fn end_template(&mut self, why: &str) {
+        let Some(t) = self.template.take() else { return };
+        process::kill(t.process.pid);
+        let how = process::wait(t.process.pid);
+        warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
+              self.vfio.address(), t.process.pid);
+        self.update(|s| s.template_pid = None);
+    }
+
+    /// The template exited by itself.
+    fn template_ended(&mut self) {
+        let Some(t) = self.template.take() else { return };
+        let how = process::wait(t.process.pid);
+        warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
+              self.vfio.address(), t.process.pid);
+        self.update(|s| s.template_pid = None);
     }
 
     /// Sends the next request of the replay; after the last one is accepted,
@@ -1029,7 +1135,7 @@ impl Supervisor {
         }
         let now = Instant::now();
         recovery.record.replay_ms =
-            Some(recovery.elapsed_ms(now) - recovery.record.stop_ms - recovery.record.spawn_probe_ms.unwrap_or(0.0));
+            Some(recovery.elapsed_ms(now) - recovery.record.stop_ms - recovery.record.start_ms.unwrap_or(0.0));
         let mut resubmitted = 0;
         for frame in std::mem::take(&mut recovery.uncompleted) {
             if self.shm.send(frame.buf, frame.len).map_err(|e| Fault::Violation(e.to_string()))? {
@@ -1066,10 +1172,11 @@ impl Supervisor {
         recovery.first_packet(now);
         recovery.record.outcome = "recovered".into();
         let r = &recovery.record;
-        info!("{}: recovered from {}: stop {} ms, spawn+probe {:?} ms, replay {:?} ms, first frame at {:?} ms, \
-               downtime {:?} ms, {} frame(s) given again",
-              self.vfio.address(), r.cause, r.stop_ms, r.spawn_probe_ms, r.replay_ms, r.first_packet_ms, r.downtime_ms,
-              r.tx_resubmitted);
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        info!("{}: recovered from {}: stop {:.1} ms, {} {} ms, replay {} ms, first frame at {} ms, downtime {} ms, \
+               {} frame(s) given again",
+              self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms),
+              ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
         self.publish(&recovery);
     }
 
@@ -1093,6 +1200,7 @@ impl Supervisor {
         if self.driver.is_some() {
             self.end_driver("stopped by request", false);
         }
+        self.end_template("stopped by request");
         info!("{}: released; interface {} removed", self.vfio.address(), self.tap.name());
     }
 }
@@ -1100,7 +1208,7 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         // A driver must never outlive the device it was given.
-        if let Some(d) = self.driver.take() {
+        for d in [self.driver.take(), self.template.take().map(|t| t.process)].into_iter().flatten() {
             process::kill(d.pid);
             process::wait(d.pid);
         }
@@ -1123,6 +1231,15 @@ fn spawn_driver(binary: &std::path::Path, vfio: &Vfio, shm: &SharedMemory, kick:
     })
     .map_err(|e| e.to_string())?;
     Ok((control, driver))
+}
+
+/// A kernel log record of the driver (printk level `level`).
+fn driver_log(dev: &PciAddress, level: u32, text: &str) {
+    match level {
+        0..=3 => error!("{dev}: driver: {text}"),
+        4 => warn!("{dev}: driver: {text}"),
+        _ => info!("{dev}: driver: {text}"),
+    }
 }
 
 fn state_of(phase: Phase) -> DriverState {
