@@ -180,6 +180,7 @@ static const char *request_name(uint16_t type)
 	case US_MSG_SET_FEATURES: return "SET_FEATURES";
 	case US_MSG_ETHTOOL: return "ETHTOOL";
 	case US_MSG_PING: return "PING";
+	case US_MSG_SPAWN: return "SPAWN";
 	default: return NULL;
 	}
 }
@@ -268,6 +269,11 @@ static void *control_loop(void *unused)
 				}
 			}
 			reply(h.seq, status, NULL, 0);
+			break;
+		case US_MSG_SPAWN:
+			/* A stand-in cannot fork a driver: it goes on as one (its fd was dropped by recv). */
+			record("SPAWN");
+			reply(h.seq, -EOPNOTSUPP, NULL, 0);
 			break;
 		default:
 			record("%s", name);
@@ -362,7 +368,6 @@ int main(int argc, char **argv)
 		die("PROBE size");
 	memcpy(&probe, buf + sizeof(struct us_msg_header), sizeof probe);
 	memcpy(pci_address, probe.pci_address, sizeof pci_address - 1);
-	answer(US_MSG_PROBE);
 	set_bus_master();
 
 	struct us_registered reg = { .perm_addr = { 0x52, 0x54, 0, 0x12, 0x34, 0x56 },
@@ -371,7 +376,9 @@ int main(int argc, char **argv)
 				     .n_tx_queues = 1, .n_rx_queues = 1 };
 	strcpy(reg.driver, "hostile-test");
 	strcpy(reg.version, "0");
+	/* As register_netdev() does during the real driver's probe: before PROBE's reply. */
 	send_msg(US_MSG_REGISTERED, 0, &reg, sizeof reg);
+	answer(US_MSG_PROBE);
 	pthread_t control;
 	if ((errno = pthread_create(&control, NULL, control_loop, NULL)))
 		die("pthread_create");

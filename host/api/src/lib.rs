@@ -104,8 +104,11 @@ pub struct RecoveryRecord {
     pub cause: String,
     /// "recovered", or why the device was left down.
     pub outcome: String,
-    /// Device stopped, IOMMU mapping dropped, buffers reclaimed, arena mapped again.
+    /// Device stopped, buffers reclaimed, the interrupt allowed again.
     pub stop_ms: f64,
+    /// The part of `stop_ms` that stopped the device: bus mastering off,
+    /// interrupts off and the reset (VFIO_DEVICE_RESET).
+    pub device_stop_ms: f64,
     /// How the fresh driver process started (see `StartKind`).
     pub start: StartKind,
     /// The fresh process started and its driver registered (REGISTERED).
@@ -127,6 +130,8 @@ pub struct DeviceStop {
     pub irqs_disabled: bool,
     /// "done", or why no reset happened.
     pub reset: String,
+    /// The arena's IOMMU mapping was dropped: the device was given up. A
+    /// restarted driver keeps the mapping (the device is stopped and reset).
     pub iommu_unmapped: bool,
 }
 

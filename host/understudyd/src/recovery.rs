@@ -101,6 +101,7 @@ impl Recovery {
                 cause,
                 outcome: "under way".into(),
                 stop_ms: 0.0,
+                device_stop_ms: 0.0,
                 start: StartKind::Probe,
                 start_ms: None,
                 replay_ms: None,
@@ -123,7 +124,7 @@ impl Recovery {
     }
 }
 
-fn round_ms(d: Duration) -> f64 {
+pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 

@@ -27,7 +27,7 @@ use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
-use crate::recovery::{Recovery, RestartBudget, RestartPolicy, Step};
+use crate::recovery::{round_ms, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::template::{self, SpawnError, Template};
@@ -41,6 +41,8 @@ const MULTICAST_POLL: Duration = Duration::from_millis(200);
 /// a probe legitimately prints a dozen lines at once).
 const LOG_BURST: u32 = 20;
 const LOG_PER_SECOND: u32 = 10;
+/// How long the TAP keeps its carrier for a restarted driver whose link is not up yet.
+const CARRIER_HOLD: Duration = Duration::from_secs(10);
 /// How long a CLI client waits for an ethtool answer; the watchdog ends a
 /// silent driver (and so the query) long before this with sane timeouts.
 const ETHTOOL_WAIT: Duration = Duration::from_secs(120);
@@ -266,8 +268,9 @@ struct Supervisor {
     /// When a frame last went through the driver (for the downtime of a restart).
     last_packet: Option<Instant>,
     /// After a restart the TAP keeps the dead driver's carrier until the fresh
-    /// one, opened, reports its link up (e1000's comes a second or two after OPEN).
-    carrier_held: bool,
+    /// one, opened, reports its link up (e1000's comes a second or two after
+    /// OPEN), or until this deadline: a link that stays down is shown.
+    carrier_held_until: Option<Instant>,
 }
 
 impl Supervisor {
@@ -351,7 +354,7 @@ impl Supervisor {
             restarts: RestartBudget::new(setup.restarts),
             recovery: None,
             last_packet: None,
-            carrier_held: false,
+            carrier_held_until: None,
         };
         if let Err(e) = s.send_startup() {
             s.end_driver(&format!("could not send its first requests: {e}"), false);
@@ -508,6 +511,9 @@ impl Supervisor {
             if self.shadow.is_some() {
                 next = next.map(|n| n.min(self.next_multicast_poll));
             }
+            if let Some(t) = self.carrier_held_until {
+                next = next.map(|n| n.min(t));
+            }
         }
         match next {
             // Rounded up: waking a millisecond early would only loop.
@@ -523,11 +529,26 @@ impl Supervisor {
         if self.watchdog.ping_due(now) {
             self.send(Request::Ping, Purpose::Heartbeat)?;
         }
+        if self.carrier_held_until.is_some_and(|t| now >= t) {
+            self.release_carrier()?;
+        }
         if self.shadow.is_some() && now >= self.next_multicast_poll {
             self.read_multicast_list();
             self.next_multicast_poll = now + MULTICAST_POLL;
         }
         self.report_suppressed_logs(now, false);
+        Ok(())
+    }
+
+    /// The fresh driver's link has not come up in CARRIER_HOLD: the TAP
+    /// stops pretending and shows the driver's carrier.
+    fn release_carrier(&mut self) -> Result<(), Fault> {
+        self.carrier_held_until = None;
+        let on = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        warn!("{}: restart: the fresh driver's link is not up after {} s; {} shows its carrier ({})",
+              self.vfio.address(), CARRIER_HOLD.as_secs(), self.tap.name(), if on { "on" } else { "off" });
+        self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
+        self.update(|s| s.carrier = on);
         Ok(())
     }
 
@@ -649,7 +670,8 @@ impl Supervisor {
         if recover {
             return Err(Fault::RecoverRequested);
         }
-        if self.shadow.is_none() {
+        // While a restart is under way queries wait for the fresh driver's answer.
+        if self.shadow.is_none() && self.recovery.is_none() {
             let why = match self.driver {
                 Some(_) => "the driver has not registered its net_device yet",
                 None => "the driver is dead (see `understudy status`)",
@@ -659,7 +681,7 @@ impl Supervisor {
             }
             return Ok(());
         }
-        if self.ethtool.is_none() {
+        if self.ethtool.is_none() && self.shadow.is_some() {
             if let Some((queries, answer)) = self.ethtool_queue.pop_front() {
                 let (job, requests) =
                     EthtoolJob::start(self.vfio.address().to_string(), self.tap.name().to_string(), queries, answer);
@@ -819,10 +841,12 @@ impl Supervisor {
                 if let Some(shadow) = self.shadow.as_mut() {
                     shadow.set_carrier(on);
                 }
-                if self.carrier_held {
+                if self.carrier_held_until.is_some() {
                     info!("{dev}: restart: the fresh driver's carrier is {}", if on { "on" } else { "off" });
                     let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-                    self.carrier_held = !(on && open);
+                    if on && open {
+                        self.carrier_held_until = None;
+                    }
                     return Ok(());
                 }
                 info!("{dev}: carrier {}", if on { "on" } else { "off" });
@@ -830,11 +854,7 @@ impl Supervisor {
                 self.update(|s| s.carrier = on);
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
-            DriverMessage::Log { level, text } => {
-                if self.log_limit.admit(Instant::now()) {
-                    driver_log(&dev, level, &text);
-                }
-            }
+            DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
             DriverMessage::Warn { file, line, text } => warn!("{dev}: driver WARN at {file}:{line}: {text}"),
         }
         Ok(())
@@ -921,16 +941,19 @@ impl Supervisor {
         self.after_death(format!("{why} (the process was ended by the daemon: {how})"), restart);
     }
 
-    /// DESIGN.md decision 4: stop the device, then drop its IOMMU mapping, then
-    /// take every buffer back. Then, if `restart` and the restart policy
-    /// allow, a fresh driver process takes the dead one's place (`restart`);
-    /// otherwise the interface stays, without carrier.
+    /// DESIGN.md decision 4: stop the device (bus mastering off, interrupts
+    /// off, reset), then take every buffer back. Then, if `restart` and the
+    /// restart policy allow, a fresh driver process takes the dead one's place
+    /// (`restart`) in the same arena, whose IOMMU mapping is kept: the stopped
+    /// device cannot reach it, and dropping and re-creating 64 MiB of mapping
+    /// cost ~70 ms of every restart under the lab's emulated IOMMU. Otherwise
+    /// the mapping is dropped and the interface stays, without carrier.
     fn after_death(&mut self, cause: String, restart: bool) {
         let seen_dead = Instant::now();
-        self.carrier_held = false;
+        self.carrier_held_until = None;
         let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
-        let unmapped = self.vfio.unmap_all();
+        let device_stopped = Instant::now();
         let mut uncompleted = self.shm.reclaim_all();
         self.pending.clear();
         self.watchdog = Watchdog::new(self.watchdog.timeouts(), seen_dead);
@@ -959,13 +982,14 @@ impl Supervisor {
             Ok(()) => "done".to_string(),
             Err(e) => e.clone(),
         };
-        let device_stop = DeviceStop { bus_master_off, irqs_disabled: report.irqs_disabled, reset, iommu_unmapped: unmapped.is_ok() };
+        let mut device_stop = DeviceStop { bus_master_off, irqs_disabled: report.irqs_disabled, reset, iommu_unmapped: false };
         let not_restarted = match (restart, log) {
             (false, _) => None,
             (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
             (true, Some(log)) => match self.restarts.take(seen_dead) {
                 Ok(()) => {
-                    let recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
+                    let mut recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
+                    recovery.record.device_stop_ms = round_ms(device_stopped - seen_dead);
                     match self.restart(recovery, &device_stop) {
                         Ok(()) => return,
                         Err((why, unsent)) => {
@@ -977,6 +1001,9 @@ impl Supervisor {
                 Err(why) => Some(why),
             },
         };
+        // The device stays stopped: nothing of the arena stays reachable from it.
+        let unmapped = self.vfio.unmap_all();
+        device_stop.iommu_unmapped = unmapped.is_ok();
         // Nobody will send the frames the dead driver never completed.
         for lost in uncompleted {
             self.shm.put_free(lost.buf);
@@ -1004,18 +1031,14 @@ impl Supervisor {
 
     /// The one mechanism of DESIGN.md decisions 7 and 8 (recovery now; live
     /// update and migration later): with the device stopped and every buffer
-    /// back, map the arena again and start a fresh driver process; REGISTERED
+    /// back, start a fresh driver process -- a fork of the post-probe template,
+    /// or a new process that probes (template.rs); REGISTERED
     /// then starts the replay of `recovery.log` (`replay_next`). The TAP keeps
     /// its carrier throughout. On failure, returns why and the frames still held.
     fn restart(&mut self, mut recovery: Recovery, device_stop: &DeviceStop)
                -> Result<(), (String, Vec<understudy_shm::UncompletedTx>)> {
         let dev = self.vfio.address().clone();
-        let g = self.shm.geometry();
-        if let Err(e) = self.vfio.map_dma(self.shm.arena().base(), g.arena_iova, g.arena_size) {
-            return Err((format!("cannot map the arena again: {e}"), recovery.uncompleted));
-        }
         if let Err(e) = self.vfio.allow_intx() {
-            let _ = self.vfio.unmap_all();
             return Err((format!("cannot allow the device's interrupt again: {e}"), recovery.uncompleted));
         }
         recovery.record.stop_ms = recovery.elapsed_ms(Instant::now());
@@ -1025,14 +1048,11 @@ impl Supervisor {
             spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd())
         }) {
             Ok(started) => started,
-            Err(e) => {
-                let _ = self.vfio.unmap_all();
-                return Err((e, recovery.uncompleted));
-            }
+            Err(e) => return Err((e, recovery.uncompleted)),
         };
         recovery.record.start = if cold { StartKind::Probe } else { StartKind::Template };
         self.control = control;
-        self.carrier_held = true;
+        self.carrier_held_until = Some(Instant::now() + CARRIER_HOLD);
         let pid = driver.pid;
         self.driver = Some(driver);
         warn!("{dev}: driver died: {}. Device stopped (reset: {}); restarting it: process {pid}, {} frame(s) to give it again; \
@@ -1065,7 +1085,9 @@ impl Supervisor {
         let dev = self.vfio.address().clone();
         let seq = self.take_seq();
         let prober = self.driver.as_ref().expect("PROBE was answered");
-        let spawned = template::spawn(self.control.as_fd(), prober.pidfd.as_fd(), seq, |level, text| driver_log(&dev, level, text));
+        let limit = &mut self.log_limit;
+        let spawned = template::spawn(self.control.as_fd(), prober.pidfd.as_fd(), seq,
+                                      |level, text| driver_log(limit, &dev, level, text));
         match spawned {
             Ok((control, child)) => {
                 let pid = child.pid;
@@ -1095,7 +1117,8 @@ impl Supervisor {
     fn fork_from_template(&mut self) -> Option<(OwnedFd, DriverProcess)> {
         let dev = self.vfio.address().clone();
         let seq = self.take_seq();
-        let spawned = self.template.as_ref()?.spawn(seq, |level, text| driver_log(&dev, level, text));
+        let limit = &mut self.log_limit;
+        let spawned = self.template.as_ref()?.spawn(seq, |level, text| driver_log(limit, &dev, level, text));
         match spawned {
             Ok(forked) => Some(forked),
             Err(e) => {
@@ -1233,8 +1256,11 @@ fn spawn_driver(binary: &std::path::Path, vfio: &Vfio, shm: &SharedMemory, kick:
     Ok((control, driver))
 }
 
-/// A kernel log record of the driver (printk level `level`).
-fn driver_log(dev: &PciAddress, level: u32, text: &str) {
+/// A kernel log record of the driver (printk level `level`), if the rate limit admits it.
+fn driver_log(limit: &mut TokenBucket, dev: &PciAddress, level: u32, text: &str) {
+    if !limit.admit(Instant::now()) {
+        return;
+    }
     match level {
         0..=3 => error!("{dev}: driver: {text}"),
         4 => warn!("{dev}: driver: {text}"),
