@@ -11,7 +11,10 @@
  *   garbage-message       sends random bytes as a control message
  *   echo                  behaves: returns every transmitted frame as a received
  *                         one (a loopback NIC), so the data path can be tested
- *   obedient              behaves, moves no frames
+ *   obedient              behaves, drops every frame it is given (a NIC without a
+ *                         cable: completions flagged dropped), receives none
+ *   tx-hole               answers every request but never completes a frame it
+ *                         was given to send (a stuck transmitter)
  *   log-flood             sends 1000 LOG lines at once ("flood line N")
  *
  * In every mode a control thread answers the daemon's requests after
@@ -46,7 +49,7 @@
 
 #include "../../runtime/ddekit/protocol.h"
 
-static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1, arena_fd = -1;
+static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1, kick_fd = -1, arena_fd = -1;
 
 static void die(const char *what)
 {
@@ -307,6 +310,33 @@ static void release(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_R
 
 /* Polls (a stand-in need not sleep properly): each tx frame is copied into an
  * rx_fill buffer and published on rx, its tx buffer returned on tx_done. */
+/* Completes every frame it is given as dropped. */
+static void drop_all(void *rings, struct us_hello *hello)
+{
+	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
+	uint32_t mask = hello->ring_size - 1;
+
+	for (;;) {
+		if (acquire(&tx->head) == tx->tail) {
+			/* The rings' wait protocol: ask for a kick, re-check, sleep on it. */
+			uint64_t count;
+			__atomic_store_n(&tx->consumer_waiting, 1, __ATOMIC_SEQ_CST);
+			if (acquire(&tx->head) == tx->tail && read(kick_fd, &count, 8) != 8)
+				die("kick");
+			continue;
+		}
+		struct us_ring_entry t = tx->entries[tx->tail & mask];
+		release(&tx->tail, tx->tail + 1);
+		done->entries[done->head & mask] = (struct us_ring_entry){ .buf = t.buf, .flags = US_TX_DONE_DROPPED };
+		release(&done->head, done->head + 1);
+		if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
+			uint64_t one = 1;
+			if (write(notify_fd, &one, 8) != 8)
+				die("notify");
+		}
+	}
+}
+
 static void echo(void *rings, struct us_hello *hello)
 {
 	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
@@ -346,11 +376,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--device-fd")) device_fd = fd;
 		else if (!strcmp(argv[i], "--rings-fd")) rings_fd = fd;
 		else if (!strcmp(argv[i], "--notify-fd")) notify_fd = fd;
+		else if (!strcmp(argv[i], "--kick-fd")) kick_fd = fd;
 		else if (!strcmp(argv[i], "--arena-fd")) arena_fd = fd;
 	}
 	const char *mode = getenv("UNDERSTUDY_TEST_DRIVER_MODE");
 	remote_dir = getenv("UNDERSTUDY_TEST_DRIVER_DIR");
-	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || arena_fd < 0 || !mode) {
+	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || kick_fd < 0 || arena_fd < 0 || !mode) {
 		fprintf(stderr, "hostile-driver: needs the daemon's fds and UNDERSTUDY_TEST_DRIVER_MODE\n");
 		return 2;
 	}
@@ -421,7 +452,9 @@ int main(int argc, char **argv)
 			send_msg(US_MSG_LOG, 0, body, sizeof l + len);
 		}
 	} else if (!strcmp(mode, "obedient")) {
-		/* the control thread does everything */
+		drop_all(rings, &hello);
+	} else if (!strcmp(mode, "tx-hole")) {
+		/* the control thread answers; the tx ring is never consumed */
 	} else {
 		fprintf(stderr, "hostile-driver: unknown mode %s\n", mode);
 		return 2;

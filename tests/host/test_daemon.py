@@ -89,6 +89,17 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
         assert not interface_exists(g, "us0") and d.status() == {}
         d.stop()
 
+        # A stuck transmitter: its control loop answers, the frames it was given never complete.
+        d = Daemon(g, bins, "tx-hole", "--tx-timeout-ms", "500")
+        assert d.cli("run", "--device", bdf, "--module", ko).returncode == 0
+        d.wait_state(bdf, "registered")
+        g.run("ip link set us0 up && ip addr add 192.0.2.1/24 dev us0", check=True)
+        g.run("ping -c 2 -i 0.3 -W 1 192.0.2.2")
+        dead = d.wait_state(bdf, "dead")
+        assert "completed none within 500 ms" in dead["death"] and "ended by the daemon" in dead["death"], dead
+        assert not bus_master_on(g, bdf) and interface_exists(g, "us0") and d.alive()
+        d.stop()
+
         for mode, cause in [("bad-rx-index", "rx ring: buffer 57005 is outside the pool"),
                             ("bad-message", "carrier.on = 7 is out of range"),
                             ("garbage-message", "protocol violation")]:

@@ -74,6 +74,10 @@ struct Args {
     /// HELLO and PROBE (module loading and the driver's probe) not answered within this is a hung driver.
     #[arg(long, default_value_t = 60000, value_parser = clap::value_parser!(u64).range(1..))]
     probe_timeout_ms: u64,
+    /// A driver with its link up that holds frames to send and completes none
+    /// within this is a hung driver (the kernel's transmit timeout, from outside).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    tx_timeout_ms: u64,
     /// Restart a device's driver process when it dies or hangs, at most this
     /// many times within --restart-window-s; then the interface is left down.
     /// 0: a dead driver stays dead.
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         ping: Duration::from_millis(args.ping_timeout_ms),
         request: Duration::from_millis(args.request_timeout_ms),
         probe: Duration::from_millis(args.probe_timeout_ms),
+        tx: Duration::from_millis(args.tx_timeout_ms),
     };
     let restarts = RestartPolicy {
         max: args.max_restarts,

@@ -31,7 +31,7 @@ use crate::recovery::{round_ms, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::template::{self, SpawnError, Template};
-use crate::watchdog::{Timeouts, Watchdog};
+use crate::watchdog::{Timeouts, TxProgress, Watchdog};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
 const KEEP_FOR_TX: usize = 512;
@@ -249,6 +249,7 @@ struct Supervisor {
     /// The driver's net_device, from REGISTERED until the driver dies.
     shadow: Option<NetShadow>,
     watchdog: Watchdog,
+    tx_progress: TxProgress,
     log_limit: TokenBucket,
     commands: mpsc::Receiver<Command>,
     command_sender: mpsc::Sender<Command>,
@@ -335,6 +336,7 @@ impl Supervisor {
             next_multicast_poll: now,
             shadow: None,
             watchdog: Watchdog::new(setup.timeouts, now),
+            tx_progress: TxProgress::new(now),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
             commands,
             command_sender,
@@ -514,6 +516,9 @@ impl Supervisor {
             if let Some(t) = self.carrier_held_until {
                 next = next.map(|n| n.min(t));
             }
+            if self.shm.lent().tx > 0 {
+                next = next.map(|n| n.min(self.tx_progress.deadline(self.watchdog.timeouts().tx)));
+            }
         }
         match next {
             // Rounded up: waking a millisecond early would only loop.
@@ -524,6 +529,10 @@ impl Supervisor {
 
     fn on_timers(&mut self, now: Instant) -> Result<(), Fault> {
         if let Some(verdict) = self.watchdog.overdue(now) {
+            return Err(Fault::Io(verdict));
+        }
+        let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        if let Some(verdict) = self.tx_progress.overdue(now, self.shm.lent().tx, carrier, self.watchdog.timeouts().tx) {
             return Err(Fault::Io(verdict));
         }
         if self.watchdog.ping_due(now) {
@@ -866,6 +875,9 @@ impl Supervisor {
         let violation = |e: ShmError| Fault::Violation(e.to_string());
         let mut counters = Counters::default();
         let mut completed = 0u64;
+        if self.shm.lent().tx == 0 {
+            self.tx_progress.progressed(Instant::now());
+        }
         loop {
             while let Some(done) = self.shm.reap_tx_done().map_err(violation)? {
                 counters.tx_dropped += done.dropped as u64;
@@ -913,6 +925,9 @@ impl Supervisor {
         if self.shm.driver_wants_kick() {
             signal_eventfd(self.kick.as_fd());
         }
+        if completed > 0 {
+            self.tx_progress.progressed(Instant::now());
+        }
         // A frame went through the driver: one it received, or one it sent.
         if counters.rx_packets + completed > 0 {
             let now = Instant::now();
@@ -957,6 +972,7 @@ impl Supervisor {
         let mut uncompleted = self.shm.reclaim_all();
         self.pending.clear();
         self.watchdog = Watchdog::new(self.watchdog.timeouts(), seen_dead);
+        self.tx_progress = TxProgress::new(seen_dead);
         // What the fresh driver must be given: the dead one's log, or, if it
         // died during a restart, the log that restart was replaying.
         let interrupted = self.recovery.take();

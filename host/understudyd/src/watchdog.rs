@@ -7,6 +7,10 @@
 //! the driver answered the one before it: a request queued behind a slow
 //! PROBE is not blamed for the PROBE's time. PINGs go only to an idle driver
 //! for the same reason: a long OPEN is judged by OPEN's own timeout.
+//!
+//! A driver whose control loop answers may still have a dead data path:
+//! `TxProgress` applies the kernel's transmit-timeout rule (dev_watchdog)
+//! from outside.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -21,6 +25,8 @@ pub struct Timeouts {
     pub request: Duration,
     /// HELLO and PROBE: loading modules and probing take seconds under TCG.
     pub probe: Duration,
+    /// Frames given to a driver with its link up must see a completion within this.
+    pub tx: Duration,
 }
 
 pub struct Watchdog {
@@ -83,6 +89,35 @@ impl Watchdog {
     }
 }
 
+/// Whether a driver that holds frames to send completes any: while its
+/// link is up, frames it holds with no completion for `Timeouts::tx` mean a
+/// stuck transmitter (a dead interrupt path, a wedged ring).
+pub struct TxProgress {
+    since: Instant,
+}
+
+impl TxProgress {
+    pub fn new(now: Instant) -> Self {
+        TxProgress { since: now }
+    }
+
+    /// Completions came back, or the driver holds no frame: the clock starts again.
+    pub fn progressed(&mut self, now: Instant) {
+        self.since = now;
+    }
+
+    /// The verdict on a driver holding `held` frames with its link `carrier`.
+    pub fn overdue(&self, now: Instant, held: u32, carrier: bool, timeout: Duration) -> Option<String> {
+        (held > 0 && carrier && now >= self.since + timeout).then(|| {
+            format!("hung: it holds {held} frame(s) to send and completed none within {} ms", timeout.as_millis())
+        })
+    }
+
+    pub fn deadline(&self, timeout: Duration) -> Instant {
+        self.since + timeout
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,7 +125,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn watchdog(t0: Instant) -> Watchdog {
-        Watchdog::new(Timeouts { ping_interval: 100 * MS, ping: 50 * MS, request: 500 * MS, probe: 5000 * MS }, t0)
+        Watchdog::new(Timeouts { ping_interval: 100 * MS, ping: 50 * MS, request: 500 * MS, probe: 5000 * MS, tx: 300 * MS }, t0)
     }
 
     #[test]
@@ -124,5 +159,19 @@ mod tests {
         let mut w = watchdog(t0);
         w.sent(1, "PROBE", t0);
         assert_eq!(w.overdue(t0 + 5000 * MS).as_deref(), Some("hung: no reply to PROBE within 5000 ms"));
+    }
+
+    #[test]
+    fn held_frames_must_complete_while_the_link_is_up() {
+        let t0 = Instant::now();
+        let mut tx = TxProgress::new(t0);
+        assert_eq!(tx.overdue(t0 + 299 * MS, 3, true, 300 * MS), None);
+        assert_eq!(tx.overdue(t0 + 300 * MS, 3, true, 300 * MS).as_deref(),
+                   Some("hung: it holds 3 frame(s) to send and completed none within 300 ms"));
+        assert_eq!(tx.overdue(t0 + 900 * MS, 0, true, 300 * MS), None, "nothing held");
+        assert_eq!(tx.overdue(t0 + 900 * MS, 3, false, 300 * MS), None, "no link: frames may wait");
+        tx.progressed(t0 + 500 * MS);
+        assert_eq!(tx.overdue(t0 + 799 * MS, 3, true, 300 * MS), None);
+        assert_eq!(tx.deadline(300 * MS), t0 + 800 * MS);
     }
 }
