@@ -137,7 +137,7 @@ def bench_net(driver: str, runs: int, seconds: int) -> dict:
     dev = lookup(driver)
     if dev.kind != NIC:
         raise LabError(f"{driver} is not a network driver")
-    bins = understudy.build()
+    bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     log(f"booting a guest with {dev.name}")
     with Guest(devices=[dev.name]) as guest:
