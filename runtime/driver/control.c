@@ -100,7 +100,7 @@ static int probe(struct session *s, const struct us_probe *p)
 		return err;
 	if (!netdev_registered())
 		return init_status ? init_status : -ENODEV;
-	err = ddekit_start_tx(kernel.net_xmit_buffer);
+	err = ddekit_start_tx(kernel.net_xmit_buffers);
 	return err;
 }
 
