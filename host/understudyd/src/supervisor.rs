@@ -379,7 +379,12 @@ impl Supervisor {
 
     fn send(&mut self, request: Request, purpose: Purpose) -> Result<(), Fault> {
         let name = request.name();
-        self.send_request(request, purpose).map_err(|e| Fault::Io(format!("control socket, sending {name}: {e}")))
+        self.send_request(request, purpose).map_err(|e| match e.kind() {
+            // The driver's end is closed, as when recv sees its end: usually it is
+            // exiting, and its own death (not this send) is what to report.
+            io::ErrorKind::BrokenPipe => Fault::Closed,
+            _ => Fault::Io(format!("control socket, sending {name}: {e}")),
+        })
     }
 
     fn run(&mut self) {
