@@ -18,19 +18,25 @@ from .guest import Guest
 
 HOST_DIR = config.REPO_DIR / "host"
 TARGET = HOST_DIR / "target" / "debug"
+RELEASE_TARGET = HOST_DIR / "target" / "release"
 RUNTIME_DIR = config.REPO_DIR / "runtime"
 DRIVER = RUNTIME_DIR / "build" / "understudy-driver"
 SOCKET = "/run/understudy-lab.sock"
 
 
-def build() -> dict[str, Path]:
-    """Builds the daemon, its CLI and the driver process; returns their paths."""
+def build(release: bool = False) -> dict[str, Path]:
+    """Builds the daemon, its CLI and the driver process; returns their paths.
+
+    Tests use the debug build (overflow checks and debug assertions on);
+    measurements use `release`, what `make build` installs: the debug
+    daemon spends about 2.5 times the CPU per frame (docs/bench-net.md)."""
     subprocess.run(["cargo", "build", "--locked", "--quiet", "--manifest-path",
-                    str(HOST_DIR / "Cargo.toml")], check=True)
+                    str(HOST_DIR / "Cargo.toml"), *(["--release"] if release else [])], check=True)
     res = subprocess.run(["make", "-s", "-C", str(RUNTIME_DIR)], capture_output=True, text=True)
     if res.returncode:
         raise LabError(f"make -C runtime failed:\n{res.stdout}\n{res.stderr}")
-    return {"understudyd": TARGET / "understudyd", "understudy": TARGET / "understudy",
+    target = RELEASE_TARGET if release else TARGET
+    return {"understudyd": target / "understudyd", "understudy": target / "understudy",
             "driver": DRIVER}
 
 

@@ -134,8 +134,21 @@ void ddekit_net_registered(const char *name, const char *driver, const char *ver
 			   unsigned int n_tx_queues, unsigned int n_rx_queues, int carrier);
 void ddekit_net_carrier(const char *name, int on);
 void ddekit_net_tx_queue(int stopped);
-/* A frame handed over with us_net_xmit_buffer() is done with (sent or not). */
+/* A frame handed over with us_net_xmit_buffers() is done with (sent or not). */
 void ddekit_net_tx_done(unsigned long cookie, int dropped);
+
+/*
+ * The tx ring's frames go to the kernel half in batches of up to this many
+ * (us_net_xmit_buffers): one CPU entry and one doorbell per batch. Bounded
+ * so that the TX thread never keeps the CPU from the IRQ thread for long.
+ */
+#define DDEKIT_TX_BATCH 32
+
+struct ddekit_tx_frame {
+	void *buffer;		/* a host pool buffer, the frame at its start */
+	unsigned int len;
+	int status;		/* out: 0 the driver took it, else -errno (dropped) */
+};
 
 /*
  * A frame the stack above the driver received (netif_receive_skb,

@@ -37,8 +37,10 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 /* One message: header, body, then tail (may be NULL). */
 int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t len,
 			const void *tail, size_t tail_len);
-/* Starts the thread that feeds the tx ring's frames to xmit (zero copy). */
-int ddekit_start_tx(int (*xmit)(void *buffer, unsigned int len, unsigned int buffer_size));
+/* Starts the thread that feeds the tx ring's frames to xmit, in batches (zero copy). */
+struct ddekit_tx_frame;
+int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n,
+				 unsigned int buffer_size));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /* Between ddekit's files: RX into the rings (false: no rings), log records. */
 bool ddekit_rings_rx(const void *frame, unsigned int len);

@@ -111,7 +111,7 @@ static int open_device(struct session *s)
 	int err;
 
 	if (!s->tx_started) {
-		err = ddekit_start_tx(kernel.net_xmit_buffer);
+		err = ddekit_start_tx(kernel.net_xmit_buffers);
 		if (err)
 			return err;
 		s->tx_started = true;

@@ -8,6 +8,8 @@
 
 #define ETH_GSTRING_LEN	32
 
+struct ddekit_tx_frame;
+
 /* The kernel half's entry points, found among its exports (runtime/kernel). */
 struct kernel_api {
 	int (*boot)(void);
@@ -16,7 +18,8 @@ struct kernel_api {
 	int (*net_open)(void);
 	int (*net_stop)(void);
 	int (*net_xmit)(const void *frame, unsigned int len);
-	int (*net_xmit_buffer)(void *buffer, unsigned int len, unsigned int buffer_size);
+	void (*net_xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n,
+				 unsigned int buffer_size);
 	int (*net_set_mtu)(unsigned int mtu);
 	int (*net_set_mac)(const uint8_t *mac);
 	int (*net_set_rx_mode)(uint32_t flags, unsigned int n_mc, const uint8_t *mc);

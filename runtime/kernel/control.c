@@ -357,7 +357,14 @@ EXPORT_SYMBOL_GPL(us_net_stats);
 
 /* ---- transmit ------------------------------------------------------------- */
 
-static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait)
+/*
+ * __dev_queue_xmit() of one skb to queue 0. more is xmit_more: another
+ * frame follows at once, so the driver may leave its doorbell (e1000's
+ * tail register write, an MMIO exit under emulation and a TX interrupt
+ * each) for the last frame of a batch -- or for when it stops the queue,
+ * which drivers must flush on, as in the kernel.
+ */
+static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait, bool more)
 {
 	struct netdev_queue *txq = netdev_get_tx_queue(dev, 0);
 	int ret;
@@ -374,13 +381,11 @@ static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait)
 		return -ENETDOWN;
 	local_bh_disable();
 	__netif_tx_lock(txq, smp_processor_id());
-	if (netif_xmit_frozen_or_stopped(txq)) {
+	if (netif_xmit_frozen_or_stopped(txq))
 		ret = NETDEV_TX_BUSY;
-	} else {
-		ret = dev->netdev_ops->ndo_start_xmit(skb, dev);
-		if (ret == NETDEV_TX_OK)
-			txq_trans_update(txq);	/* as netdev_start_xmit() does */
-	}
+	else
+		ret = netdev_start_xmit(skb, dev, txq, more);
+	__this_cpu_write(softnet_data.xmit.more, 0);
 	us_net_tx_queue_check(txq);
 	__netif_tx_unlock(txq);
 	local_bh_enable();
@@ -408,7 +413,7 @@ int us_net_xmit(const void *frame, unsigned int len)
 	if (!skb)
 		goto out;
 	skb_put_data(skb, frame, len);
-	ret = xmit_one(dev, skb, false);
+	ret = xmit_one(dev, skb, false, false);
 	if (ret != NETDEV_TX_OK)
 		kfree_skb(skb);
 out:
@@ -423,35 +428,54 @@ static void pool_skb_done(struct sk_buff *skb)
 }
 
 /*
- * Zero-copy transmit of a frame at the start of a host pool buffer. 0: the
- * driver has it, and ddekit_net_tx_done(buffer) follows when the skb is
- * freed; otherwise -errno and the buffer was not used.
+ * Zero-copy transmit of a batch of frames, each at the start of a host pool
+ * buffer, with one entry into the CPU for all of them and xmit_more set on
+ * all but the last one the driver gets. Each frame's status: 0 the driver
+ * has it, and ddekit_net_tx_done(buffer) follows when its skb is freed;
+ * otherwise -errno and the buffer was not used.
  */
-int us_net_xmit_buffer(void *buffer, unsigned int len, unsigned int buffer_size)
+void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n, unsigned int buffer_size)
 {
+	struct sk_buff *skbs[DDEKIT_TX_BATCH];
 	struct net_device *dev;
-	struct sk_buff *skb;
-	int ret = -ENETDOWN;
+	unsigned int i, last = 0;
 
-	if (len < ETH_HLEN || !us_in_pool(buffer))
-		return -EINVAL;
+	if (n > DDEKIT_TX_BATCH)
+		us_panic("a tx batch of %u frames, more than %u", n, DDEKIT_TX_BATCH);
 	us_cpu_enter();
 	dev = us_first_netdev();
-	if (!dev)
-		goto out;
-	ret = -EMSGSIZE;
-	skb = us_build_pool_skb(buffer, len, buffer_size);
-	if (!skb)
-		goto out;
-	skb->destructor = pool_skb_done;
-	ret = xmit_one(dev, skb, true);
-	if (ret == NETDEV_TX_OK)
-		goto out;
-	skb->destructor = NULL;	/* not taken: the caller reports the drop */
-	kfree_skb(skb);
-	ret = ret < 0 ? ret : -EBUSY;
-out:
+	/* Skbs first: a frame refused here must not be the one that rings the doorbell. */
+	for (i = 0; i < n; i++) {
+		struct ddekit_tx_frame *f = &frames[i];
+
+		skbs[i] = NULL;
+		f->status = -ENETDOWN;
+		if (!dev)
+			continue;
+		f->status = -EINVAL;
+		if (f->len < ETH_HLEN || !us_in_pool(f->buffer))
+			continue;
+		f->status = -EMSGSIZE;
+		skbs[i] = us_build_pool_skb(f->buffer, f->len, buffer_size);
+		if (!skbs[i])
+			continue;
+		skbs[i]->destructor = pool_skb_done;
+		f->status = 0;
+		last = i;
+	}
+	for (i = 0; i < n; i++) {
+		struct sk_buff *skb = skbs[i];
+		int ret;
+
+		if (!skb)
+			continue;
+		ret = xmit_one(dev, skb, true, i < last);
+		if (ret == NETDEV_TX_OK)
+			continue;
+		skb->destructor = NULL;	/* not taken: the caller reports the drop */
+		kfree_skb(skb);
+		frames[i].status = ret < 0 ? ret : -EBUSY;
+	}
 	us_cpu_leave();
-	return ret;
 }
-EXPORT_SYMBOL_GPL(us_net_xmit_buffer);
+EXPORT_SYMBOL_GPL(us_net_xmit_buffers);

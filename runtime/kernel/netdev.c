@@ -259,7 +259,7 @@ EXPORT_SYMBOL(netif_carrier_off);
 
 /*
  * Whether the host was told the queue stopped. The driver stops it inline
- * (netif_stop_queue), so us_net_xmit_buffer() notices after each frame;
+ * (netif_stop_queue), so us_net_xmit_buffers() notices after each frame;
  * waking goes through here.
  */
 static bool tx_stopped_reported;

@@ -192,7 +192,15 @@ EXPORT_SYMBOL(schedule_timeout_interruptible);
 void us_raise_net_rx(void)
 {
 	net_rx_raised = true;
-	us_wake();
+	/*
+	 * From a hard-IRQ handler (napi_schedule in the interrupt, nearly
+	 * every interrupt) the IRQ thread itself polls at irq exit
+	 * (us_softirq_on_irq_exit): waking the CPU's sleepers here only made
+	 * ksoftirqd and kworker run, find nothing and sleep again, two
+	 * context switches per interrupt.
+	 */
+	if (!in_hardirq())
+		us_wake();
 }
 
 /*

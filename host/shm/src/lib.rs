@@ -205,6 +205,24 @@ impl SharedMemory {
         unsafe { self.arena.slice_mut(offset, len) }
     }
 
+    /// Whether `send` would take a frame now: the tx ring has a free slot and
+    /// the driver holds fewer than ring_size tx buffers. Checked before a
+    /// frame is read from the TAP, so a full driver leaves frames queued
+    /// there (the stack's queue) instead of having them dropped here.
+    pub fn can_send(&mut self) -> Result<bool, ShmError> {
+        Ok(self.tx.space(&self.rings)? > 0 && self.lent.tx < self.geometry.ring_size)
+    }
+
+    /// Whether the host should ask to be woken for transmit completions:
+    /// only once the driver holds half of what it may. Below that the
+    /// completions wait for the next wakeup the host has anyway (a frame
+    /// from the TAP, a received frame), which saves the driver an eventfd
+    /// write and the host a wakeup per completion batch (sDDF: signal only
+    /// when the consumer asked).
+    pub fn tx_done_urgent(&self) -> bool {
+        self.lent.tx >= self.geometry.ring_size / 2
+    }
+
     /// Lends `buf` (holding a `len`-byte frame) to the driver through `tx`.
     /// Returns `Ok(false)` if the ring is full or the driver already holds
     /// ring_size tx buffers (the buffer stays the host's), `Ok(true)` when sent.
@@ -304,12 +322,16 @@ impl SharedMemory {
         Ok(true)
     }
 
-    /// Before sleeping on the driver's eventfd: true if both rings the host
-    /// consumes are still empty.
-    pub fn prepare_to_sleep(&self) -> bool {
-        let tx_done = self.tx_done.prepare_to_sleep(&self.rings);
+    /// Before sleeping on the driver's eventfd: asks to be woken for
+    /// received frames, and for transmit completions if `tx_done` (see
+    /// `tx_done_urgent`); true if the rings asked for are still empty.
+    pub fn prepare_to_sleep(&self, tx_done: bool) -> bool {
         let rx = self.rx.prepare_to_sleep(&self.rings);
-        tx_done && rx
+        if !tx_done {
+            self.tx_done.no_wakeup(&self.rings);
+            return rx;
+        }
+        self.tx_done.prepare_to_sleep(&self.rings) && rx
     }
 
     /// After the driver is gone: every buffer is the host's again and the

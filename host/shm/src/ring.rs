@@ -166,6 +166,11 @@ impl Consumer {
         Ok(Some(entry))
     }
 
+    /// Not woken for this ring (its entries wait for another wakeup).
+    pub fn no_wakeup(&self, rings: &Rings) {
+        rings.consumer_waiting(self.ring).store(0, Ordering::Relaxed);
+    }
+
     /// Before sleeping: announce it, then re-check for a producer that raced.
     /// Returns true if the ring is still empty (safe to sleep).
     pub fn prepare_to_sleep(&self, rings: &Rings) -> bool {

@@ -237,10 +237,48 @@ fn wakeups_follow_the_consumer_waiting_flag() {
     driver.rings.consumer_waiting(RING_TX).store(1, Ordering::Release);
     assert!(host.driver_wants_kick());
     assert!(!host.driver_wants_kick(), "the flag is cleared by the signal");
-    assert!(host.prepare_to_sleep());
+    assert!(host.prepare_to_sleep(true));
     assert_eq!(driver.rings.consumer_waiting(RING_RX).load(Ordering::Acquire), 1);
+    assert_eq!(driver.rings.consumer_waiting(RING_TX_DONE).load(Ordering::Acquire), 1);
     driver.produce(RING_RX, 0, 60, 0);
-    assert!(!host.prepare_to_sleep(), "a raced producer is seen before sleeping");
+    assert!(!host.prepare_to_sleep(true), "a raced producer is seen before sleeping");
+}
+
+#[test]
+fn completions_wake_the_host_only_once_the_driver_holds_half_its_limit() {
+    let (mut host, driver) = setup();
+    let buf = send_one(&mut host, &[0; 60]);
+    assert!(!host.tx_done_urgent());
+    assert!(host.prepare_to_sleep(host.tx_done_urgent()));
+    assert_eq!(driver.rings.consumer_waiting(RING_TX_DONE).load(Ordering::Acquire), 0);
+    assert_eq!(driver.rings.consumer_waiting(RING_RX).load(Ordering::Acquire), 1);
+    driver.produce(RING_TX_DONE, buf, 0, 0);
+    assert!(host.prepare_to_sleep(false), "a completion alone does not keep the host awake");
+    assert!(!host.prepare_to_sleep(true), "unless it asked for completions");
+    assert!(host.reap_tx_done().unwrap().is_some());
+    // The test geometry's ring holds 8: from 4 lent on, completions are asked for.
+    for _ in 0..4 {
+        send_one(&mut host, &[0; 60]);
+    }
+    assert!(host.tx_done_urgent());
+}
+
+#[test]
+fn can_send_says_whether_a_frame_would_be_taken() {
+    let (mut host, driver) = setup();
+    let mut sent = Vec::new();
+    while host.can_send().unwrap() {
+        sent.push(send_one(&mut host, &[0; 60]));
+    }
+    assert_eq!(sent.len(), 8, "the ring size of the test geometry");
+    let buf = host.take_free().unwrap();
+    assert!(!host.send(buf, 60).unwrap(), "can_send was right");
+    host.put_free(buf);
+    assert!(driver.consume(RING_TX).is_some());
+    assert!(!host.can_send().unwrap(), "a consumed entry is still lent");
+    driver.produce(RING_TX_DONE, sent[0], 0, 0);
+    host.reap_tx_done().unwrap();
+    assert!(host.can_send().unwrap());
 }
 
 #[test]

@@ -397,7 +397,12 @@ impl Supervisor {
 
     fn send(&mut self, request: Request, purpose: Purpose) -> Result<(), Fault> {
         let name = request.name();
-        self.send_request(request, purpose).map_err(|e| Fault::Io(format!("control socket, sending {name}: {e}")))
+        self.send_request(request, purpose).map_err(|e| match e.kind() {
+            // The driver's end is closed, as when recv sees its end: usually it is
+            // exiting, and its own death (not this send) is what to report.
+            io::ErrorKind::BrokenPipe => Fault::Closed,
+            _ => Fault::Io(format!("control socket, sending {name}: {e}")),
+        })
     }
 
     fn run(&mut self) {
@@ -406,7 +411,9 @@ impl Supervisor {
             let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
             // While a restart replays, the TAP's frames wait: the dead driver's go first.
             let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
-            let want_tap = alive && !self.tx_stopped && open && !replaying;
+            // A driver holding all the tx buffers it may gets no more (can_send);
+            // the completions it then owes wake this loop (tx_done_urgent).
+            let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send().unwrap_or(true);
             let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
             let template_at = fds.len();
             if let Some(t) = &self.template {
@@ -532,8 +539,13 @@ impl Supervisor {
             return Err(Fault::Io(verdict));
         }
         let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
-        if let Some(verdict) = self.tx_progress.overdue(now, self.shm.lent().tx, carrier, self.watchdog.timeouts().tx) {
-            return Err(Fault::Io(verdict));
+        let tx_timeout = self.watchdog.timeouts().tx;
+        if self.tx_progress.overdue(now, self.shm.lent().tx, carrier, tx_timeout).is_some() {
+            // Completions wake the daemon only when it asked for them: reap before judging.
+            self.move_frames(false)?;
+            if let Some(verdict) = self.tx_progress.overdue(now, self.shm.lent().tx, carrier, tx_timeout) {
+                return Err(Fault::Io(verdict));
+            }
         }
         if self.watchdog.ping_due(now) {
             self.send(Request::Ping, Purpose::Heartbeat)?;
@@ -869,8 +881,10 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Completions and received frames from the driver; new frames from the
-    /// TAP (if `tap_ready`); refills; one kick if the driver asked for one.
+    /// New frames from the TAP (if `tap_ready`); completions and received
+    /// frames from the driver; refills; one kick if the driver asked for one.
+    /// The TAP goes first so that the wakeups asked for before sleeping
+    /// reflect how many buffers the driver holds after it.
     fn move_frames(&mut self, tap_ready: bool) -> Result<(), Fault> {
         let violation = |e: ShmError| Fault::Violation(e.to_string());
         let mut counters = Counters::default();
@@ -878,29 +892,16 @@ impl Supervisor {
         if self.shm.lent().tx == 0 {
             self.tx_progress.progressed(Instant::now());
         }
-        loop {
-            while let Some(done) = self.shm.reap_tx_done().map_err(violation)? {
-                counters.tx_dropped += done.dropped as u64;
-                completed += 1;
-            }
-            let mut frame = std::mem::take(&mut self.frame);
-            let mut got = false;
-            while self.shm.take_rx(&mut frame).map_err(violation)? {
-                got = true;
-                counters.rx_packets += 1;
-                counters.rx_bytes += frame.len() as u64;
-                if !self.tap.write_frame(&frame).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
-                    counters.rx_packets -= 1;
-                }
-            }
-            self.frame = frame;
-            self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
-            if !got && self.shm.prepare_to_sleep() {
-                break;
-            }
-        }
         if tap_ready && !self.tx_stopped {
-            while let Some(buf) = self.shm.take_free() {
+            loop {
+                // A driver holding its limit leaves the frames in the TAP's queue.
+                if !self.shm.can_send().map_err(violation)? {
+                    self.reap_tx_done(&mut counters, &mut completed)?;
+                    if !self.shm.can_send().map_err(violation)? {
+                        break;
+                    }
+                }
+                let Some(buf) = self.shm.take_free() else { break };
                 let n = match self.tap.read_frame(self.shm.host_buffer(buf)) {
                     Ok(Some(n)) => n,
                     Ok(None) => {
@@ -913,13 +914,34 @@ impl Supervisor {
                     }
                 };
                 if !self.shm.send(buf, n as u16).map_err(violation)? {
-                    // Ring full: the frame is dropped, as a NIC's full queue would.
+                    // Not expected after can_send; dropped, as a NIC's full queue would.
                     self.shm.put_free(buf);
                     counters.tx_dropped += 1;
                     break;
                 }
                 counters.tx_packets += 1;
                 counters.tx_bytes += n as u64;
+            }
+        }
+        loop {
+            self.reap_tx_done(&mut counters, &mut completed)?;
+            let mut frame = std::mem::take(&mut self.frame);
+            let mut got = false;
+            while self.shm.take_rx(&mut frame).map_err(violation)? {
+                got = true;
+                counters.rx_packets += 1;
+                counters.rx_bytes += frame.len() as u64;
+                if !self.tap.write_frame(&frame).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
+                    counters.rx_packets -= 1;
+                }
+            }
+            self.frame = frame;
+            self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
+            // Completions are asked for when the driver holds many buffers, or
+            // when a restart waits for its first frame.
+            let want_tx_done = self.shm.tx_done_urgent() || self.recovery.is_some();
+            if !got && self.shm.prepare_to_sleep(want_tx_done) {
+                break;
             }
         }
         if self.shm.driver_wants_kick() {
@@ -943,6 +965,14 @@ impl Supervisor {
             s.counters.rx_packets += counters.rx_packets;
             s.counters.rx_bytes += counters.rx_bytes;
         });
+        Ok(())
+    }
+
+    fn reap_tx_done(&mut self, counters: &mut Counters, completed: &mut u64) -> Result<(), Fault> {
+        while let Some(done) = self.shm.reap_tx_done().map_err(|e| Fault::Violation(e.to_string()))? {
+            counters.tx_dropped += done.dropped as u64;
+            *completed += 1;
+        }
         Ok(())
     }
 
