@@ -49,6 +49,7 @@ from .faults import FAULT_TYPES, Fault, generator_for
 from .inject import InjectionRefused, inject_kernel
 
 POKE_KO = understudy.RUNTIME_DIR / "build" / "swifi-poke.ko"
+FAULT_FILE, TRIGGER = "/tmp/swifi-fault.json", "/tmp/swifi-go"
 RESULTS = "trials.jsonl"
 NOT_INJECTED = "not injected"
 KERNEL_OUTCOMES = ["guest crash", "guest hang", "driver failure", "no effect"]
@@ -58,8 +59,10 @@ UNDERSTUDY_OUTCOMES = ["recovered transparently", "recovered, app-visible error"
 # stall timeout: both well inside a trial's transfer inactivity limit, so a
 # hung CPU is on the console by the time the workload gives up.
 KERNEL_APPEND = "watchdog_thresh=5 rcupdate.rcu_cpu_stall_timeout=10"
-TRANSFER_TIMEOUT_S = 15      # a transfer's inactivity limit
-WORKLOAD_DEADLINE_S = 120
+# A transfer's inactivity limit: above a restart's downtime plus TCP's
+# retransmission back-off on this loaded machine (stalls of 10-18 s seen).
+TRANSFER_TIMEOUT_S = 30
+WORKLOAD_DEADLINE_S = TRANSFER_TIMEOUT_S + 40
 INJECT_WAIT_S = 60           # for the first eighth of the bytes before injecting
 RESPONSIVE_S = 15            # an agent that does not run `true` within this: hung
 CRASH = re.compile(r"Kernel panic|BUG: |Oops|general protection fault|invalid opcode:|"
@@ -82,7 +85,7 @@ class Settings:
     resume: bool = False
     megabytes: int = 24
     ping_interval_ms: int = 100
-    ping_timeout_ms: int = 500
+    ping_timeout_ms: int = 1000
 
 
 def host_module(driver: str) -> Path:
@@ -151,6 +154,8 @@ def exercise(guest: Guest, iface: str, nbytes: int, inject) -> dict:
         report["inject_at_s"] = round(time.monotonic() - t0, 2)
         try:
             report["injection"] = inject()
+            # A fault written after the workload ended tells nothing about it.
+            report["late"] = proc.poll() is not None
         except InjectionRefused as e:
             proc.kill()
             report["refused"] = str(e)
@@ -189,8 +194,9 @@ def guest_health(guest: Guest, console_mark: int) -> dict:
         except (TimeoutError, LabError):
             responsive = False
     console = guest.console_text()[console_mark:]
-    crash = [line for line in console.splitlines() if CRASH.search(line)]
     hang = [line for line in console.splitlines() if HANG.search(line)]
+    # "BUG: soft lockup" is a hang, not a crash.
+    crash = [line for line in console.splitlines() if CRASH.search(line) and line not in hang]
     return {"qemu_alive": alive, "responsive": responsive, "crash_lines": crash[:5],
             "hang_lines": hang[:5], "alive": guest.alive()}
 
@@ -231,6 +237,11 @@ class KernelWorld:
         if "refused" in report:
             self._reset(fault, reverted=True)
             return {"outcome": NOT_INJECTED, **report}
+        if report.get("injection_error", "").startswith("LabError") or report.get("late"):
+            # insmod itself failed (not a guest taken down by the fault), or
+            # the fault came after the workload: the trial says nothing.
+            self.close()
+            return {"outcome": "lab error", **report}
         health = guest_health(g, mark)
         outcome = _guest_outcome(health) or ("no effect" if report["workload_ok"] else "driver failure")
         if outcome == "no effect":
@@ -288,31 +299,65 @@ class UnderstudyWorld:
 
     def trial(self, fault: Fault, nbytes: int) -> dict:
         g = self.ready()
-        before = self.daemon.status()[self.bdf]
-        pid, n_before = before["pid"], len(before["recoveries"])
+        n_before = len(self.daemon.status()[self.bdf]["recoveries"])
         mark = len(g.console_text())
-        g.write_file("/tmp/swifi-fault.json", json.dumps(fault.to_json()).encode())
+        g.write_file(FAULT_FILE, json.dumps(fault.to_json()).encode())
+        g.run(["rm", "-f", TRIGGER], check=True)
+        at_injection: dict = {}
+
+        injector = self._start_injector(at_injection)
 
         def inject() -> dict:
-            res = g.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid),
-                         "--fault", "/tmp/swifi-fault.json"], cwd=str(config.REPO_DIR), timeout=60)
-            if res.returncode != 0:
+            # The injector has prepared everything: creating the trigger file
+            # writes the fault within milliseconds.
+            if injector is not None:
+                g.write_file(TRIGGER, b"")
+                try:
+                    res = injector.wait(60)
+                    if res.returncode == 0:
+                        return json.loads(res.out.strip().splitlines()[-1])
+                    if "nothing written" in res.err:
+                        raise InjectionRefused(res.err.strip().splitlines()[-1])
+                except TimeoutError:
+                    injector.kill()
+            # Without a prepared injector (the driver restarted meanwhile under
+            # load, without any fault): the slow way, into the driver as it is now.
+            for attempt in range(3):
+                st = self.daemon.status()[self.bdf]
+                pid = st["pid"]
+                at_injection["recoveries"] = len(st["recoveries"])
+                if st["state"] != "open" or pid is None:
+                    time.sleep(1)
+                    continue
+                res = g.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid),
+                             "--fault", FAULT_FILE], cwd=str(config.REPO_DIR), timeout=60)
+                if res.returncode == 0:
+                    return json.loads(res.out)
                 if "nothing written" in res.err:
                     raise InjectionRefused(res.err.strip().splitlines()[-1])
-                raise LabError(f"inject-process failed: {res.err.strip()[-500:]}")
-            return json.loads(res.out)
+                lines = res.err.strip().splitlines() or ["(no message)"]
+                if f"no process {pid}" not in lines[-1]:
+                    raise LabError(f"inject-process failed: {lines[-1]}")
+            raise LabError(f"no driver process to inject into (state {st['state']})")
 
         report = exercise(g, "us0", nbytes, inject)
         if "refused" in report:
             self._reset(restart_driver=False)
             return {"outcome": NOT_INJECTED, **report}
+        if "injection" not in report:
+            # Writing to a process does not take the guest down: the lab failed.
+            self.close()
+            return {"outcome": "lab error", **report}
+        if report.get("late"):
+            self._reset(restart_driver=True)
+            return {"outcome": "lab error", **report}
         health = guest_health(g, mark)
         daemon_alive = self.daemon.alive()
         recoveries: list[dict] = []
         status = {}
         if daemon_alive and health["responsive"]:
             status = self._settled_status()
-            recoveries = status.get("recoveries", [])[n_before:]
+            recoveries = status.get("recoveries", [])[at_injection.get("recoveries", n_before):]
         outcome = _guest_outcome(health)
         if outcome is None:
             if not daemon_alive:
@@ -325,6 +370,7 @@ class UnderstudyWorld:
             else:
                 outcome = "no effect"
         result = {"outcome": outcome, **report, "guest": health, "daemon_alive": daemon_alive,
+                  "spurious_recoveries": at_injection.get("recoveries", n_before) - n_before,
                   "recoveries": recoveries, "state_after": status.get("state"),
                   "undetected": not recoveries and not report["workload_ok"]}
         if outcome in ("guest crash", "guest hang", "daemon failure"):
@@ -332,6 +378,29 @@ class UnderstudyWorld:
         else:
             self._reset(restart_driver=not recoveries or outcome == "not recovered")
         return result
+
+    def _start_injector(self, at_injection: dict):
+        """inject-process, prepared and waiting for the trigger file (None if it could not get ready)."""
+        st = self.daemon.status()[self.bdf]
+        at_injection["recoveries"] = len(st["recoveries"])
+        ready = threading.Event()
+
+        def sink(kind: str, chunk: bytes) -> None:
+            if kind == "out" and b'"ready"' in chunk:
+                ready.set()
+
+        proc = self.guest.spawn(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(st["pid"]),
+                                 "--fault", FAULT_FILE, "--trigger", TRIGGER],
+                                cwd=str(config.REPO_DIR), sink=sink)
+        deadline = time.monotonic() + 60
+        while not ready.wait(0.1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                try:
+                    proc.kill()
+                except LabError:
+                    pass
+                return None
+        return proc
 
     def _settled_status(self, timeout: float = 30) -> dict:
         """The device's status once no restart is under way any more."""
@@ -356,7 +425,7 @@ class UnderstudyWorld:
                     understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
                 else:
                     res = d.cli("recover", self.bdf)
-                    if res.returncode:
+                    if res.returncode and "already under way" not in res.err:
                         raise LabError(f"understudy recover: {res.err.strip()}")
             d.wait_state(self.bdf, "open", timeout=60, carrier=True)
             net.bring_up_iface(g, "us0")

@@ -62,7 +62,7 @@ def cmd_inject_process(args) -> int:
     from .inject import inject_process, wait_exit
     text = sys.stdin.read() if args.fault == "-" else Path(args.fault).read_text()
     fault = faults.Fault.from_json(json.loads(text))
-    out = inject_process(args.pid, fault, revert=args.revert)
+    out = inject_process(args.pid, fault, revert=args.revert, trigger=args.trigger)
     if args.watch_exit:
         gone = wait_exit(args.pid, args.watch_exit)
         out["exited_ns"] = gone
@@ -89,12 +89,14 @@ def cmd_campaign(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import load, summarize, text_report, write_plot
+    from .report import load, markdown_report, summarize, text_report, write_plot
     summary = summarize(load(Path(args.dir)))
     if args.plot:
         write_plot(summary, Path(args.plot))
     if args.json:
         print(json.dumps(summary, indent=2))
+    elif args.markdown:
+        print(markdown_report(summary))
     else:
         print(text_report(summary))
     return 0
@@ -144,6 +146,7 @@ def add_commands(sub) -> None:
                        "application unaffected.")
     r.add_argument("dir", help="a campaign's --out directory")
     r.add_argument("--json", action="store_true")
+    r.add_argument("--markdown", action="store_true", help="the tables as Markdown (for docs/)")
     r.add_argument("--plot", help="write a PNG plot here")
     r.set_defaults(func=cmd_report)
 
@@ -154,6 +157,8 @@ def add_commands(sub) -> None:
     i.add_argument("--pid", type=int, required=True)
     i.add_argument("--fault", required=True, help="a fault's JSON file (from generate --json), or -")
     i.add_argument("--revert", action="store_true", help="write the old bytes back")
+    i.add_argument("--trigger", metavar="FILE",
+                   help="prepare, print a ready line, and write only once FILE exists")
     i.add_argument("--watch-exit", type=float, metavar="SECONDS",
                    help="then wait up to SECONDS for the process to end and report when")
     i.set_defaults(func=cmd_inject_process)
@@ -173,6 +178,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return args.func(args)
-    except LabError as e:
+    except (LabError, OSError) as e:
         print(f"lab.swifi: {e}", file=sys.stderr)
         return 3

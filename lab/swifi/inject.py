@@ -20,9 +20,10 @@ is written.
 """
 from __future__ import annotations
 
-import io
+import json
 import os
 import re
+import signal
 import struct
 import time
 from pathlib import Path
@@ -88,35 +89,61 @@ class ProcessMemory:
         self.close()
 
 
-def _module_name(elf) -> str | None:
-    modinfo = elf.get_section_by_name(".modinfo")
-    m = re.search(rb"(?:^|\0)name=([^\0]+)", modinfo.data() if modinfo else b"")
-    return m.group(1).decode() if m else None
+ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
+
+
+def _registered_module(mem: ProcessMemory, symfile: int, size: int) -> tuple[str | None, dict[str, int]]:
+    """The module name and loaded section addresses of one in-memory .ko copy.
+    Only its headers, section names and .modinfo are read (the copies carry
+    debug information: megabytes nobody needs here)."""
+    (ident, _t, _m, _v, _entry, _phoff, shoff, _flags, _ehsize, _phentsize, _phnum,
+     shentsize, shnum, shstrndx) = ELF_HEADER.unpack(mem.read(symfile, ELF_HEADER.size))
+    if ident[:4] != b"\x7fELF" or shentsize != SECTION_HEADER.size or shstrndx >= shnum \
+            or shoff + shnum * shentsize > size:
+        raise LabError(f"process {mem.pid}: a JIT entry at {symfile:#x} is not a sane ELF file")
+    table = mem.read(symfile + shoff, shnum * shentsize)
+    headers = [SECTION_HEADER.unpack_from(table, i * shentsize) for i in range(shnum)]
+    names_hdr = headers[shstrndx]
+    if names_hdr[4] + names_hdr[5] > size:
+        raise LabError(f"process {mem.pid}: a JIT entry's section names lie outside it")
+    names = mem.read(symfile + names_hdr[4], names_hdr[5])
+
+    def name_of(h) -> str:
+        return names[h[0]:names.index(b"\0", h[0])].decode(errors="replace")
+
+    module, addresses = None, {}
+    for h in headers:
+        name, flags, addr, offset, sh_size = name_of(h), h[2], h[3], h[4], h[5]
+        if name == ".modinfo" and offset + sh_size <= size:
+            m = re.search(rb"(?:^|\0)name=([^\0]+)", mem.read(symfile + offset, sh_size))
+            module = m.group(1).decode() if m else None
+        if flags & SHF_ALLOC and addr:
+            addresses[name] = addr
+    return module, addresses
 
 
 def process_sections(pid: int, module: str) -> dict[str, int]:
     """Where the driver process `pid` loaded each allocated section of `module`."""
-    from elftools.elf.elffile import ELFFile
-    exe = os.readlink(f"/proc/{pid}/exe")
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        raise LabError(f"no process {pid}") from None
     descriptor = _symbol_address(exe, JIT_DESCRIPTOR)
-    found = []
     with ProcessMemory(pid) as mem:
         _version, _action, _relevant, entry = struct.unpack("<IIQQ", mem.read(descriptor, 24))
         for _ in range(256):   # a list the process wrote: bounded, not trusted to end
             if not entry:
                 break
             nxt, _prev, symfile, size = struct.unpack("<QQQQ", mem.read(entry, 32))
-            if not 0 < size < 64 << 20:
+            if not 0 < size < 1 << 30:
                 raise LabError(f"process {pid}: implausible JIT entry of {size} bytes")
-            elf = ELFFile(io.BytesIO(mem.read(symfile, size)))
-            if _module_name(elf) == module:
-                found.append({s.name: s["sh_addr"] for s in elf.iter_sections()
-                              if s["sh_flags"] & SHF_ALLOC and s["sh_addr"]})
+            name, addresses = _registered_module(mem, symfile, size)
+            if name == module:
+                return addresses
             entry = nxt
-    if not found:
-        raise LabError(f"process {pid} has not registered a module named {module}",
-                       hint="is it an understudy-driver that has loaded the module?")
-    return found[0]
+    raise LabError(f"process {pid} has not registered a module named {module}",
+                   hint="is it an understudy-driver that has loaded the module?")
 
 
 def _check_and_write(read, write, where: list[tuple[int, Patch]]) -> None:
@@ -130,9 +157,33 @@ def _check_and_write(read, write, where: list[tuple[int, Patch]]) -> None:
         write(addr, p.new)
 
 
-def inject_process(pid: int, fault: Fault, revert: bool = False) -> dict:
+def _stop_all_threads(pid: int, timeout: float = 2.0) -> None:
+    """SIGSTOP, and wait until every thread has stopped (at an instruction boundary)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except FileNotFoundError:
+                continue
+            states.append(stat.rsplit(")", 1)[1].split()[0])
+        if all(s in "tT" for s in states):
+            return
+        time.sleep(0.0005)
+
+
+def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | None = None,
+                   trigger_timeout: float = 300) -> dict:
     """Writes the fault (or, with revert, its undo) into driver process `pid`;
-    returns the addresses and when (CLOCK_MONOTONIC ns) the bytes were written."""
+    returns the addresses and when (CLOCK_MONOTONIC ns) the bytes were written.
+
+    With `trigger`, everything is prepared first (addresses found, old bytes
+    checked), "ready" is printed, and the write waits until that file exists:
+    the caller chooses the moment without paying for Python's start-up then.
+    The process is stopped (SIGSTOP) for the write, so no thread executes a
+    half-written instruction."""
     sections = process_sections(pid, fault.module)
     patches = [p.reverted() if revert else p for p in fault.patches]
     missing = [p.section for p in patches if p.section not in sections]
@@ -140,8 +191,28 @@ def inject_process(pid: int, fault: Fault, revert: bool = False) -> dict:
         raise LabError(f"process {pid}: {fault.module} has no loaded section {missing[0]}")
     where = [(sections[p.section] + p.offset, p) for p in patches]
     with ProcessMemory(pid) as mem:
-        _check_and_write(mem.read, mem.write, where)
-        written_ns = time.monotonic_ns()
+        if trigger:
+            _check_and_write(mem.read, lambda addr, data: None, where)
+            print(json.dumps({"ready": True}), flush=True)
+            deadline = time.monotonic() + trigger_timeout
+            while not os.path.exists(trigger):
+                if time.monotonic() > deadline:
+                    raise LabError(f"{trigger} did not appear within {trigger_timeout} s")
+                time.sleep(0.001)
+        try:
+            _stop_all_threads(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            raise LabError(f"no process {pid}") from None
+        try:
+            _check_and_write(mem.read, mem.write, where)
+            written_ns = time.monotonic_ns()
+        except OSError:
+            raise LabError(f"no process {pid}") from None
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
     return {"pid": pid, "addresses": [hex(a) for a, _ in where], "written_ns": written_ns}
 
 

@@ -109,6 +109,15 @@ def text_report(summary: dict) -> str:
     return "\n".join(parts)
 
 
+def markdown_report(summary: dict) -> str:
+    parts = ["In-kernel driver:", "", markdown_table(summary["kernel"]), "",
+             "understudy, the same faults:", "", markdown_table(summary["understudy"]), "",
+             f"{summary['trials']} trials; **{headline(summary)}**."]
+    for miss in summary["not_survived"]:
+        parts.append(f"- not survived: `{miss['trial']}` ({miss['understudy']}): {miss['fault']}")
+    return "\n".join(parts)
+
+
 def write_plot(summary: dict, path: Path) -> None:
     """Two panels of stacked bars: outcomes per fault type, in-kernel and understudy."""
     import matplotlib

@@ -14,14 +14,16 @@
  * applied over code the kernel rewrote at load time. Everything happens in
  * module init; the module does nothing afterwards and is removed at once.
  *
- * The write is not synchronised with other CPUs executing those bytes (the
- * kernel's text_poke_bp() is not exported): a CPU may run the old or the new
- * instruction, as with the original injectors.
+ * The write happens under stop_machine(): every other CPU waits in its
+ * stopper thread meanwhile, so none executes a half-written instruction (a
+ * torn `jmp .` is a jump into the middle of other code, a different fault).
+ * The kernel's own text_poke_bp() is not exported to modules.
  */
 #include <linux/kernel.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/stop_machine.h>
 #include <linux/string.h>
 #include <linux/vmalloc.h>
 #include <asm/pgtable.h>
@@ -49,26 +51,44 @@ static int parse(const char *hex, u8 *out, size_t *len)
 	return hex2bin(out, hex, *len);
 }
 
-/* Writes len bytes at a module-text address through a writable alias of its page. */
-static int poke(unsigned long at, const u8 *bytes, size_t len)
+struct swifi_patch {
+	u8 old[SWIFI_MAX];
+	u8 new[SWIFI_MAX];
+	size_t len;
+	/* Writable aliases of the one or two pages the patch covers. */
+	u8 *alias[2];
+};
+
+/* A writable alias of the module-text page holding at (vmap may sleep: done before stopping CPUs). */
+static u8 *map_page(unsigned long at)
 {
 	struct page *page = vmalloc_to_page((void *)at);
-	u8 *alias;
 
-	if (!page)
-		return -EFAULT;
-	alias = vmap(&page, 1, VM_MAP, PAGE_KERNEL);
-	if (!alias)
-		return -ENOMEM;
-	memcpy(alias + offset_in_page(at), bytes, len);
-	vunmap(alias);
+	return page ? vmap(&page, 1, VM_MAP, PAGE_KERNEL) : NULL;
+}
+
+/* Runs with every other CPU stopped: nothing executes the bytes meanwhile. */
+static int write_patch(void *data)
+{
+	struct swifi_patch *p = data;
+	unsigned long first_page = addr & PAGE_MASK;
+	size_t i;
+
+	if (memcmp((void *)addr, p->old, p->len))
+		return -ESTALE;
+	for (i = 0; i < p->len; i++) {
+		unsigned long at = addr + i;
+
+		p->alias[(at & PAGE_MASK) != first_page][offset_in_page(at)] = p->new[i];
+	}
 	return 0;
 }
 
 static int __init swifi_poke_init(void)
 {
-	u8 old[SWIFI_MAX], new[SWIFI_MAX];
-	size_t old_len, new_len, done;
+	static struct swifi_patch patch;
+	u8 *old = patch.old, *new = patch.new;
+	size_t old_len, new_len;
 	int ret;
 
 	if (parse(old_hex, old, &old_len) || parse(new_hex, new, &new_len) || old_len != new_len) {
@@ -80,24 +100,27 @@ static int __init swifi_poke_init(void)
 		pr_err("swifi: %#lx is not in the module area\n", addr);
 		return -ERANGE;
 	}
-	if (memcmp((void *)addr, old, old_len)) {
-		pr_err("swifi: the bytes at %pS are %*phN, not %*phN: not written\n",
-		       (void *)addr, (int)old_len, (void *)addr, (int)old_len, old);
-		return -ESTALE;
+	patch.len = old_len;
+	patch.alias[0] = map_page(addr);
+	if (((addr + old_len - 1) & PAGE_MASK) != (addr & PAGE_MASK))
+		patch.alias[1] = map_page(addr + old_len - 1);
+	else
+		patch.alias[1] = patch.alias[0];
+	if (!patch.alias[0] || !patch.alias[1]) {
+		pr_err("swifi: cannot map the page(s) at %pS writable\n", (void *)addr);
+		ret = -ENOMEM;
+	} else {
+		ret = stop_machine(write_patch, &patch, NULL);
+		if (ret == -ESTALE)
+			pr_err("swifi: the bytes at %pS are %*phN, not %*phN: not written\n",
+			       (void *)addr, (int)old_len, (void *)addr, (int)old_len, old);
 	}
-	/* A patch may straddle a page boundary: one alias per page. */
-	for (done = 0; done < old_len; ) {
-		unsigned long at = addr + done;
-		size_t chunk = min_t(size_t, old_len - done, PAGE_SIZE - offset_in_page(at));
-
-		ret = poke(at, new + done, chunk);
-		if (ret) {
-			pr_err("swifi: cannot write at %pS: %d (%zu of %zu bytes written)\n",
-			       (void *)at, ret, done, old_len);
-			return ret;
-		}
-		done += chunk;
-	}
+	if (patch.alias[1] && patch.alias[1] != patch.alias[0])
+		vunmap(patch.alias[1]);
+	if (patch.alias[0])
+		vunmap(patch.alias[0]);
+	if (ret)
+		return ret;
 	pr_info("swifi: wrote %*phN at %pS (was %*phN)\n", (int)new_len, new, (void *)addr,
 		(int)old_len, old);
 	return 0;
