@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import queue
 import re
+import shlex
 import sys
 import threading
 import time
@@ -453,6 +454,12 @@ def understudy_down(g: Guest, d: understudy.Daemon, bdf: str) -> None:
 
 # -- running a campaign --------------------------------------------------------------
 
+def _command_line() -> str:
+    args = sys.argv[1:]
+    prog = "python3 -m lab" if args[:1] == ["swifi"] else "python3 -m lab.swifi"
+    return f"{prog} {shlex.join(args)}"
+
+
 def run_campaign(s: Settings) -> Path:
     dev = lookup(s.driver)
     if dev.kind != NIC:
@@ -474,7 +481,7 @@ def run_campaign(s: Settings) -> Path:
             "abi": config.kernel().release, "faults_per_trial": s.faults_per_trial,
             "megabytes": s.megabytes, "ping_interval_ms": s.ping_interval_ms,
             "ping_timeout_ms": s.ping_timeout_ms, "types": s.types,
-            "trials_per_type": s.trials_per_type, "command": " ".join(sys.argv)}
+            "trials_per_type": s.trials_per_type, "command": _command_line()}
     (s.out / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
     log(f"{len(plan)} trial(s) to run ({len(done)} already done), {s.jobs} job(s); "
         f"{dev.driver} sha256 {gen.m.sha256[:16]}…; results in {results}")

@@ -136,7 +136,7 @@ def add_commands(sub) -> None:
     c.add_argument("--megabytes", type=int, default=24, help="bytes each transfer moves, MiB")
     c.add_argument("--ping-interval-ms", type=int, default=100,
                    help="understudyd's heartbeat interval for the driver")
-    c.add_argument("--ping-timeout-ms", type=int, default=500,
+    c.add_argument("--ping-timeout-ms", type=int, default=1000,
                    help="understudyd's heartbeat deadline (a hang is detected after it)")
     c.set_defaults(func=cmd_campaign)
 
