@@ -205,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench import add_parser as add_bench
     add_bench(sub)
+    from .swifi.cli import add_parser as add_swifi
+    add_swifi(sub)
     return p
 
 

@@ -19,7 +19,8 @@ APT_PACKAGES = [
     "iputils-ping", "ethtool", "pciutils", "gcc", "libc6-dev", "make", "gdb",
 ]
 PYTHON_MODULES = {"qemu.qmp": "qemu.qmp", "pytest": "pytest",
-                  "pytest_timeout": "pytest-timeout", "matplotlib": "matplotlib"}
+                  "pytest_timeout": "pytest-timeout", "matplotlib": "matplotlib",
+                  "elftools": "pyelftools", "capstone": "capstone"}
 
 
 def log(msg: str) -> None:

@@ -58,6 +58,9 @@ static void (*event_observer)(const char *line);
 
 static pthread_mutex_t cpu_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cpu_wakeup;
+/* For the heartbeat (ddekit_cpu_await_progress): who has the CPU, and how often it changed hands. */
+static bool cpu_held;
+static unsigned long cpu_entries;
 static __thread void *thread_data;
 
 /* ---- logging ------------------------------------------------------------ */
@@ -128,13 +131,21 @@ static void __attribute__((constructor)) init_cpu_wakeup(void)
 	pthread_condattr_destroy(&attr);
 }
 
+static void cpu_taken(void)
+{
+	__atomic_add_fetch(&cpu_entries, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&cpu_held, true, __ATOMIC_RELEASE);
+}
+
 void ddekit_cpu_lock(void)
 {
 	pthread_mutex_lock(&cpu_lock);
+	cpu_taken();
 }
 
 void ddekit_cpu_unlock(void)
 {
+	__atomic_store_n(&cpu_held, false, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&cpu_lock);
 }
 
@@ -142,13 +153,32 @@ void ddekit_cpu_wait(unsigned long long deadline_ns)
 {
 	struct timespec ts;
 
+	__atomic_store_n(&cpu_held, false, __ATOMIC_RELEASE);
 	if (!deadline_ns) {
 		pthread_cond_wait(&cpu_wakeup, &cpu_lock);
-		return;
+	} else {
+		ts.tv_sec = deadline_ns / 1000000000ULL;
+		ts.tv_nsec = deadline_ns % 1000000000ULL;
+		pthread_cond_timedwait(&cpu_wakeup, &cpu_lock, &ts);
 	}
-	ts.tv_sec = deadline_ns / 1000000000ULL;
-	ts.tv_nsec = deadline_ns % 1000000000ULL;
-	pthread_cond_timedwait(&cpu_wakeup, &cpu_lock, &ts);
+	cpu_taken();
+}
+
+/*
+ * Returns once the CPU is free or has changed hands since the call, without
+ * taking it (a waiter would queue behind busy TX and IRQ threads and miss
+ * a heartbeat deadline for nothing). Code spinning with the CPU held, e.g.
+ * a driver looping in its transmit or interrupt handler, keeps it from
+ * returning: that is how the host's PING deadline sees the hang.
+ */
+void ddekit_cpu_await_progress(void)
+{
+	unsigned long start = __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED);
+	const struct timespec tick = { 0, 500000 };
+
+	while (__atomic_load_n(&cpu_held, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED) == start)
+		nanosleep(&tick, NULL);
 }
 
 void ddekit_cpu_wake_all(void)

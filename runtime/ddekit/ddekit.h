@@ -51,6 +51,8 @@ void ddekit_cpu_lock(void);
 void ddekit_cpu_unlock(void);
 /* Releases the CPU until woken or until deadline_ns (0: no deadline). */
 void ddekit_cpu_wait(unsigned long long deadline_ns);
+/* Returns once the CPU is free or has changed hands: the heartbeat's check. */
+void ddekit_cpu_await_progress(void);
 void ddekit_cpu_wake_all(void);
 
 /* The per-cpu block every thread's GS base points to. */

@@ -1,0 +1,542 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The fault-injection campaign: each trial (fault type, seed) runs the same
+fault in both worlds and classifies what happened.
+
+in-kernel: a guest with the NIC bound to its kernel driver runs the trial's
+workload (guestload.py: two hash-checked TCP transfers and pings); once bytes
+flow, the fault's patches are written into the guest kernel's copy of the
+module (swifi-poke.ko).  Outcome: guest crash (QEMU exited, or panic / oops
+on the console), guest hang (the agent stops answering, or a lockup or RCU
+stall is reported), driver failure (the workload failed, the guest is fine),
+no effect.
+
+understudy: a guest with the NIC behind understudyd (restarts allowed) runs
+the same workload through us0 and the same patches are written into the
+running driver process (/proc/PID/mem).  Outcome: recovered transparently
+(the daemon restarted the driver, both transfers intact, no reset), recovered
+with an app-visible error, not recovered (the restart failed, or the fault
+broke the driver without the daemon noticing and the workload failed),
+daemon failure (understudyd died), no effect; guest crash / hang as above
+should never happen here and are reported if they do.
+
+Clean state: a guest is rebooted after any trial that left it crashed, hung
+or suspicious (an oops, a lockup, an in-kernel fault that had any effect);
+after a trial without effect the in-kernel patch is reverted and the module
+reloaded, and the understudy driver restarted from its file
+(`understudy recover`), so no fault outlives its trial.
+
+Results are appended to DIR/trials.jsonl as each trial ends; --resume skips
+trials already there.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import re
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config, net, understudy
+from ..agent import AgentGone
+from ..bench import understudy_up
+from ..devices import NIC, lookup
+from ..errors import LabError
+from ..guest import SLIRP_GATEWAY, Guest
+from .faults import FAULT_TYPES, Fault, generator_for
+from .inject import InjectionRefused, inject_kernel
+
+POKE_KO = understudy.RUNTIME_DIR / "build" / "swifi-poke.ko"
+FAULT_FILE, TRIGGER = "/tmp/swifi-fault.json", "/tmp/swifi-go"
+RESULTS = "trials.jsonl"
+NOT_INJECTED = "not injected"
+KERNEL_OUTCOMES = ["guest crash", "guest hang", "driver failure", "no effect"]
+UNDERSTUDY_OUTCOMES = ["recovered transparently", "recovered, app-visible error", "not recovered",
+                       "daemon failure", "no effect", "guest crash", "guest hang"]
+# Soft lockups are reported after 2 x watchdog_thresh s, RCU stalls after the
+# stall timeout: both well inside a trial's transfer inactivity limit, so a
+# hung CPU is on the console by the time the workload gives up.
+KERNEL_APPEND = "watchdog_thresh=5 rcupdate.rcu_cpu_stall_timeout=10"
+# A transfer's inactivity limit: above a restart's downtime plus TCP's
+# retransmission back-off on this loaded machine (stalls of 10-18 s seen).
+TRANSFER_TIMEOUT_S = 30
+WORKLOAD_DEADLINE_S = TRANSFER_TIMEOUT_S + 40
+INJECT_WAIT_S = 60           # for the first eighth of the bytes before injecting
+RESPONSIVE_S = 15            # an agent that does not run `true` within this: hung
+CRASH = re.compile(r"Kernel panic|BUG: |Oops|general protection fault|invalid opcode:|"
+                   r"kernel BUG at|unable to handle|stack-protector|double fault")
+HANG = re.compile(r"soft lockup|hard LOCKUP|rcu.{0,40}stall|blocked for more than")
+
+
+def log(msg: str) -> None:
+    print(f"[swifi] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Settings:
+    driver: str = "e1000"
+    types: list[str] = field(default_factory=lambda: list(FAULT_TYPES))
+    trials_per_type: int = 50
+    faults_per_trial: int = 1
+    jobs: int = 1
+    out: Path = Path("swifi-results")
+    resume: bool = False
+    megabytes: int = 24
+    ping_interval_ms: int = 100
+    ping_timeout_ms: int = 1000
+
+
+def host_module(driver: str) -> Path:
+    """The pinned kernel's module file on the host: the very file the guest loads."""
+    found = sorted(config.kernel().modules.rglob(f"{driver}.ko"))
+    if not found:
+        raise LabError(f"no {driver}.ko in {config.kernel().modules}", hint="python3 -m lab setup")
+    return found[0]
+
+
+def trial_plan(s: Settings) -> list[tuple[str, int]]:
+    return [(t, seed) for seed in range(s.trials_per_type) for t in s.types]
+
+
+def done_trials(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    done = set()
+    for line in path.read_text().splitlines():
+        try:
+            done.add(json.loads(line)["trial"])
+        except (json.JSONDecodeError, KeyError):
+            continue   # a line cut short by a killed run: that trial runs again
+    return done
+
+
+# -- the workload and what the guest looks like afterwards ------------------------
+
+def _rx_bytes(guest: Guest, iface: str) -> int:
+    return int(guest.read_file(f"/sys/class/net/{iface}/statistics/rx_bytes").decode())
+
+
+def _bulk_verdict(direction: str, host: net.HostBulk, guest_side: dict | None) -> dict:
+    try:
+        host_side = host.result(timeout=5 if guest_side is None else 30)
+    except Exception:  # noqa: BLE001 - a host side that never got its peer
+        host_side = None
+    finally:
+        if host.proc.poll() is None:
+            host.proc.kill()
+            host.proc.wait()
+    if not host_side or not guest_side or "sha256" not in guest_side:
+        why = (guest_side or {}).get("error") or "no report"
+        return {"direction": direction, "hash_ok": False, "resets": 0, "errors": [why]}
+    return net.BulkResult(direction, host_side, guest_side).summary()
+
+
+def exercise(guest: Guest, iface: str, nbytes: int, inject) -> dict:
+    """Runs the workload, calls inject() once bytes flow, and reports both."""
+    tx = net.HostBulk("tx", nbytes, timeout=TRANSFER_TIMEOUT_S + 30)
+    rx = net.HostBulk("rx", nbytes, timeout=TRANSFER_TIMEOUT_S + 30)
+    args = ["python3", "-m", "lab.swifi.guestload", "--host", SLIRP_GATEWAY,
+            "--tx-port", str(tx.port), "--rx-port", str(rx.port), "--bytes", str(nbytes),
+            "--timeout", str(TRANSFER_TIMEOUT_S)]
+    report: dict = {}
+    guest_side: dict | None = None
+    t0 = time.monotonic()
+    try:
+        before = _rx_bytes(guest, iface)
+        proc = guest.spawn(args, cwd=str(config.REPO_DIR))
+        deadline = time.monotonic() + INJECT_WAIT_S
+        while _rx_bytes(guest, iface) < before + nbytes // 8 and proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise LabError("the workload did not start moving bytes")
+            time.sleep(0.05)
+        report["inject_at_s"] = round(time.monotonic() - t0, 2)
+        try:
+            report["injection"] = inject()
+            # A fault written after the workload ended tells nothing about it.
+            report["late"] = proc.poll() is not None
+        except InjectionRefused as e:
+            proc.kill()
+            report["refused"] = str(e)
+            return report
+        except (TimeoutError, LabError) as e:
+            report["injection_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        try:
+            res = proc.wait(WORKLOAD_DEADLINE_S)
+            guest_side = json.loads(res.out.strip().splitlines()[-1])
+        except TimeoutError:
+            report["workload_error"] = f"still running after {WORKLOAD_DEADLINE_S} s"
+            try:
+                proc.kill()
+            except LabError:
+                pass
+        except (LabError, IndexError, json.JSONDecodeError) as e:
+            report["workload_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    finally:
+        report["tx"] = _bulk_verdict("tx", tx, (guest_side or {}).get("tx"))
+        report["rx"] = _bulk_verdict("rx", rx, (guest_side or {}).get("rx"))
+    report["ping"] = {k: (guest_side or {}).get(k, {}).get("received") for k in ("ping", "ping_after")}
+    report["workload_ok"] = (all(report[d]["hash_ok"] and not report[d]["resets"] and not report[d]["errors"]
+                                 for d in ("tx", "rx"))
+                             and bool(report["ping"]["ping_after"]))
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    return report
+
+
+def guest_health(guest: Guest, console_mark: int) -> dict:
+    """Is the guest still up and answering, and what did its console say since the mark?"""
+    alive = guest.alive()
+    responsive = False
+    if alive:
+        try:
+            responsive = guest.run("true", timeout=RESPONSIVE_S).returncode == 0
+        except (TimeoutError, LabError):
+            responsive = False
+    console = guest.console_text()[console_mark:]
+    hang = [line for line in console.splitlines() if HANG.search(line)]
+    # "BUG: soft lockup" is a hang, not a crash.
+    crash = [line for line in console.splitlines() if CRASH.search(line) and line not in hang]
+    return {"qemu_alive": alive, "responsive": responsive, "crash_lines": crash[:5],
+            "hang_lines": hang[:5], "alive": guest.alive()}
+
+
+def _guest_outcome(health: dict) -> str | None:
+    if not health["alive"] or health["crash_lines"]:
+        return "guest crash"
+    if not health["responsive"] or health["hang_lines"]:
+        return "guest hang"
+    return None
+
+
+# -- the two worlds ----------------------------------------------------------------
+
+class KernelWorld:
+    """A guest whose NIC is driven by the in-kernel driver."""
+
+    def __init__(self, driver: str):
+        self.dev = lookup(driver)
+        self.guest: Guest | None = None
+        self.iface = ""
+
+    def _boot(self) -> None:
+        self.close()
+        self.guest = Guest(devices=[self.dev.name], extra_append=KERNEL_APPEND).start()
+        net.load_kernel_drivers(self.guest)
+        self.iface = net.iface_of(self.guest, "nic0")
+
+    def ready(self) -> Guest:
+        if self.guest is None or not self.guest.alive():
+            self._boot()
+        return self.guest
+
+    def trial(self, fault: Fault, nbytes: int) -> dict:
+        g = self.ready()
+        mark = len(g.console_text())
+        report = exercise(g, self.iface, nbytes, lambda: inject_kernel(g, fault, POKE_KO))
+        if "refused" in report:
+            self._reset(fault, reverted=True)
+            return {"outcome": NOT_INJECTED, **report}
+        if report.get("injection_error", "").startswith("LabError") or report.get("late"):
+            # insmod itself failed (not a guest taken down by the fault), or
+            # the fault came after the workload: the trial says nothing.
+            self.close()
+            return {"outcome": "lab error", **report}
+        health = guest_health(g, mark)
+        outcome = _guest_outcome(health) or ("no effect" if report["workload_ok"] else "driver failure")
+        if outcome == "no effect":
+            self._reset(fault)
+        else:
+            self.close()   # anything could be corrupted: the next trial boots afresh
+        return {"outcome": outcome, **report, "guest": health}
+
+    def _reset(self, fault: Fault, reverted: bool = False) -> None:
+        """Takes the fault out: undo the patch, reload the module from its file."""
+        g = self.guest
+        try:
+            if not reverted:
+                inject_kernel(g, fault, POKE_KO, revert=True)
+            g.run(["rmmod", self.dev.driver], check=True, timeout=60)
+            g.run(["modprobe", self.dev.driver], check=True, timeout=60)
+            net.bring_up(g, "nic0")
+            self.iface = net.iface_of(g, "nic0")
+        except (TimeoutError, LabError) as e:
+            log(f"in-kernel guest not reusable ({str(e).splitlines()[0]}): rebooting")
+            self.close()
+
+    def close(self) -> None:
+        if self.guest is not None:
+            self.guest.stop()
+            self.guest = None
+
+
+class UnderstudyWorld:
+    """A guest whose NIC is driven by the same module in an understudy driver process."""
+
+    def __init__(self, driver: str, bins: dict, settings: Settings):
+        self.dev = lookup(driver)
+        self.bins, self.s = bins, settings
+        self.guest: Guest | None = None
+        self.daemon: understudy.Daemon | None = None
+        self.bdf = ""
+
+    def _boot(self) -> None:
+        self.close()
+        g = self.guest = Guest(devices=[self.dev.name]).start()
+        self.bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        modules = understudy.module_chain(g, self.dev.driver)
+        self.daemon = understudy.Daemon(
+            g, self.bins, None, "--max-restarts", "1000000", "--restart-window-s", "1",
+            "--ping-interval-ms", str(self.s.ping_interval_ms),
+            "--ping-timeout-ms", str(self.s.ping_timeout_ms))
+        understudy_up(g, self.daemon, self.bdf, modules)
+
+    def ready(self) -> Guest:
+        if self.guest is None or not self.guest.alive() or not self.daemon.alive():
+            self._boot()
+        return self.guest
+
+    def trial(self, fault: Fault, nbytes: int) -> dict:
+        g = self.ready()
+        n_before = len(self.daemon.status()[self.bdf]["recoveries"])
+        mark = len(g.console_text())
+        g.write_file(FAULT_FILE, json.dumps(fault.to_json()).encode())
+        g.run(["rm", "-f", TRIGGER], check=True)
+        at_injection: dict = {}
+
+        injector = self._start_injector(at_injection)
+
+        def inject() -> dict:
+            # The injector has prepared everything: creating the trigger file
+            # writes the fault within milliseconds.
+            if injector is not None:
+                g.write_file(TRIGGER, b"")
+                try:
+                    res = injector.wait(60)
+                    if res.returncode == 0:
+                        return json.loads(res.out.strip().splitlines()[-1])
+                    if "nothing written" in res.err:
+                        raise InjectionRefused(res.err.strip().splitlines()[-1])
+                except TimeoutError:
+                    injector.kill()
+            # Without a prepared injector (the driver restarted meanwhile under
+            # load, without any fault): the slow way, into the driver as it is now.
+            for attempt in range(3):
+                st = self.daemon.status()[self.bdf]
+                pid = st["pid"]
+                at_injection["recoveries"] = len(st["recoveries"])
+                if st["state"] != "open" or pid is None:
+                    time.sleep(1)
+                    continue
+                res = g.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid),
+                             "--fault", FAULT_FILE], cwd=str(config.REPO_DIR), timeout=60)
+                if res.returncode == 0:
+                    return json.loads(res.out)
+                if "nothing written" in res.err:
+                    raise InjectionRefused(res.err.strip().splitlines()[-1])
+                lines = res.err.strip().splitlines() or ["(no message)"]
+                if f"no process {pid}" not in lines[-1]:
+                    raise LabError(f"inject-process failed: {lines[-1]}")
+            raise LabError(f"no driver process to inject into (state {st['state']})")
+
+        report = exercise(g, "us0", nbytes, inject)
+        if "refused" in report:
+            self._reset(restart_driver=False)
+            return {"outcome": NOT_INJECTED, **report}
+        if "injection" not in report:
+            # Writing to a process does not take the guest down: the lab failed.
+            self.close()
+            return {"outcome": "lab error", **report}
+        if report.get("late"):
+            self._reset(restart_driver=True)
+            return {"outcome": "lab error", **report}
+        health = guest_health(g, mark)
+        daemon_alive = self.daemon.alive()
+        recoveries: list[dict] = []
+        status = {}
+        if daemon_alive and health["responsive"]:
+            status = self._settled_status()
+            recoveries = status.get("recoveries", [])[at_injection.get("recoveries", n_before):]
+        outcome = _guest_outcome(health)
+        if outcome is None:
+            if not daemon_alive:
+                outcome = "daemon failure"
+            elif recoveries and all(r["outcome"] == "recovered" for r in recoveries) \
+                    and status.get("state") != "dead":
+                outcome = "recovered transparently" if report["workload_ok"] else "recovered, app-visible error"
+            elif recoveries or status.get("state") == "dead" or not report["workload_ok"]:
+                outcome = "not recovered"
+            else:
+                outcome = "no effect"
+        result = {"outcome": outcome, **report, "guest": health, "daemon_alive": daemon_alive,
+                  "spurious_recoveries": at_injection.get("recoveries", n_before) - n_before,
+                  "recoveries": recoveries, "state_after": status.get("state"),
+                  "undetected": not recoveries and not report["workload_ok"]}
+        if outcome in ("guest crash", "guest hang", "daemon failure"):
+            self.close()
+        else:
+            self._reset(restart_driver=not recoveries or outcome == "not recovered")
+        return result
+
+    def _start_injector(self, at_injection: dict):
+        """inject-process, prepared and waiting for the trigger file (None if it could not get ready)."""
+        st = self.daemon.status()[self.bdf]
+        at_injection["recoveries"] = len(st["recoveries"])
+        ready = threading.Event()
+
+        def sink(kind: str, chunk: bytes) -> None:
+            if kind == "out" and b'"ready"' in chunk:
+                ready.set()
+
+        proc = self.guest.spawn(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(st["pid"]),
+                                 "--fault", FAULT_FILE, "--trigger", TRIGGER],
+                                cwd=str(config.REPO_DIR), sink=sink)
+        deadline = time.monotonic() + 60
+        while not ready.wait(0.1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                try:
+                    proc.kill()
+                except LabError:
+                    pass
+                return None
+        return proc
+
+    def _settled_status(self, timeout: float = 30) -> dict:
+        """The device's status once no restart is under way any more."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.daemon.status().get(self.bdf, {})
+            recs = st.get("recoveries") or []
+            if st.get("state") != "recovering" and not (recs and recs[-1]["outcome"] == "under way"):
+                return st
+            if time.monotonic() > deadline:
+                return st
+            time.sleep(0.3)
+
+    def _reset(self, restart_driver: bool) -> None:
+        """A driver that may still hold the fault is replaced by a fresh one from its file."""
+        g, d = self.guest, self.daemon
+        try:
+            if restart_driver:
+                st = d.status()[self.bdf]
+                if st["state"] == "dead":
+                    understudy_down(g, d, self.bdf)
+                    understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
+                else:
+                    res = d.cli("recover", self.bdf)
+                    if res.returncode and "already under way" not in res.err:
+                        raise LabError(f"understudy recover: {res.err.strip()}")
+            d.wait_state(self.bdf, "open", timeout=60, carrier=True)
+            net.bring_up_iface(g, "us0")
+            self._settled_status()
+        except (TimeoutError, LabError) as e:
+            log(f"understudy guest not reusable ({str(e).splitlines()[0]}): rebooting")
+            self.close()
+
+    def close(self) -> None:
+        if self.guest is not None:
+            try:
+                if self.daemon is not None and self.daemon.alive():
+                    self.daemon.stop()
+            except (TimeoutError, LabError):
+                pass
+            self.guest.stop()
+            self.guest, self.daemon = None, None
+
+
+def understudy_down(g: Guest, d: understudy.Daemon, bdf: str) -> None:
+    res = d.cli("stop", bdf)
+    if res.returncode:
+        raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
+
+
+# -- running a campaign --------------------------------------------------------------
+
+def _command_line() -> str:
+    args = sys.argv[1:]
+    prog = "python3 -m lab" if args[:1] == ["swifi"] else "python3 -m lab.swifi"
+    return f"{prog} {shlex.join(args)}"
+
+
+def run_campaign(s: Settings) -> Path:
+    dev = lookup(s.driver)
+    if dev.kind != NIC:
+        raise LabError(f"{s.driver} is not a network device")
+    unknown = [t for t in s.types if t not in FAULT_TYPES]
+    if unknown:
+        raise LabError(f"unknown fault type(s) {', '.join(unknown)}", hint=f"one of {', '.join(FAULT_TYPES)}")
+    s.out.mkdir(parents=True, exist_ok=True)
+    results = s.out / RESULTS
+    if results.exists() and not s.resume:
+        raise LabError(f"{results} exists", hint="--resume continues it, or choose another --out")
+    gen = generator_for(host_module(dev.driver))
+    bins = understudy.build()
+    if not POKE_KO.exists():
+        raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
+    done = done_trials(results) if s.resume else set()
+    plan = [(t, seed) for t, seed in trial_plan(s) if f"{t}-{seed}" not in done]
+    meta = {"driver": dev.driver, "device": dev.name, "module_sha256": gen.m.sha256,
+            "abi": config.kernel().release, "faults_per_trial": s.faults_per_trial,
+            "megabytes": s.megabytes, "ping_interval_ms": s.ping_interval_ms,
+            "ping_timeout_ms": s.ping_timeout_ms, "types": s.types,
+            "trials_per_type": s.trials_per_type, "command": _command_line()}
+    (s.out / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
+    log(f"{len(plan)} trial(s) to run ({len(done)} already done), {s.jobs} job(s); "
+        f"{dev.driver} sha256 {gen.m.sha256[:16]}…; results in {results}")
+    todo: queue.Queue = queue.Queue()
+    for item in plan:
+        todo.put(item)
+    lock = threading.Lock()
+    counter = {"n": 0}
+    t_start = time.monotonic()
+
+    def worker(k: int) -> None:
+        kernel_world = KernelWorld(dev.driver)
+        us_world = UnderstudyWorld(dev.driver, bins, s)
+        try:
+            while True:
+                try:
+                    fault_type, seed = todo.get_nowait()
+                except queue.Empty:
+                    return
+                record = run_trial(gen, fault_type, seed, s, kernel_world, us_world)
+                with lock:
+                    with open(results, "a") as f:
+                        f.write(json.dumps(record) + "\n")
+                    counter["n"] += 1
+                    elapsed = time.monotonic() - t_start
+                    left = (len(plan) - counter["n"]) * elapsed / counter["n"]
+                    log(f"{counter['n']}/{len(plan)} {record['trial']} [job {k}]: in-kernel "
+                        f"{record['kernel']['outcome']}; understudy {record['understudy']['outcome']} "
+                        f"({record['seconds']:.0f} s; about {left / 60:.0f} min left)")
+        finally:
+            kernel_world.close()
+            us_world.close()
+
+    threads = [threading.Thread(target=worker, args=(k,), name=f"swifi-{k}") for k in range(s.jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def run_trial(gen, fault_type: str, seed: int, s: Settings, kernel_world: KernelWorld,
+              us_world: UnderstudyWorld) -> dict:
+    t0 = time.monotonic()
+    fault = gen.generate(fault_type, seed, s.faults_per_trial)
+    nbytes = s.megabytes << 20
+    record = {"trial": f"{fault_type}-{seed}", "type": fault_type, "seed": seed,
+              "fault": fault.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for name, world in (("kernel", kernel_world), ("understudy", us_world)):
+        try:
+            record[name] = world.trial(fault, nbytes)
+        except (TimeoutError, LabError, AgentGone, OSError) as e:
+            # The lab itself failed (a guest that would not boot, a setup step):
+            # not an outcome of the fault. The world starts afresh.
+            record[name] = {"outcome": "lab error", "error": f"{type(e).__name__}: {e}"[:2000]}
+            world.close()
+    record["seconds"] = round(time.monotonic() - t0, 1)
+    return record

@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The campaign's bookkeeping without a VM: the report's counts and headline,
+its plot, and --resume's reading of a results file a killed run cut short."""
+import json
+
+import pytest
+
+from lab.errors import LabError
+from lab.swifi.campaign import RESULTS, Settings, done_trials, trial_plan
+from lab.swifi.report import load, markdown_report, summarize, text_report, write_plot
+
+
+def trial(name: str, kernel: str, under: str) -> dict:
+    t, seed = name.rsplit("-", 1)
+    return {"trial": name, "type": t, "seed": int(seed),
+            "fault": {"description": f"{name} site"},
+            "kernel": {"outcome": kernel}, "understudy": {"outcome": under, "recoveries": []}}
+
+
+def write(tmp_path, trials, tail: str = "") -> None:
+    (tmp_path / RESULTS).write_text("".join(json.dumps(t) + "\n" for t in trials) + tail)
+
+
+def test_the_headline_counts_only_in_kernel_crashes_and_hangs(tmp_path):
+    write(tmp_path, [
+        trial("hang-0", "guest hang", "recovered transparently"),
+        trial("hang-1", "guest crash", "recovered, app-visible error"),
+        trial("null-0", "guest crash", "no effect"),
+        trial("nop-0", "no effect", "no effect"),
+        trial("nop-1", "driver failure", "not recovered"),
+        trial("text-0", "guest crash", "not injected"),    # never in the headline
+    ])
+    s = summarize(load(tmp_path))
+    assert s["trials"] == 6
+    assert s["kernel_crash_or_hang"] == 3 and s["understudy_unaffected_of_those"] == 2
+    assert s["survival_pct"] == pytest.approx(66.7)
+    assert s["kernel"]["rows"]["hang"]["guest hang"] == 1 and s["kernel"]["total"]["guest crash"] == 3
+    assert s["understudy"]["rows"]["nop"]["not recovered"] == 1
+    assert "not injected" in s["understudy"]["columns"]
+    assert [m["trial"] for m in s["not_survived"]] == ["hang-1"]
+    assert "understudy survived with the application unaffected in 2 (66.7%)" in text_report(s)
+    assert "| **total** |" in markdown_report(s)
+    write_plot(s, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_skips_finished_trials_and_reruns_a_cut_line(tmp_path):
+    write(tmp_path, [trial("hang-0", "guest hang", "no effect")], tail='{"trial": "nop-0", "ty')
+    assert done_trials(tmp_path / RESULTS) == {"hang-0"}
+    assert len(load(tmp_path)["trials"]) == 1
+    plan = trial_plan(Settings(types=["hang", "nop"], trials_per_type=2))
+    assert plan == [("hang", 0), ("nop", 0), ("hang", 1), ("nop", 1)]
+
+
+def test_a_directory_without_results_is_refused(tmp_path):
+    with pytest.raises(LabError, match="no trials.jsonl"):
+        load(tmp_path)

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Fault injection (lab/swifi) in lab guests, with Debian's e1000.ko in both worlds.
+
+understudy: `jmp .` written into the running driver process's hot path
+(through /proc/PID/mem at the address its gdb JIT registration names) while a
+hash-checked transfer runs through us0; the daemon's heartbeat declares the
+driver hung, restarts it from its file, and the transfer completes intact.
+
+in-kernel: a NULL load written into the guest kernel's e1000 (swifi-poke.ko)
+while the same workload runs: the guest oopses, and the campaign's classifier
+calls it a guest crash.
+"""
+import json
+import time
+
+import pytest
+
+from lab import config, net, understudy
+from lab.bench import understudy_up
+from lab.guest import Guest
+from lab.swifi.campaign import KernelWorld, host_module
+from lab.swifi.faults import generator_for
+
+pytestmark = pytest.mark.lab
+
+BULK_BYTES = 40 * 1000 * 1000
+PING_INTERVAL_MS, PING_TIMEOUT_MS = 100, 1000
+
+
+@pytest.fixture(scope="module")
+def bins(lab_ready, runtime_built):
+    return understudy.build()
+
+
+@pytest.fixture(scope="module")
+def e1000():
+    return generator_for(host_module("e1000"))
+
+
+def test_a_hang_injected_into_the_understudy_driver_is_detected_and_recovered(no_leftover_qemu, bins, e1000):
+    fault = e1000.generate("hang", 0)
+    print("fault:", fault.description)
+    assert fault.patches[0].new == b"\xeb\xfe"
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300",
+                              "--ping-interval-ms", str(PING_INTERVAL_MS),
+                              "--ping-timeout-ms", str(PING_TIMEOUT_MS))
+        understudy_up(g, d, bdf, understudy.module_chain(g, "e1000"))
+        opened = d.status()[bdf]
+        g.write_file("/tmp/fault.json", json.dumps(fault.to_json()).encode())
+
+        host = net.HostBulk("rx", BULK_BYTES, timeout=120)
+        transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)],
+                           cwd=str(config.REPO_DIR))
+        try:
+            deadline = time.monotonic() + 60
+            while d.status()[bdf]["counters"]["rx_bytes"] < opened["counters"]["rx_bytes"] + 5_000_000:
+                assert time.monotonic() < deadline, d.status()[bdf]
+                time.sleep(0.2)
+            assert transfer.poll() is None, "the transfer ended before the fault was injected"
+            res = g.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(opened["pid"]),
+                         "--fault", "/tmp/fault.json", "--watch-exit", "30"],
+                        cwd=str(config.REPO_DIR), timeout=90)
+            assert res.returncode == 0, res.err
+            injected = json.loads(res.out)
+            print("injected:", injected)
+            guest_side = json.loads(transfer.wait(300).out.strip().splitlines()[-1])
+            result = net.BulkResult("rx", host.result(300), guest_side).summary()
+        except BaseException:
+            print(d.stop()[-6000:])
+            raise
+        finally:
+            transfer.kill()
+            host.proc.kill()
+            host.proc.wait()
+        # From the write of `jmp .` to the daemon ending the hung process (guest CLOCK_MONOTONIC).
+        latency = injected["exit_after_ms"]
+        print(f"hang detection latency: {latency} ms (PING after {PING_INTERVAL_MS} ms idle, "
+              f"deadline {PING_TIMEOUT_MS} ms)")
+        assert latency is not None, "the hung driver process was never ended"
+        after = d.wait_state(bdf, "open", timeout=60, carrier=True)
+        r = after["recoveries"][-1]
+        print("recovery:", r)
+        assert r["cause"].startswith(f"hung: no reply to PING within {PING_TIMEOUT_MS} ms"), r
+        assert r["outcome"] == "recovered" and after["recovery_count"] == 1, after
+        assert after["pid"] != opened["pid"]
+        assert latency < 10 * (PING_INTERVAL_MS + PING_TIMEOUT_MS), latency
+        print("transfer:", result)
+        assert result["hash_ok"] and result["bytes"] == BULK_BYTES and result["resets"] == 0, result
+        assert d.alive()
+        d.stop()
+
+
+def test_a_null_dereference_injected_into_the_in_kernel_driver_oopses_the_guest(no_leftover_qemu, runtime_built, e1000):
+    fault = e1000.generate("null", 0)
+    print("fault:", fault.description)
+    world = KernelWorld("e1000")
+    try:
+        result = world.trial(fault, 24 << 20)
+    finally:
+        world.close()
+    print(json.dumps({k: v for k, v in result.items() if k != "injection"}, indent=1))
+    # The guest may die before the injecting command returns (an oops in
+    # interrupt context panics at once): the agent's connection then closes.
+    assert "injection" in result or "AgentGone" in result.get("injection_error", ""), result
+    assert result["outcome"] == "guest crash", result
+    lines = "\n".join(result["guest"]["crash_lines"])
+    assert "NULL pointer dereference" in lines or "Oops" in lines, lines
