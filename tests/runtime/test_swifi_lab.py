@@ -23,7 +23,8 @@ from lab.swifi.faults import generator_for
 
 pytestmark = pytest.mark.lab
 
-BULK_BYTES = 40 * 1000 * 1000
+# Large enough to outlast the injector's start-up in the guest on a loaded machine.
+BULK_BYTES = 120 * 1000 * 1000
 PING_INTERVAL_MS, PING_TIMEOUT_MS = 100, 1000
 
 
@@ -66,6 +67,7 @@ def test_a_hang_injected_into_the_understudy_driver_is_detected_and_recovered(no
             assert res.returncode == 0, res.err
             injected = json.loads(res.out)
             print("injected:", injected)
+            assert transfer.poll() is None, "the transfer ended before the fault was written: nothing was tested"
             guest_side = json.loads(transfer.wait(300).out.strip().splitlines()[-1])
             result = net.BulkResult("rx", host.result(300), guest_side).summary()
         except BaseException:
