@@ -27,7 +27,7 @@ use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
-use crate::recovery::{Recovery, RestartBudget, RestartPolicy, Step};
+use crate::recovery::{keep_record, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::watchdog::{Timeouts, Watchdog};
@@ -303,6 +303,8 @@ impl Supervisor {
             max_mtu: None,
             log_lines_suppressed: 0,
             counters: Counters::default(),
+            pool_buffers: g.pool_buffers,
+            pool_free: shm.free_count(),
             recoveries: Vec::new(),
             recovery_count: 0,
         };
@@ -867,7 +869,9 @@ impl Supervisor {
                 self.end_recovery(now);
             }
         }
+        let pool_free = self.shm.free_count();
         self.update(|s| {
+            s.pool_free = pool_free;
             s.counters.tx_packets += counters.tx_packets;
             s.counters.tx_bytes += counters.tx_bytes;
             s.counters.tx_dropped += counters.tx_dropped;
@@ -959,7 +963,9 @@ impl Supervisor {
                device_stop.reset,
                if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.tap.name());
+        let pool_free = self.shm.free_count();
         self.update(|s| {
+            s.pool_free = pool_free;
             s.state = DriverState::Dead;
             s.pid = None;
             s.death = Some(death);
@@ -1007,7 +1013,7 @@ impl Supervisor {
             s.death = Some(cause);
             s.device_stop = Some(device_stop);
             s.recovery_count += 1;
-            s.recoveries.push(record);
+            keep_record(&mut s.recoveries, record);
         });
         self.recovery = Some(recovery);
         if let Err(e) = self.send_startup() {
