@@ -27,6 +27,7 @@ use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
+use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
 use crate::recovery::{keep_record, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
@@ -52,6 +53,7 @@ pub struct Setup {
     pub geometry: Geometry,
     pub timeouts: Timeouts,
     pub restarts: RestartPolicy,
+    pub agent: AgentPolicy,
 }
 
 /// What the CLI asks of a running device's thread.
@@ -263,6 +265,19 @@ struct Supervisor {
     /// After a restart the TAP keeps the dead driver's carrier until the fresh
     /// one, opened, reports its link up (e1000's comes a second or two after OPEN).
     carrier_held: bool,
+    /// --on-exhausted, the back-off of `retry` and the hook.
+    agent: AgentPolicy,
+    backoff: Backoff,
+    /// With `retry`, the restart waiting for its back-off to pass.
+    retry: Option<PendingRetry>,
+}
+
+/// A restart put off by `--on-exhausted retry` until `at`.
+struct PendingRetry {
+    at: Instant,
+    cause: String,
+    log: crate::shadow::PassiveLog,
+    device_stop: DeviceStop,
 }
 
 impl Supervisor {
@@ -346,6 +361,9 @@ impl Supervisor {
             recovery: None,
             last_packet: None,
             carrier_held: false,
+            backoff: Backoff::new(setup.agent.retry_max),
+            agent: setup.agent,
+            retry: None,
         };
         if let Err(e) = s.send_startup() {
             s.end_driver(&format!("could not send its first requests: {e}"), false);
@@ -424,6 +442,7 @@ impl Supervisor {
             }
             let mut outcome = self.take_commands();
             if !alive {
+                self.retry_if_due(Instant::now());
                 continue;
             }
             if ready(3) {
@@ -482,6 +501,9 @@ impl Supervisor {
     /// Milliseconds until the next deadline, PING, multicast poll or log report.
     fn poll_timeout(&self, now: Instant) -> libc::c_int {
         let mut next = self.log_limit.next_report();
+        if let Some(retry) = &self.retry {
+            next = Some(next.map_or(retry.at, |n| n.min(retry.at)));
+        }
         if self.driver.is_some() {
             let watchdog = self.watchdog.next_event();
             next = Some(next.map_or(watchdog, |n| n.min(watchdog)));
@@ -918,6 +940,7 @@ impl Supervisor {
             uncompleted = std::mem::take(&mut previous.uncompleted);
             previous.record.outcome = format!("the fresh driver died too: {cause}");
             self.publish(&previous);
+            self.hook("failed", &previous.record.cause, Some(&previous.record.outcome), None, None);
         }
         if let Some(job) = self.ethtool.take() {
             job.fail(format!("{dev}: the driver died before it answered"));
@@ -934,6 +957,11 @@ impl Supervisor {
             (false, _) => None,
             (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
             (true, Some(log)) => match self.restarts.take(seen_dead) {
+                Err(why) if self.agent.on_exhausted == OnExhausted::Retry => {
+                    let wait = self.backoff.next_delay();
+                    self.retry = Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
+                    Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64()))
+                }
                 Ok(()) => {
                     let recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
                     match self.restart(recovery, &device_stop) {
@@ -956,6 +984,13 @@ impl Supervisor {
             Some(why) => format!("{cause}; not restarted: {why}"),
             None => cause.clone(),
         };
+        if let Some(why) = &not_restarted {
+            let (outcome, retry_in) = match &self.retry {
+                Some(r) => ("retrying", Some(r.at.saturating_duration_since(seen_dead))),
+                None => ("down", None),
+            };
+            self.hook(outcome, &cause, Some(why), None, retry_in);
+        }
         error!("{dev}: driver died: {death}. Device stopped (bus mastering {}, interrupts {}, reset: {}), \
                 IOMMU mappings {}; {} kept without carrier. `understudy stop {dev}` releases it.",
                if bus_master_off { "off" } else { "STILL ON" },
@@ -1077,6 +1112,49 @@ impl Supervisor {
               self.vfio.address(), r.cause, r.stop_ms, r.spawn_probe_ms, r.replay_ms, r.first_packet_ms, r.downtime_ms,
               r.tx_resubmitted);
         self.publish(&recovery);
+        self.backoff.reset();
+        self.hook("recovered", &recovery.record.cause, None, recovery.record.downtime_ms, None);
+    }
+
+    /// Starts the administrator's hook (--recovery-hook) for a recovery outcome; not waited for.
+    fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, downtime_ms: Option<f64>,
+            retry_in: Option<Duration>) {
+        let Some(path) = &self.agent.hook else { return };
+        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
+        run_hook(path, &HookEvent {
+            device: &self.vfio.address().to_string(),
+            ifname: self.tap.name(),
+            outcome,
+            cause,
+            reason,
+            recovery_count,
+            downtime_ms,
+            retry_in,
+        });
+    }
+
+    /// `--on-exhausted retry`: once the back-off has passed, a fresh driver is
+    /// started (not counted by the restart limit); the interface has been
+    /// down meanwhile, so its carrier follows the fresh driver's.
+    fn retry_if_due(&mut self, now: Instant) {
+        if self.retry.as_ref().is_none_or(|r| now < r.at) {
+            return;
+        }
+        let retry = self.retry.take().expect("checked");
+        info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.vfio.address());
+        let recovery = Recovery::new(retry.cause.clone(), retry.log.clone(), Vec::new(), now, self.last_packet);
+        match self.restart(recovery, &retry.device_stop) {
+            Ok(()) => self.carrier_held = false,
+            Err((why, unsent)) => {
+                for lost in unsent {
+                    self.shm.put_free(lost.buf);
+                }
+                let wait = self.backoff.next_delay();
+                error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.vfio.address(), wait.as_secs_f64());
+                self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
+                self.retry = Some(PendingRetry { at: now + wait, ..retry });
+            }
+        }
     }
 
     fn publish_recovery(&self) {
