@@ -1,7 +1,7 @@
 """python3 -m lab — the understudy lab: QEMU guests with Debian's kernel and the papers' devices.
 
 Exit codes: boot returns the guest command's own exit code; 0 success otherwise;
-2 usage errors; 3 a lab problem the message explains (missing setup, unknown
+1 a scenario failed one of its checks (hash mismatch, reset, missing recovery, growth); 2 usage errors; 3 a lab problem the message explains (missing setup, unknown
 device); 4 the guest panicked, hung or died.
 """
 from __future__ import annotations
@@ -61,53 +61,13 @@ def cmd_boot(args) -> int:
         guest.stop()
 
 
-def survive_a_crash(guest, daemon, bdf: str, status: dict, nbytes: int) -> dict:
-    """Kills the driver process once a host → guest transfer is under way and
-    waits for understudyd's restart; returns the recovery record and the
-    transfer's end-to-end verdict."""
-    import json
-    import time
-
-    from . import net
-
-    def carrier_drops() -> int:
-        return int(guest.run("cat /sys/class/net/us0/carrier_down_count", check=True).out)
-
-    drops_before = carrier_drops()
-    received_before = status["counters"]["rx_bytes"]
-    host = net.HostBulk("rx", nbytes)
-    transfer = guest.spawn(["python3", "-m", "lab.workload", *host.guest_args(nbytes)],
-                           cwd=str(config.REPO_DIR))
-    try:
-        deadline = time.monotonic() + 60
-        while daemon.status()[bdf]["counters"]["rx_bytes"] < received_before + nbytes // 4:
-            if time.monotonic() > deadline:
-                raise LabError("the transfer through us0 did not start")
-            time.sleep(0.1)
-        guest.run(["kill", "-9", str(status["pid"])], check=True)
-        deadline = time.monotonic() + 60
-        while not (st := daemon.status()[bdf])["recoveries"] or \
-                st["recoveries"][-1]["outcome"] == "under way":
-            if time.monotonic() > deadline:
-                raise LabError(f"no recovery within 60 s: {st}")
-            time.sleep(0.1)
-        guest_side = json.loads(transfer.wait(300).out.strip().splitlines()[-1])
-        result = net.BulkResult("rx", host.result(300), guest_side).summary()
-    finally:
-        transfer.kill()
-        host.proc.kill()
-        host.proc.wait()
-    return {"recovery": st["recoveries"][-1], "carrier_drops": carrier_drops() - drops_before,
-            **result}
-
-
 def cmd_demo(args) -> int:
     """The main job on the built-in lab: the same e1000 binary first in the
     kernel, then in a user-space process behind understudyd, passing real
     traffic; then the driver process is killed in the middle of a TCP transfer,
     understudyd restarts it and replays its settings, and the transfer finishes
     intact."""
-    from . import bench, net, understudy
+    from . import bench, net, scenario, understudy
     from .guest import Guest
 
     def say(msg: str) -> None:
@@ -149,16 +109,18 @@ def cmd_demo(args) -> int:
         in_process = bench.measure_traffic(guest, seconds=3)
 
         say("3. the driver process is killed (SIGKILL) in the middle of a TCP transfer:")
-        crash = survive_a_crash(guest, daemon, bdf, status, args.megabytes << 20)
-        r = crash["recovery"]
+        nbytes = args.megabytes << 20
+        crash = scenario.crash_mid_transfer(guest, daemon, bdf, nbytes, kill_after=nbytes // 4)
+        r = crash.recovery
+        transfer = crash.transfer.summary()
         say(f"  daemon alive: {daemon.alive()}; cause: {r['cause']}; outcome: {r['outcome']}")
         how = "forked from the post-probe template" if r["start"] == "template" else "loaded and probed"
         say(f"  restart: device stopped {r['stop_ms']:.0f} ms, new driver {how} "
             f"{r['start_ms'] or 0:.0f} ms, settings replayed {r['replay_ms'] or 0:.0f} ms; "
             f"downtime {r['downtime_ms'] or 0:.0f} ms; {r['tx_resubmitted']} frames resubmitted")
-        verdict = "hash matches" if crash["hash_ok"] else "HASH MISMATCH"
-        say(f"  the transfer: {crash['bytes'] >> 20} MB, {verdict}, {crash['resets']} resets, "
-            f"us0 lost carrier {crash['carrier_drops']} times")
+        verdict = "hash matches" if transfer["hash_ok"] else "HASH MISMATCH"
+        say(f"  the transfer: {transfer['bytes'] >> 20} MB, {verdict}, {transfer['resets']} resets, "
+            f"us0 lost carrier {crash.carrier_drops} times")
         daemon.stop()
     say("the same e1000.ko, both ways (one run each; `python3 -m lab bench net` for medians):")
     print(bench.table([{"driver": "in-kernel", **in_kernel}, {"driver": "understudy", **in_process}],
@@ -207,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench(sub)
     from .swifi.cli import add_parser as add_swifi
     add_swifi(sub)
+    from .scenario import add_parser as add_scenario
+    add_scenario(sub)
     return p
 
 

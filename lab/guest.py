@@ -28,6 +28,7 @@ from .errors import LabError
 
 SPARE_ROOT_PORTS = 2          # empty hot-plug slots besides one per device
 DISK_MIB = 64
+PCAP_SNAPLEN = 96             # bytes kept of each frame with Guest(pcap=True)
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Inside the guest the slirp network is 10.0.2.0/24 and its gateway, 10.0.2.2,
 # is the host's 127.0.0.1: a server the host runs on loopback is reachable there.
@@ -81,6 +82,7 @@ class Guest:
     extra_append: str = ""
     share_dir: Path | None = None     # host directory mounted read-write at /run/lab
     console: OutputSink | None = None  # called with the guest's console output, if set
+    pcap: bool = False                # record each NIC's frames' headers (pcap_path)
 
     def __post_init__(self) -> None:
         d = config.guest_defaults()
@@ -117,11 +119,19 @@ class Guest:
             return ["-netdev", f"user,id=net-{pd.id}"]
         return ["-netdev", f"tap,id=net-{pd.id},fd={self._tap_fds[pd.id]}"]
 
+    def pcap_path(self, dev_id: str) -> Path:
+        """With `pcap`, the NIC's frames as its backend saw them, both ways: the
+        wire side of the NIC, timestamped by QEMU (host wall clock)."""
+        return self.rundir / f"{dev_id}.pcap"
+
     def device_args(self, pd: PlacedDevice) -> list[str]:
         """-device (and backend) arguments for one catalogue device on its root port."""
         dev, bus = pd.device, pd.port
         if dev.kind == NIC:
-            return [*self._netdev_args(pd), "-device",
+            # Headers are enough to time frames; whole frames would cost disk and CPU.
+            dump = ["-object", f"filter-dump,id=dump-{pd.id},netdev=net-{pd.id},maxlen={PCAP_SNAPLEN},"
+                    f"file={self.pcap_path(pd.id)}"] if self.pcap else []
+            return [*self._netdev_args(pd), *dump, "-device",
                     f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"]
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",

@@ -26,21 +26,31 @@ CHUNK = 64 * 1024
 STALL_S = 0.2          # no progress for this long counts as a stall
 
 
-class Progress:
-    """Counts bytes and the gaps between them: a gap over STALL_S is a stall."""
+GAPS_KEPT = 10000      # --gap-log-ms keeps at most this many gaps
 
-    def __init__(self) -> None:
+
+class Progress:
+    """Counts bytes and the gaps between them: a gap over STALL_S is a stall.
+    With `gap_log_s`, every gap longer than that is also kept, with the wall
+    clock time it began, so a caller can line gaps up with events it caused
+    (a driver killed at a known time): the application's own view of an outage."""
+
+    def __init__(self, gap_log_s: float | None = None) -> None:
         self.start = self.last = time.monotonic()
         self.bytes = 0
         self.stalls = 0
         self.max_gap = 0.0
         self.hash = hashlib.sha256()
+        self.gap_log_s = gap_log_s
+        self.gaps: list[dict] = []
 
     def add(self, data: bytes) -> None:
         now = time.monotonic()
         gap = now - self.last
         if gap > STALL_S:
             self.stalls += 1
+        if self.gap_log_s is not None and gap > self.gap_log_s and len(self.gaps) < GAPS_KEPT:
+            self.gaps.append({"start": round(time.time() - gap, 4), "ms": round(gap * 1000, 1)})
         self.max_gap = max(self.max_gap, gap)
         self.last = now
         self.bytes += len(data)
@@ -48,14 +58,18 @@ class Progress:
 
     def report(self, resets: int, error: str | None) -> dict:
         secs = max(self.last - self.start, 1e-9)
-        return {"bytes": self.bytes, "sha256": self.hash.hexdigest(), "seconds": round(secs, 3),
-                "mbps": round(self.bytes * 8 / secs / 1e6, 1), "stalls": self.stalls,
-                "max_stall_ms": round(self.max_gap * 1000, 1), "resets": resets, "error": error}
+        out = {"bytes": self.bytes, "sha256": self.hash.hexdigest(), "seconds": round(secs, 3),
+               "mbps": round(self.bytes * 8 / secs / 1e6, 1), "stalls": self.stalls,
+               "max_stall_ms": round(self.max_gap * 1000, 1), "resets": resets, "error": error}
+        if self.gap_log_s is not None:
+            out["gaps"] = self.gaps
+        return out
 
 
-def _pump(sock: socket.socket, direction_send: bool, total: int) -> dict:
+def _pump(sock: socket.socket, direction_send: bool, total: int,
+          gap_log_s: float | None = None) -> dict:
     """Sends `total` pseudo-random bytes, or receives until EOF; hashes either way."""
-    prog, resets, error = Progress(), 0, None
+    prog, resets, error = Progress(gap_log_s), 0, None
     block = os.urandom(CHUNK * 16)
     try:
         if direction_send:
@@ -91,7 +105,8 @@ def bulk_serve(bind: str, port: int, send: bool, total: int,
             return _pump(conn, send, total)
 
 
-def bulk_connect(host: str, port: int, send: bool, total: int, timeout: float) -> dict:
+def bulk_connect(host: str, port: int, send: bool, total: int, timeout: float,
+                 gap_log_s: float | None = None) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -103,7 +118,7 @@ def bulk_connect(host: str, port: int, send: bool, total: int, timeout: float) -
             time.sleep(0.2)
     with sock:
         sock.settimeout(timeout)
-        return _pump(sock, send, total)
+        return _pump(sock, send, total, gap_log_s)
 
 
 PING_RTT = re.compile(r"time=([\d.]+) ms")
@@ -191,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="which way the bytes flow")
     b.add_argument("--bytes", type=int, default=200 << 20, help="bytes to send (sender only)")
     b.add_argument("--timeout", type=float, default=120, help="I/O inactivity limit (s)")
+    b.add_argument("--gap-log-ms", type=float,
+                   help="connect: report every gap between received or sent chunks longer than "
+                   "this (its wall-clock start and length) under \"gaps\"")
     pg = sub.add_parser("ping", help="ping with loss and RTT percentiles")
     pg.add_argument("host")
     pg.add_argument("--count", type=int, default=100)
@@ -208,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.role == "serve":
             out = bulk_serve(a.bind, a.port, sends, a.bytes, a.timeout)
         else:
-            out = bulk_connect(a.host, a.port, sends, a.bytes, a.timeout)
+            gap_log_s = a.gap_log_ms / 1000 if a.gap_log_ms is not None else None
+            out = bulk_connect(a.host, a.port, sends, a.bytes, a.timeout, gap_log_s)
         out["role"] = "sender" if sends else "receiver"
     elif a.cmd == "ping":
         out = ping(a.host, a.count, a.interval)

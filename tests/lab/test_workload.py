@@ -56,3 +56,20 @@ def test_percentile_picks_the_tail():
     assert percentile(values, 50) in (50, 51)
     assert percentile(values, 99) == 99
     assert percentile(values, 100) == 100
+
+
+def test_gaps_longer_than_the_threshold_are_kept_with_their_start():
+    import time
+    from lab.workload import Progress
+    p = Progress(gap_log_s=0.05)
+    p.add(b"x")
+    before = time.time()
+    time.sleep(0.12)
+    p.add(b"y")
+    p.add(b"z")
+    report = p.report(0, None)
+    assert len(report["gaps"]) == 1, report["gaps"]
+    gap = report["gaps"][0]
+    assert gap["ms"] >= 120
+    assert abs(gap["start"] - before) < 0.1
+    assert "gaps" not in Progress().report(0, None)

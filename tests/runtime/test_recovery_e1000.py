@@ -7,13 +7,11 @@ Both ways of restarting are exercised: a fork of the post-probe template that
 resumes the device (the default), and -- once the template is gone -- a new
 process that loads and probes the driver again.
 """
-import json
 import re
-import time
 
 import pytest
 
-from lab import config, net, understudy
+from lab import net, scenario, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 
 pytestmark = pytest.mark.lab
@@ -25,10 +23,6 @@ GROUP = "01:00:5e:00:00:42"
 @pytest.fixture(scope="module")
 def bins(lab_ready, runtime_built):
     return understudy.build()
-
-
-def carrier_down_count(g: Guest) -> int:
-    return int(g.run("cat /sys/class/net/us0/carrier_down_count", check=True).out)
 
 
 @pytest.mark.parametrize("start", ["template", "probe"])
@@ -45,7 +39,6 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
               f"ip addr add {net.GUEST_ADDRESS} dev us0 && ip route replace default via {SLIRP_GATEWAY} dev us0",
               check=True)
         opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400)
-        downs_before = carrier_down_count(g)
         template = opened["template_pid"]
         assert template and template != opened["pid"], opened
         if start == "probe":
@@ -53,36 +46,18 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
             g.run(["kill", "-9", str(template)], check=True)
             d.wait_state(bdf, "open", timeout=30, template_pid=None)
 
-        received_before = opened["counters"]["rx_bytes"]
-        host = net.HostBulk("rx", BULK_BYTES, timeout=120)
-        transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)], cwd=str(config.REPO_DIR))
         try:
-            deadline = time.monotonic() + 60
-            while d.status()[bdf]["counters"]["rx_bytes"] < received_before + 5_000_000:
-                assert time.monotonic() < deadline, d.status()[bdf]
-                time.sleep(0.2)
-            assert transfer.poll() is None, "the transfer ended before the driver was killed"
-            g.run(["kill", "-9", str(opened["pid"])], check=True)
-            deadline = time.monotonic() + 60
-            while not (st := d.status()[bdf])["recoveries"] or st["recoveries"][-1]["outcome"] == "under way":
-                assert time.monotonic() < deadline, st
-                time.sleep(0.2)
-            print("recovery", st["state"], st["recoveries"], st["death"])
-            guest_side = transfer.wait(300)
-            host_side = host.result(300)
+            crash = scenario.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000)
         except BaseException:
             print(d.stop()[-6000:])
             raise
-        finally:
-            transfer.kill()
-            host.proc.kill()
-            host.proc.wait()
-        if not (host_side["bytes"] == BULK_BYTES):
-            print(d.stop()[-8000:])
-        result = net.BulkResult("rx", host_side, json.loads(guest_side.out.strip().splitlines()[-1]))
-        print("bulk", result.summary())
-        assert result.hash_ok and host_side["bytes"] == BULK_BYTES, result.summary()
-        assert result.summary()["resets"] == 0, result.summary()
+        print("recovery", crash.status["state"], crash.status["recoveries"], crash.status["death"])
+        summary = crash.transfer.summary()
+        print("bulk", summary)
+        assert crash.killed_pid == opened["pid"]
+        assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES, summary
+        assert summary["resets"] == 0, summary
+        assert crash.carrier_drops == 0, "us0 kept its carrier through the restart"
 
         after = d.wait_state(bdf, "open", timeout=30, carrier=True)
         print("recoveries", after["recoveries"])
@@ -96,7 +71,6 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         assert not after["device_stop"]["iommu_unmapped"], after
         assert understudy.bus_master_on(g, bdf), "the fresh driver enabled bus mastering again"
         assert after["template_pid"] == (template if start == "template" else None), after
-        assert carrier_down_count(g) == downs_before, "us0 kept its carrier through the restart"
         assert "PROMISC" in g.run("ip link show us0", check=True).out
         assert d.alive()
         log = d.stop()

@@ -6,11 +6,9 @@ the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
 back through e1000's NAPI poll, the rx ring and the TAP. Then the driver
 process is killed mid-transfer and the daemon, the device and us0 are checked.
 """
-import time
-
 import pytest
 
-from lab import config, net, understudy
+from lab import net, scenario, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 
 pytestmark = pytest.mark.lab
@@ -56,22 +54,9 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
 
         # SIGKILL the driver process while a transfer runs through it.
         assert understudy.bus_master_on(g, bdf), "e1000's probe enabled bus mastering"
-        received_before = d.status()[bdf]["counters"]["rx_bytes"]
-        host = net.HostBulk("rx", BULK_BYTES, timeout=60)
-        transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)],
-                           cwd=str(config.REPO_DIR))
-        try:
-            deadline = time.monotonic() + 60
-            while d.status()[bdf]["counters"]["rx_bytes"] < received_before + 5_000_000:
-                assert time.monotonic() < deadline, d.status()[bdf]
-                time.sleep(0.2)
-            assert transfer.poll() is None, "the transfer ended before the driver was killed"
-            g.run(["kill", "-9", str(opened["pid"])], check=True)
-            dead = d.wait_state(bdf, "dead", timeout=30)
-        finally:
-            transfer.kill()
-            host.proc.kill()
-            host.proc.wait()
+        crash = scenario.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000, restarted=False)
+        dead = crash.status
+        assert crash.killed_pid == opened["pid"]
         print("dead", dead)
         assert "killed by signal 9" in dead["death"], dead
         assert dead["device_stop"]["bus_master_off"] and dead["device_stop"]["iommu_unmapped"]

@@ -160,12 +160,23 @@ pub struct DeviceStatus {
     /// Driver log lines dropped by the rate limit.
     pub log_lines_suppressed: u64,
     pub counters: Counters,
-    /// Restarts of the driver process, oldest first.
+    /// The shared packet pool: buffers in all, and how many the host holds
+    /// free (the rest are lent to the driver or hold frames it has not sent).
+    #[serde(default)]
+    pub pool_buffers: u32,
+    #[serde(default)]
+    pub pool_free: u32,
+    /// Restarts of the driver process, oldest first: the last
+    /// `RECOVERIES_KEPT` of them (`recovery_count` counts them all).
     pub recoveries: Vec<RecoveryRecord>,
     pub recovery_count: u32,
     /// The post-probe template restarts fork from, if the driver has one.
     pub template_pid: Option<u32>,
 }
+
+/// How many recovery records `status` keeps: a driver restarted thousands of
+/// times must not grow the daemon without bound.
+pub const RECOVERIES_KEPT: usize = 100;
 
 /// Which ethtool answers to ask for.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -118,6 +118,7 @@ fn print_device(d: &DeviceStatus) {
     let c = &d.counters;
     println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes",
              c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes);
+    println!("    pool {} of {} buffers free", d.pool_free, d.pool_buffers);
     if let Some(death) = &d.death {
         println!("    died: {death}");
     }

@@ -180,6 +180,13 @@ impl SharedMemory {
         self.lent
     }
 
+    /// Buffers the host holds free (neither lent nor holding an uncompleted
+    /// frame): after a restart settles it is back where it was, or a
+    /// buffer has leaked.
+    pub fn free_count(&self) -> u32 {
+        self.free.len() as u32
+    }
+
     fn buffer_offset(&self, buf: u32) -> usize {
         buf as usize * self.geometry.buffer_size as usize
     }

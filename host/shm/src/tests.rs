@@ -282,6 +282,26 @@ fn can_send_says_whether_a_frame_would_be_taken() {
 }
 
 #[test]
+fn free_count_follows_lending_and_reclaiming() {
+    let (mut host, driver) = setup();
+    assert_eq!(host.free_count(), GEOMETRY.pool_buffers);
+    let sent = send_one(&mut host, &[0; 60]);
+    assert_eq!(host.fill_rx(4).unwrap(), GEOMETRY.ring_size);
+    assert_eq!(host.free_count(), GEOMETRY.pool_buffers - 1 - GEOMETRY.ring_size);
+    let _ = driver.consume(RING_TX);
+    driver.produce(RING_TX_DONE, sent, 0, 0);
+    host.reap_tx_done().unwrap();
+    assert_eq!(host.free_count(), GEOMETRY.pool_buffers - GEOMETRY.ring_size);
+    // A second frame the driver dies holding is not free until it is given again or freed.
+    let held = send_one(&mut host, &[1; 60]);
+    let uncompleted = host.reclaim_all();
+    assert_eq!(host.free_count(), GEOMETRY.pool_buffers - 1);
+    assert_eq!(uncompleted, vec![UncompletedTx { buf: held, len: 60 }]);
+    host.put_free(held);
+    assert_eq!(host.free_count(), GEOMETRY.pool_buffers);
+}
+
+#[test]
 fn reclaim_all_returns_every_buffer_and_empties_the_rings() {
     let (mut host, driver) = setup();
     send_one(&mut host, &[0; 60]);

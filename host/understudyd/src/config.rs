@@ -6,6 +6,11 @@
 //! pci = "0000:00:02.0"                                  # bound to vfio-pci
 //! modules = ["/lib/modules/6.1.0-28-amd64/kernel/drivers/net/ethernet/intel/e1000/e1000.ko"]
 //! ifname = "us0"                                        # optional: the first free usN
+//!
+//! [recovery]                                            # optional; understudyd's options win
+//! on_exhausted = "retry"                                # or "down" (--on-exhausted)
+//! retry_max_s = 60                                      # --retry-max-s
+//! hook = "/usr/local/sbin/understudy-hook"              # --recovery-hook
 //! ```
 //!
 //! Unknown keys are refused, so a misspelt key is an error, not a silent default.
@@ -14,11 +19,24 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::policy::OnExhausted;
+
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default, rename = "device")]
     pub devices: Vec<DeviceConfig>,
+    #[serde(default)]
+    pub recovery: RecoveryConfig,
+}
+
+/// The recovery agent's policy (policy.rs), for every device.
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryConfig {
+    pub on_exhausted: Option<OnExhausted>,
+    pub retry_max_s: Option<u64>,
+    pub hook: Option<String>,
 }
 
 #[derive(Debug, Deserialize, PartialEq, Eq)]
@@ -77,5 +95,18 @@ mod tests {
         assert_eq!(parse(twice).unwrap_err(), "device a is listed twice");
         assert!(parse("[[device]]\nmodules = [\"x\"]\n").is_err());
         assert!(parse("").unwrap().devices.is_empty());
+    }
+
+    #[test]
+    fn the_recovery_policy_is_read_and_checked() {
+        let c = parse("[recovery]\non_exhausted = \"retry\"\nretry_max_s = 30\nhook = \"/bin/true\"\n").unwrap();
+        assert_eq!(c.recovery, RecoveryConfig {
+            on_exhausted: Some(OnExhausted::Retry),
+            retry_max_s: Some(30),
+            hook: Some("/bin/true".into()),
+        });
+        assert_eq!(parse("").unwrap().recovery, RecoveryConfig::default());
+        assert!(parse("[recovery]\non_exhausted = \"never\"\n").is_err());
+        assert!(parse("[recovery]\nhok = \"/bin/true\"\n").unwrap_err().contains("hok"));
     }
 }

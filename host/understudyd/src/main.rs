@@ -10,6 +10,7 @@ mod config;
 mod ethtool_job;
 mod multicast;
 mod netlink;
+mod policy;
 mod process;
 mod ratelimit;
 mod recovery;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::policy::{AgentPolicy, OnExhausted};
 use crate::recovery::RestartPolicy;
 use crate::watchdog::Timeouts;
 
@@ -92,6 +94,23 @@ struct Args {
     /// restarted this way.
     #[arg(long)]
     cold_restarts: bool,
+    /// When a driver died more often than --max-restarts allows: leave the
+    /// interface down with the reason in `status` (down, the default), or
+    /// keep restarting it, waiting 1 s, 2 s, 4 s, ... up to --retry-max-s
+    /// between attempts (retry). Also `on_exhausted` in the config's [recovery].
+    #[arg(long, value_enum)]
+    on_exhausted: Option<OnExhausted>,
+    /// The longest wait between attempts of --on-exhausted retry [default: 60].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    retry_max_s: Option<u64>,
+    /// A program run after every recovery outcome (not waited for; its exit
+    /// status is logged), with UNDERSTUDY_DEVICE, UNDERSTUDY_IFNAME,
+    /// UNDERSTUDY_OUTCOME (recovered, failed, down, retrying), UNDERSTUDY_CAUSE,
+    /// UNDERSTUDY_RECOVERY_COUNT and, when they apply, UNDERSTUDY_REASON,
+    /// UNDERSTUDY_DOWNTIME_MS and UNDERSTUDY_RETRY_IN_MS in its environment.
+    /// Also `hook` in the config's [recovery].
+    #[arg(long)]
+    recovery_hook: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -124,7 +143,19 @@ fn main() -> ExitCode {
         window: Duration::from_secs(args.restart_window_s),
         template: !args.cold_restarts,
     };
-    match server::serve(&args.socket, driver, timeouts, restarts, config) {
+    let hook = args.recovery_hook.clone().or_else(|| config.recovery.hook.as_ref().map(PathBuf::from));
+    if let Some(h) = &hook {
+        if !h.is_file() {
+            log::error!("the recovery hook {} is not a file", h.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let agent = AgentPolicy {
+        on_exhausted: args.on_exhausted.or(config.recovery.on_exhausted).unwrap_or_default(),
+        retry_max: Duration::from_secs(args.retry_max_s.or(config.recovery.retry_max_s).unwrap_or(60).max(1)),
+        hook,
+    };
+    match server::serve(&args.socket, driver, timeouts, restarts, agent, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use understudy_api::{RecoveryRecord, StartKind};
+use understudy_api::{RecoveryRecord, StartKind, RECOVERIES_KEPT};
 use understudy_protocol::Request;
 use understudy_shm::UncompletedTx;
 
@@ -124,6 +124,15 @@ impl Recovery {
     }
 }
 
+/// Appends a restart's record to `status`'s list, dropping the oldest
+/// beyond `RECOVERIES_KEPT`.
+pub fn keep_record(records: &mut Vec<RecoveryRecord>, record: RecoveryRecord) {
+    if records.len() >= RECOVERIES_KEPT {
+        records.drain(..=records.len() - RECOVERIES_KEPT);
+    }
+    records.push(record);
+}
+
 pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
@@ -144,6 +153,29 @@ mod tests {
         assert_eq!(budget.take(t0 + Duration::from_secs(60)), Ok(()));
         assert!(budget.take(t0 + Duration::from_secs(69)).is_err());
         assert_eq!(budget.take(t0 + Duration::from_secs(70)), Ok(()));
+    }
+
+    #[test]
+    fn status_keeps_the_newest_records_only() {
+        let record = |n: usize| RecoveryRecord {
+            cause: format!("death {n}"),
+            outcome: "recovered".into(),
+            stop_ms: 1.0,
+            device_stop_ms: 0.0,
+            start: StartKind::Template,
+            start_ms: None,
+            replay_ms: None,
+            first_packet_ms: None,
+            downtime_ms: None,
+            tx_resubmitted: 0,
+        };
+        let mut records = Vec::new();
+        for n in 0..RECOVERIES_KEPT + 5 {
+            keep_record(&mut records, record(n));
+        }
+        assert_eq!(records.len(), RECOVERIES_KEPT);
+        assert_eq!(records[0].cause, "death 5");
+        assert_eq!(records.last().unwrap().cause, format!("death {}", RECOVERIES_KEPT + 4));
     }
 
     #[test]

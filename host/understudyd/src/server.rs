@@ -17,6 +17,7 @@ use understudy_vfio::PciAddress;
 
 use crate::config::Config;
 use crate::supervisor::{self, Handle, Setup};
+use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
 use crate::watchdog::Timeouts;
 
@@ -31,13 +32,15 @@ struct Daemon {
     driver: PathBuf,
     timeouts: Timeouts,
     restarts: RestartPolicy,
+    agent: AgentPolicy,
     devices: Mutex<BTreeMap<PciAddress, Slot>>,
 }
 
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
 /// of the config that cannot start is logged and left out, and the daemon
 /// serves the others (`understudy status` shows which run).
-pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: RestartPolicy, config: Config) -> Result<(), String> {
+pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: RestartPolicy, agent: AgentPolicy,
+             config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
     }
@@ -48,7 +51,7 @@ pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: Resta
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, timeouts, restarts, devices: Mutex::new(BTreeMap::new()) });
+    let daemon = Arc::new(Daemon { driver, timeouts, restarts, agent, devices: Mutex::new(BTreeMap::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
         match daemon.run(&d.pci, &d.modules, d.ifname) {
@@ -195,6 +198,7 @@ impl Daemon {
             geometry: Geometry::default(),
             timeouts: self.timeouts,
             restarts: self.restarts,
+            agent: self.agent.clone(),
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

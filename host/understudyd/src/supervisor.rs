@@ -27,7 +27,8 @@ use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
-use crate::recovery::{round_ms, Recovery, RestartBudget, RestartPolicy, Step};
+use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
+use crate::recovery::{keep_record, round_ms, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::template::{self, SpawnError, Template};
@@ -55,6 +56,7 @@ pub struct Setup {
     pub geometry: Geometry,
     pub timeouts: Timeouts,
     pub restarts: RestartPolicy,
+    pub agent: AgentPolicy,
 }
 
 /// What the CLI asks of a running device's thread.
@@ -272,6 +274,19 @@ struct Supervisor {
     /// one, opened, reports its link up (e1000's comes a second or two after
     /// OPEN), or until this deadline: a link that stays down is shown.
     carrier_held_until: Option<Instant>,
+    /// --on-exhausted, the back-off of `retry` and the hook.
+    agent: AgentPolicy,
+    backoff: Backoff,
+    /// With `retry`, the restart waiting for its back-off to pass.
+    retry: Option<PendingRetry>,
+}
+
+/// A restart put off by `--on-exhausted retry` until `at`.
+struct PendingRetry {
+    at: Instant,
+    cause: String,
+    log: crate::shadow::PassiveLog,
+    device_stop: DeviceStop,
 }
 
 impl Supervisor {
@@ -312,6 +327,8 @@ impl Supervisor {
             max_mtu: None,
             log_lines_suppressed: 0,
             counters: Counters::default(),
+            pool_buffers: g.pool_buffers,
+            pool_free: shm.free_count(),
             recoveries: Vec::new(),
             recovery_count: 0,
             template_pid: None,
@@ -357,6 +374,9 @@ impl Supervisor {
             recovery: None,
             last_packet: None,
             carrier_held_until: None,
+            backoff: Backoff::new(setup.agent.retry_max),
+            agent: setup.agent,
+            retry: None,
         };
         if let Err(e) = s.send_startup() {
             s.end_driver(&format!("could not send its first requests: {e}"), false);
@@ -455,6 +475,7 @@ impl Supervisor {
             }
             let mut outcome = self.take_commands();
             if !alive {
+                self.retry_if_due(Instant::now());
                 continue;
             }
             let (exited, control, notify, tap) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3);
@@ -514,6 +535,9 @@ impl Supervisor {
     /// Milliseconds until the next deadline, PING, multicast poll or log report.
     fn poll_timeout(&self, now: Instant) -> libc::c_int {
         let mut next = self.log_limit.next_report();
+        if let Some(retry) = &self.retry {
+            next = Some(next.map_or(retry.at, |n| n.min(retry.at)));
+        }
         if self.driver.is_some() {
             let watchdog = self.watchdog.next_event();
             next = Some(next.map_or(watchdog, |n| n.min(watchdog)));
@@ -958,7 +982,9 @@ impl Supervisor {
                 self.end_recovery(now);
             }
         }
+        let pool_free = self.shm.free_count();
         self.update(|s| {
+            s.pool_free = pool_free;
             s.counters.tx_packets += counters.tx_packets;
             s.counters.tx_bytes += counters.tx_bytes;
             s.counters.tx_dropped += counters.tx_dropped;
@@ -1017,6 +1043,7 @@ impl Supervisor {
             uncompleted = std::mem::take(&mut previous.uncompleted);
             previous.record.outcome = format!("the fresh driver died too: {cause}");
             self.publish(&previous);
+            self.hook("failed", &previous.record.cause, Some(&previous.record.outcome), None, None);
         }
         if let Some(job) = self.ethtool.take() {
             job.fail(format!("{dev}: the driver died before it answered"));
@@ -1033,6 +1060,11 @@ impl Supervisor {
             (false, _) => None,
             (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
             (true, Some(log)) => match self.restarts.take(seen_dead) {
+                Err(why) if self.agent.on_exhausted == OnExhausted::Retry => {
+                    let wait = self.backoff.next_delay();
+                    self.retry = Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
+                    Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64()))
+                }
                 Ok(()) => {
                     let mut recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
                     recovery.record.device_stop_ms = round_ms(device_stopped - seen_dead);
@@ -1059,6 +1091,13 @@ impl Supervisor {
             Some(why) => format!("{cause}; not restarted: {why}"),
             None => cause.clone(),
         };
+        if let Some(why) = &not_restarted {
+            let (outcome, retry_in) = match &self.retry {
+                Some(r) => ("retrying", Some(r.at.saturating_duration_since(seen_dead))),
+                None => ("down", None),
+            };
+            self.hook(outcome, &cause, Some(why), None, retry_in);
+        }
         error!("{dev}: driver died: {death}. Device stopped (bus mastering {}, interrupts {}, reset: {}), \
                 IOMMU mappings {}; {} kept without carrier. `understudy stop {dev}` releases it.",
                if bus_master_off { "off" } else { "STILL ON" },
@@ -1066,7 +1105,9 @@ impl Supervisor {
                device_stop.reset,
                if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.tap.name());
+        let pool_free = self.shm.free_count();
         self.update(|s| {
+            s.pool_free = pool_free;
             s.state = DriverState::Dead;
             s.pid = None;
             s.death = Some(death);
@@ -1112,7 +1153,7 @@ impl Supervisor {
             s.death = Some(cause);
             s.device_stop = Some(device_stop);
             s.recovery_count += 1;
-            s.recoveries.push(record);
+            keep_record(&mut s.recoveries, record);
         });
         self.recovery = Some(recovery);
         if cold {
@@ -1247,6 +1288,57 @@ impl Supervisor {
               self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms),
               ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
         self.publish(&recovery);
+        self.backoff.reset();
+        self.hook("recovered", &recovery.record.cause, None, recovery.record.downtime_ms, None);
+    }
+
+    /// Starts the administrator's hook (--recovery-hook) for a recovery outcome; not waited for.
+    fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, downtime_ms: Option<f64>,
+            retry_in: Option<Duration>) {
+        let Some(path) = &self.agent.hook else { return };
+        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
+        run_hook(path, &HookEvent {
+            device: &self.vfio.address().to_string(),
+            ifname: self.tap.name(),
+            outcome,
+            cause,
+            reason,
+            recovery_count,
+            downtime_ms,
+            retry_in,
+        });
+    }
+
+    /// `--on-exhausted retry`: once the back-off has passed, a fresh driver is
+    /// started (not counted by the restart limit); the interface has been
+    /// down meanwhile, so its carrier follows the fresh driver's.
+    fn retry_if_due(&mut self, now: Instant) {
+        if self.retry.as_ref().is_none_or(|r| now < r.at) {
+            return;
+        }
+        let retry = self.retry.take().expect("checked");
+        info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.vfio.address());
+        let recovery = Recovery::new(retry.cause.clone(), retry.log.clone(), Vec::new(), now, self.last_packet);
+        // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
+        let g = self.shm.geometry();
+        let mapped = match self.vfio.mapped_bytes() {
+            0 => self.vfio.map_dma(self.shm.arena().base(), g.arena_iova, g.arena_size)
+                .map_err(|e| format!("cannot map the arena again: {e}")),
+            _ => Ok(()),
+        };
+        match mapped.map_err(|why| (why, Vec::new())).and_then(|()| self.restart(recovery, &retry.device_stop)) {
+            // The interface was down meanwhile: its carrier follows the fresh driver's.
+            Ok(()) => self.carrier_held_until = None,
+            Err((why, unsent)) => {
+                for lost in unsent {
+                    self.shm.put_free(lost.buf);
+                }
+                let wait = self.backoff.next_delay();
+                error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.vfio.address(), wait.as_secs_f64());
+                self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
+                self.retry = Some(PendingRetry { at: now + wait, ..retry });
+            }
+        }
     }
 
     fn publish_recovery(&self) {

@@ -1,0 +1,530 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Crash scenarios for understudy's shadow driver (issue 4), driven from the host.
+
+crash-loop  a hash-checked TCP transfer through us0 while the driver process is
+            SIGKILLed again and again at random (seeded) moments; every recovery
+            is checked and timed, by the daemon and by the receiving application.
+leak-check  many kill/recover cycles; the daemon's memory, fds, threads and the
+            shared pool's free buffers must end where they were after a warm-up.
+
+The building blocks (a transfer through us0, killing the driver, waiting for the
+daemon's verdict) are also what the recovery tests and `lab demo` use.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import statistics
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import config, net, understudy
+from .agent import GuestProcess
+from .devices import NIC, lookup
+from .errors import LabError
+from .guest import SLIRP_GATEWAY, Guest
+
+EXIT_FAILED = 1
+# Gaps in the received stream longer than this are reported by the workload,
+# to be lined up with the kills (the application's view of each outage).
+GAP_LOG_MS = 20
+# After a recovery, at least this much passes through the fresh driver before
+# the next kill, so every outage has a "last packet before".
+MIN_BYTES_BETWEEN_KILLS = 1 << 20
+RECOVERY_TIMEOUT_S = 90
+
+
+def log(msg: str) -> None:
+    print(f"[scenario] {msg}", file=sys.stderr, flush=True)
+
+
+# -- building blocks ---------------------------------------------------------
+
+class Us0Transfer:
+    """A host → guest hash-checked TCP transfer through understudy's interface
+    (the guest's default route), running in the background."""
+
+    def __init__(self, guest: Guest, nbytes: int, timeout: float = 120,
+                 gap_log_ms: float | None = None):
+        self.guest, self.nbytes = guest, nbytes
+        self.host = net.HostBulk("rx", nbytes, timeout=timeout)
+        argv = self.host.guest_args(nbytes)
+        if gap_log_ms is not None:
+            argv += ["--gap-log-ms", str(gap_log_ms)]
+        self.proc: GuestProcess = guest.spawn(["python3", "-m", "lab.workload", *argv],
+                                              cwd=str(config.REPO_DIR))
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def result(self, timeout: float = 300) -> net.BulkResult:
+        """Waits for both ends; their reports (hash, bytes, resets, the guest's gaps)."""
+        res = self.proc.wait(timeout)
+        try:
+            guest_side = json.loads(res.out.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            raise LabError(f"the guest end of the transfer printed no report (exit "
+                           f"{res.returncode}): {res.err[-2000:]}") from None
+        return net.BulkResult("rx", self.host.result(timeout), guest_side)
+
+    def close(self) -> None:
+        if self.running():
+            self.proc.kill()
+        if self.host.proc.poll() is None:
+            self.host.proc.kill()
+        self.host.proc.wait()
+
+    def __enter__(self) -> "Us0Transfer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def wait_received(daemon: understudy.Daemon, bdf: str, at_least: int, transfer: Us0Transfer,
+                  timeout: float = 60) -> dict:
+    """Waits until the daemon has passed `at_least` received bytes (its rx counter)
+    while `transfer` still runs; returns the device's status."""
+    deadline = time.monotonic() + timeout
+    while (st := daemon.status()[bdf])["counters"]["rx_bytes"] < at_least:
+        if not transfer.running():
+            raise LabError(f"the transfer ended before {at_least} bytes had passed us0 "
+                           f"({st['counters']['rx_bytes']})")
+        if time.monotonic() > deadline:
+            raise LabError(f"the transfer through us0 did not reach {at_least} bytes in "
+                           f"{timeout:.0f} s: {st['counters']}")
+        time.sleep(0.05)
+    return st
+
+
+def kill_driver(guest: Guest, pid: int) -> float:
+    """SIGKILLs the driver process; returns the guest's wall clock just after."""
+    res = guest.run(f"kill -9 {int(pid)} && date +%s.%N", check=True)
+    return float(res.out.strip())
+
+
+def wait_recovery(daemon: understudy.Daemon, bdf: str, count: int,
+                  timeout: float = RECOVERY_TIMEOUT_S) -> dict:
+    """Waits until the device's `count`-th recovery has an outcome; returns its status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = daemon.status()[bdf]
+        if st["recovery_count"] >= count and st["recoveries"] and \
+                st["recoveries"][-1]["outcome"] != "under way":
+            return st
+        if st["state"] == "dead":
+            raise LabError(f"{bdf}: the driver was not restarted: {st['death']}")
+        if time.monotonic() > deadline:
+            raise LabError(f"{bdf}: recovery {count} not over within {timeout:.0f} s: "
+                           f"state {st['state']}, {st['recoveries'][-1:]}")
+        time.sleep(0.05)
+
+
+def carrier_drops(guest: Guest, ifname: str = "us0") -> int:
+    return int(guest.run(f"cat /sys/class/net/{ifname}/carrier_down_count", check=True).out)
+
+
+@dataclass
+class Crash:
+    """One SIGKILL of the driver in the middle of a transfer, and the daemon's verdict."""
+    killed_pid: int
+    status: dict                         # the device's status at the verdict
+    transfer: net.BulkResult | None      # None when the driver stayed dead
+    carrier_drops: int
+
+    @property
+    def recovery(self) -> dict:
+        return self.status["recoveries"][-1]
+
+
+def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes: int,
+                       kill_after: int, restarted: bool = True, timeout: float = 120) -> Crash:
+    """Starts a hash-checked host → guest transfer of `nbytes` through us0, SIGKILLs
+    the driver once `kill_after` more bytes have passed, and waits for the verdict:
+    the recovery (then for the transfer's end) if `restarted`, else the death (the
+    transfer is then abandoned)."""
+    before = daemon.status()[bdf]
+    drops = carrier_drops(guest)
+    with Us0Transfer(guest, nbytes, timeout=timeout) as transfer:
+        st = wait_received(daemon, bdf, before["counters"]["rx_bytes"] + kill_after, transfer)
+        kill_driver(guest, st["pid"])
+        if not restarted:
+            dead = daemon.wait_state(bdf, "dead", timeout=30)
+            return Crash(st["pid"], dead, None, carrier_drops(guest) - drops)
+        after = wait_recovery(daemon, bdf, before["recovery_count"] + 1)
+        result = transfer.result(timeout * 3)
+    return Crash(st["pid"], after, result, carrier_drops(guest) - drops)
+
+
+def start_understudy(guest: Guest, driver: str, max_restarts: int,
+                     *options: str) -> tuple[understudy.Daemon, str]:
+    """understudyd with restarts on, running `driver` (lab device nic0) behind us0,
+    which carries the guest's slirp network; returns the daemon and the device."""
+    from .bench import understudy_up
+    dev = lookup(driver)
+    bdf = guest.pci_address("nic0")
+    understudy.prepare(guest)
+    modules = understudy.module_chain(guest, dev.driver)
+    daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", str(max_restarts),
+                               "--restart-window-s", "86400", *options)
+    understudy_up(guest, daemon, bdf, modules)
+    return daemon, bdf
+
+
+def nic(driver: str):
+    dev = lookup(driver)
+    if dev.kind != NIC:
+        raise LabError(f"{driver} is not a network driver",
+                       hint="--driver takes a lab NIC: e1000, pcnet32, rtl8139 (8139cp), ...")
+    return dev
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 1) if values else None
+
+
+# -- crash-loop ----------------------------------------------------------------
+
+def gaps_per_kill(gaps: list[dict], kill_times: list[float]) -> list[float | None]:
+    """For each kill, the longest gap ({"start": s, "ms": ms}) that ended after it
+    and before the next kill (the stream had resumed by then: each kill waits for
+    bytes through the fresh driver): that outage as the gaps' observer saw it."""
+    out: list[float | None] = []
+    for i, t in enumerate(kill_times):
+        nxt = kill_times[i + 1] if i + 1 < len(kill_times) else float("inf")
+        around = [g["ms"] for g in gaps if t < g["start"] + g["ms"] / 1000 <= nxt]
+        out.append(max(around) if around else None)
+    return out
+
+
+@dataclass
+class Report:
+    """A scenario's figures and checks; failed checks make the exit status 1."""
+    figures: dict
+    checks: dict[str, bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def check(self, name: str, ok: bool, why: str = "") -> None:
+        self.checks[name] = bool(ok)
+        if not ok:
+            self.notes.append(f"{name} failed{': ' + why if why else ''}")
+
+    @property
+    def ok(self) -> bool:
+        return all(self.checks.values())
+
+    def as_json(self) -> dict:
+        return {**self.figures, "ok": self.ok, "checks": self.checks, "failures": self.notes}
+
+
+def frames_from(pcap: bytes, mac: str) -> list[float]:
+    """Timestamps (s) of the frames in a pcap file whose source MAC is `mac`."""
+    src = bytes.fromhex(mac.replace(":", ""))
+    if len(pcap) < 24 or pcap[:4] not in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"):
+        raise LabError("the NIC's capture is not a pcap file")
+    order = "<" if pcap[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    times, off = [], 24
+    while off + 16 <= len(pcap):
+        sec, usec, incl, _ = struct.unpack_from(order + "IIII", pcap, off)
+        if pcap[off + 16 + 6:off + 16 + 12] == src:
+            times.append(sec + usec / 1e6)
+        off += 16 + incl
+    return times
+
+
+def gaps_between(times: list[float], over_ms: float) -> list[dict]:
+    """The gaps longer than `over_ms` in a list of timestamps, as gaps_per_kill takes them."""
+    return [{"start": a, "ms": round((b - a) * 1000, 1)}
+            for a, b in zip(times, times[1:]) if (b - a) * 1000 > over_ms]
+
+
+def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
+    dev = nic(driver)
+    rng = random.Random(seed)
+    # Kill points spread over the stream (the daemon's counter includes headers,
+    # so every point is passed before the payload ends).
+    points = sorted(int(rng.uniform(0.03, 0.9) * nbytes) for _ in range(kills))
+    log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {kills} kills "
+        f"during {nbytes >> 20} MiB (seed {seed})")
+    records: list[dict] = []
+    with Guest(devices=[dev.name], pcap=True) as guest:
+        daemon, bdf = start_understudy(guest, dev.name, kills + 10)
+        first = daemon.status()[bdf]
+        host_kill_times: list[float] = []
+        base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
+        kill_times: list[float] = []
+        failure: str | None = None
+        with Us0Transfer(guest, nbytes, timeout=180, gap_log_ms=GAP_LOG_MS) as transfer:
+            passed = 0
+            for i, point in enumerate(points):
+                target = base + max(point, passed + MIN_BYTES_BETWEEN_KILLS)
+                st = wait_received(daemon, bdf, target, transfer, timeout=180)
+                passed = st["counters"]["rx_bytes"] - base
+                host_kill_times.append(time.time())
+                kill_times.append(kill_driver(guest, st["pid"]))
+                try:
+                    after = wait_recovery(daemon, bdf, first["recovery_count"] + i + 1)
+                except LabError as e:
+                    # A missing recovery is the scenario's verdict (exit 1), not a lab problem.
+                    failure = str(e)
+                    log(f"kill {i + 1}/{kills}: {failure}")
+                    break
+                # The daemon's phase figures are differences of rounded times: round again.
+                r = {k: round(v, 1) if isinstance(v, float) else v
+                     for k, v in after["recoveries"][-1].items()}
+                records.append({"kill": i + 1, "at_bytes": passed, "pid": st["pid"], **r})
+                log(f"kill {i + 1}/{kills} at {passed >> 20} MiB: {r['outcome']}, downtime "
+                    f"{r['downtime_ms']} ms (stop {r['stop_ms']}, {r['start']} {r['start_ms']}, "
+                    f"replay {r['replay_ms']}, first frame {r['first_packet_ms']} ms)")
+                if r["outcome"] != "recovered":
+                    failure = f"kill {i + 1}: {r['outcome']}"
+                    break
+                passed = after["counters"]["rx_bytes"] - base
+            if failure is None:
+                log("waiting for the transfer to end")
+                result: net.BulkResult | None = transfer.result(600)
+            else:
+                result = None     # abandoned: nothing will carry it any more
+        final = daemon.status()[bdf]
+        alive = daemon.alive()
+        dropped = carrier_drops(guest) - drops
+        daemon.stop()
+        sent = frames_from(guest.pcap_path("nic0").read_bytes(), guest.find("nic0").mac)
+    gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], kill_times)
+    wire = gaps_per_kill(gaps_between(sent, GAP_LOG_MS), host_kill_times)
+    for rec, gap, wire_gap in zip(records, gaps, wire):
+        rec["app_gap_ms"] = gap
+        rec["wire_gap_ms"] = wire_gap
+    summary = result.summary() if result else {
+        "direction": "rx", "bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
+    downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
+    app = [g for g in gaps if g is not None]
+    wired = [g for g in wire if g is not None]
+    recoveries = final["recovery_count"] - first["recovery_count"]
+    rep = Report({
+        "scenario": "crash-loop", "driver": dev.driver, "device": dev.name, "seed": seed,
+        "kills": kills, "bytes": nbytes, "bytes_received": summary["bytes"],
+        "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
+        "recoveries": recoveries,
+        "recovered": sum(r["outcome"] == "recovered" for r in records),
+        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
+        "wire_gap_ms_median": _median(wired), "wire_gap_ms_max": max(wired, default=None),
+        "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
+                            for k in ("stop_ms", "start_ms", "replay_ms", "first_packet_ms")},
+        "carrier_drops": dropped, "daemon_alive": alive, "per_recovery": records,
+    })
+    rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
+              f"{summary['bytes']} of {nbytes} bytes, hash_ok {summary['hash_ok']}, "
+              f"errors {summary['errors']}")
+    rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
+    rep.check("every_kill_recovered", recoveries == kills and rep.figures["recovered"] == kills,
+              f"{recoveries} recoveries, {rep.figures['recovered']} recovered, {kills} kills"
+              + (f"; {failure}" if failure else ""))
+    rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
+    rep.check("daemon_alive", alive)
+    return rep
+
+
+# -- leak-check ----------------------------------------------------------------
+
+def daemon_resources(guest: Guest, daemon: understudy.Daemon, bdf: str) -> dict:
+    """The daemon's memory, fds and threads (from /proc) and the pool's free buffers."""
+    pid = guest.run("pgrep -o -x understudyd", check=True).out.strip()
+    fields = dict(line.split(":", 1) for line in
+                  guest.read_file(f"/proc/{pid}/status").decode().splitlines() if ":" in line)
+    fds = int(guest.run(f"ls /proc/{pid}/fd | wc -l", check=True).out)
+    st = daemon.status()[bdf]
+    return {"vm_rss_kib": int(fields["VmRSS"].split()[0]), "vm_data_kib": int(fields["VmData"].split()[0]),
+            "threads": int(fields["Threads"]), "fds": fds,
+            "pool_free": st["pool_free"], "pool_buffers": st["pool_buffers"]}
+
+
+def kill_and_recover(guest: Guest, daemon: understudy.Daemon, bdf: str, count: int) -> dict:
+    """One cycle: SIGKILL the driver, ping until the fresh one answers (its first
+    frame ends the recovery), and check the daemon's verdict; returns the record."""
+    pid = daemon.status()[bdf]["pid"]
+    # ping gives up early once the neighbour entry fails (3 s of ARP without an
+    # answer, as when the fresh driver's link is slow to come up): ping again.
+    res = guest.run(f"kill -9 {int(pid)} && end=$(($(date +%s) + 60)) && "
+                    f"while [ $(date +%s) -lt $end ]; do "
+                    f"ping -n -q -c 1 -i 0.1 -w 10 {SLIRP_GATEWAY} >/dev/null && exit 0; done; exit 1",
+                    timeout=90)
+    if res.returncode:
+        raise LabError(f"no ping answered through us0 within 60 s of killing driver {pid}: "
+                       f"{daemon.status()[bdf]}")
+    r = wait_recovery(daemon, bdf, count)["recoveries"][-1]
+    if r["outcome"] != "recovered":
+        raise LabError(f"{bdf}: recovery {count} failed: {r['outcome']}")
+    return r
+
+
+def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int) -> Report:
+    dev = nic(driver)
+    if not 0 <= warmup < cycles:
+        raise LabError(f"--warmup {warmup} must be below --cycles {cycles}")
+    log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {cycles} kill/recover "
+        f"cycles, the first {warmup} as warm-up")
+    with Guest(devices=[dev.name]) as guest:
+        daemon, bdf = start_understudy(guest, dev.name, cycles + 10)
+        start = daemon.status()[bdf]["recovery_count"]
+        before = daemon_resources(guest, daemon, bdf) if warmup == 0 else None
+        downtimes: list[float] = []
+        t0 = time.monotonic()
+        for i in range(cycles):
+            r = kill_and_recover(guest, daemon, bdf, start + i + 1)
+            if r["downtime_ms"] is not None:
+                downtimes.append(r["downtime_ms"])
+            if i + 1 == warmup:
+                before = daemon_resources(guest, daemon, bdf)
+                log(f"after {warmup} warm-up cycles: {before}")
+            if (i + 1) % 10 == 0 or i + 1 == cycles:
+                per = (time.monotonic() - t0) / (i + 1)
+                log(f"cycle {i + 1}/{cycles} ({per:.1f} s each, about "
+                    f"{per * (cycles - i - 1) / 60:.0f} min left)")
+            if (i + 1) % 100 == 0 and i + 1 < cycles:
+                log(f"after {i + 1} cycles: {daemon_resources(guest, daemon, bdf)}")
+        after = daemon_resources(guest, daemon, bdf)
+        log(f"after {cycles} cycles: {after}")
+        ping = net.ping(guest, count=20, interval=0.05)
+        final = daemon.status()[bdf]
+        alive = daemon.alive()
+        daemon.stop()
+    assert before is not None
+    growth = {k: after[k] - before[k] for k in after}
+    measured = cycles - warmup
+    rep = Report({
+        "scenario": "leak-check", "driver": dev.driver, "device": dev.name, "cycles": cycles,
+        "warmup": warmup, "before": before, "after": after, "growth": growth,
+        "rss_kib_per_cycle": round(growth["vm_rss_kib"] / measured, 3) if measured else None,
+        "recoveries": final["recovery_count"] - start,
+        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "seconds": round(time.monotonic() - t0, 1), "ping_after": ping,
+        "rss_slack_kib": rss_slack_kib,
+    })
+    rep.check("fds", growth["fds"] == 0, f"{before['fds']} → {after['fds']}")
+    rep.check("threads", growth["threads"] == 0, f"{before['threads']} → {after['threads']}")
+    rep.check("pool_free", growth["pool_free"] == 0, f"{before['pool_free']} → {after['pool_free']}")
+    rep.check("vm_rss", growth["vm_rss_kib"] <= rss_slack_kib,
+              f"{before['vm_rss_kib']} → {after['vm_rss_kib']} KiB")
+    rep.check("vm_data", growth["vm_data_kib"] <= rss_slack_kib,
+              f"{before['vm_data_kib']} → {after['vm_data_kib']} KiB")
+    rep.check("every_cycle_recovered", rep.figures["recoveries"] == cycles)
+    rep.check("ping_after", ping["loss_pct"] == 0, f"{ping['received']}/{ping['sent']} answered")
+    rep.check("daemon_alive", alive)
+    return rep
+
+
+# -- the command -----------------------------------------------------------------
+
+def _table(rep: Report) -> str:
+    f = rep.figures
+    lines: list[str] = []
+    if f["scenario"] == "crash-loop":
+        cols = ["kill", "at_bytes", "outcome", "stop_ms", "start_ms", "replay_ms",
+                "first_packet_ms", "downtime_ms", "wire_gap_ms", "app_gap_ms", "tx_resubmitted"]
+        rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_recovery"]]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+        lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+        lines.append(f"{f['driver']}: {f['recoveries']} recoveries of {f['kills']} kills; transfer "
+                     f"{f['bytes_received']} of {f['bytes']} bytes, hash "
+                     f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; us0 lost "
+                     f"carrier {f['carrier_drops']} times")
+        lines.append(f"downtime (daemon, last frame → first frame): median {f['downtime_ms_median']} ms, "
+                     f"max {f['downtime_ms_max']} ms; on the wire (frames the NIC sent): median "
+                     f"{f['wire_gap_ms_median']} ms, max {f['wire_gap_ms_max']} ms; the receiving "
+                     f"application: median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
+    else:
+        keys = ["vm_rss_kib", "vm_data_kib", "fds", "threads", "pool_free"]
+        lines.append(f"{'':12}{'before':>10}{'after':>10}{'growth':>10}")
+        lines += [f"{k:12}{f['before'][k]:>10}{f['after'][k]:>10}{f['growth'][k]:>10}" for k in keys]
+        lines.append(f"{f['driver']}: {f['recoveries']} of {f['cycles']} cycles recovered "
+                     f"({f['warmup']} warm-up) in {f['seconds']} s; downtime median "
+                     f"{f['downtime_ms_median']} ms; ping after: {f['ping_after']['received']}/"
+                     f"{f['ping_after']['sent']}")
+    lines.append("checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in rep.checks.items()))
+    lines += [f"  {n}" for n in rep.notes]
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def parse_size(text: str) -> int:
+    """500M, 60M, 2G, 1000000 → bytes (K/M/G are binary)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        n = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 500M, 2G, 1000000)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return int(n)
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return n
+
+
+def cmd_scenario(args) -> int:
+    if args.scenario == "crash-loop":
+        rep = crash_loop(args.driver, args.kills, args.bytes, args.seed)
+    else:
+        rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
+                         else max(1, args.cycles // 10), args.rss_slack_kib)
+    out = {**rep.as_json(), "command": "python3 -m lab " + shlex.join(sys.argv[1:])}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(_table(rep))
+    return 0 if rep.ok else EXIT_FAILED
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("scenario", help="crash scenarios for the shadow driver (exit 1 if a check fails)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ssub = s.add_subparsers(dest="scenario", required=True)
+    c = ssub.add_parser("crash-loop", help="SIGKILL the driver N times during one hash-checked transfer",
+                        description="Boots a lab guest, runs DRIVER's Debian module behind understudyd "
+                        "(restarts on), starts a host → guest TCP transfer with an end-to-end SHA-256 "
+                        "through us0, and SIGKILLs the driver process --kills times at random byte "
+                        "positions (--seed), each after the previous recovery and after at least "
+                        "1 MiB through the fresh driver. Reports hash, resets, recoveries, the "
+                        "daemon's phase timings and downtime per recovery, and the receiver's own "
+                        "longest gap around each kill. Exit 0 if every check passed, 1 if one "
+                        "failed, 3 lab problem, 4 guest failure. Progress on stderr.",
+                        epilog="example: python3 -m lab scenario crash-loop --driver e1000 --kills 20 --json")
+    c.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
+    c.add_argument("--kills", type=_positive, default=20, help="SIGKILLs of the driver process (default 20)")
+    c.add_argument("--bytes", type=parse_size, default=500 << 20,
+                   help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
+    c.add_argument("--seed", type=int, default=1, help="seed of the kill positions (default 1)")
+    c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    c.set_defaults(func=cmd_scenario)
+    k = ssub.add_parser("leak-check", help="N kill/recover cycles; no growth of the daemon's resources",
+                        description="Boots a lab guest, runs DRIVER behind understudyd and SIGKILLs "
+                        "the driver process --cycles times, each time pinging through us0 until the "
+                        "fresh driver answers. Compares the daemon's VmRSS, VmData, open fds and "
+                        "threads (/proc) and the shared pool's free buffers (`understudy status "
+                        "--json`) after the warm-up cycles and after the last one, then pings "
+                        "through us0. Exit 0 if nothing grew (memory within --rss-slack-kib), 1 "
+                        "if something did.",
+                        epilog="example: python3 -m lab scenario leak-check --driver e1000 --cycles 1000 --json")
+    k.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
+    k.add_argument("--cycles", type=_positive, default=1000, help="kill/recover cycles (default 1000)")
+    k.add_argument("--warmup", type=int, help="cycles before the first measurement (default cycles/10)")
+    k.add_argument("--rss-slack-kib", type=int, default=256,
+                   help="memory growth tolerated (allocator noise), KiB (default 256)")
+    k.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    k.set_defaults(func=cmd_scenario)
