@@ -48,8 +48,11 @@ def test_gdb_attaches_to_a_running_driver_process(lab_ready, runtime_built):
         # An attached gdb stops the process: no heartbeat verdict while we look.
         daemon = understudy.Daemon(g, bins, None, "--ping-timeout-ms", "3600000")
         daemon.run(bdf, understudy.module_chain(g, "e1000"))
-        daemon.wait_state(bdf, "registered")
-        [pid] = understudy.driver_pids(g, bins["driver"])
+        # The driver the daemon runs: a fork of the post-probe template, which
+        # inherited the modules' registration with gdb's JIT interface.
+        registered = daemon.wait_state(bdf, "registered")
+        pid = registered["pid"]
+        assert pid in understudy.driver_pids(g, bins["driver"]), registered
         res = g.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "info symbol e1000_probe",
                      "-ex", "info address e1000_xmit_frame"], timeout=120)
         assert daemon.status()[bdf]["state"] == "registered", "the driver survived the attach"
