@@ -83,6 +83,7 @@ class Guest:
     share_dir: Path | None = None     # host directory mounted read-write at /run/lab
     console: OutputSink | None = None  # called with the guest's console output, if set
     pcap: bool = False                # record each NIC's frames' headers (pcap_path)
+    nic_props: str = ""               # more QEMU -device properties for each NIC ("autonegotiation=off")
 
     def __post_init__(self) -> None:
         d = config.guest_defaults()
@@ -132,7 +133,8 @@ class Guest:
             dump = ["-object", f"filter-dump,id=dump-{pd.id},netdev=net-{pd.id},maxlen={PCAP_SNAPLEN},"
                     f"file={self.pcap_path(pd.id)}"] if self.pcap else []
             return [*self._netdev_args(pd), *dump, "-device",
-                    f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"]
+                    f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"
+                    + (f",{self.nic_props}" if self.nic_props else "")]
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",
                     "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]

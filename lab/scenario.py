@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shlex
+import signal
 import statistics
 import struct
 import sys
@@ -36,6 +38,9 @@ GAP_LOG_MS = 20
 # the next kill, so every outage has a "last packet before".
 MIN_BYTES_BETWEEN_KILLS = 1 << 20
 RECOVERY_TIMEOUT_S = 90
+# The crash loop's ping probe: one echo request every 10 ms (root may go this fast).
+PROBE_INTERVAL_S = 0.01
+PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from", re.M)
 
 
 def log(msg: str) -> None:
@@ -83,6 +88,30 @@ class Us0Transfer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class PingProbe:
+    """Echo requests from the guest to slirp's gateway through us0 every
+    PROBE_INTERVAL_S, running in the background: a steady stream in both
+    directions whose gaps show when the interface carried frames again, free
+    of TCP's retransmission timer."""
+
+    def __init__(self, guest: Guest):
+        self.proc: GuestProcess = guest.spawn(
+            ["ping", "-D", "-n", "-i", str(PROBE_INTERVAL_S), "-W", "1", SLIRP_GATEWAY])
+
+    def reply_times(self) -> list[float]:
+        """Stops the probe; the guest's wall-clock times of the replies it received."""
+        self.proc.kill(signal.SIGINT)
+        res = self.proc.wait(30)
+        return [float(t) for t in PING_REPLY.findall(res.out)]
+
+    def __enter__(self) -> "PingProbe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
 
 
 def wait_received(daemon: understudy.Daemon, bdf: str, at_least: int, transfer: Us0Transfer,
@@ -242,7 +271,7 @@ def gaps_between(times: list[float], over_ms: float) -> list[dict]:
             for a, b in zip(times, times[1:]) if (b - a) * 1000 > over_ms]
 
 
-def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
+def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "") -> Report:
     dev = nic(driver)
     rng = random.Random(seed)
     # Kill points spread over the stream (the daemon's counter includes headers,
@@ -251,14 +280,15 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
     log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {kills} kills "
         f"during {nbytes >> 20} MiB (seed {seed})")
     records: list[dict] = []
-    with Guest(devices=[dev.name], pcap=True) as guest:
+    with Guest(devices=[dev.name], pcap=True, nic_props=nic_props) as guest:
         daemon, bdf = start_understudy(guest, dev.name, kills + 10)
         first = daemon.status()[bdf]
         host_kill_times: list[float] = []
         base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
         kill_times: list[float] = []
         failure: str | None = None
-        with Us0Transfer(guest, nbytes, timeout=180, gap_log_ms=GAP_LOG_MS) as transfer:
+        with PingProbe(guest) as probe, \
+                Us0Transfer(guest, nbytes, timeout=180, gap_log_ms=GAP_LOG_MS) as transfer:
             passed = 0
             for i, point in enumerate(points):
                 target = base + max(point, passed + MIN_BYTES_BETWEEN_KILLS)
@@ -289,6 +319,7 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
                 result: net.BulkResult | None = transfer.result(600)
             else:
                 result = None     # abandoned: nothing will carry it any more
+            replies = probe.reply_times()
         final = daemon.status()[bdf]
         alive = daemon.alive()
         dropped = carrier_drops(guest) - drops
@@ -296,17 +327,21 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
         sent = frames_from(guest.pcap_path("nic0").read_bytes(), guest.find("nic0").mac)
     gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], kill_times)
     wire = gaps_per_kill(gaps_between(sent, GAP_LOG_MS), host_kill_times)
-    for rec, gap, wire_gap in zip(records, gaps, wire):
+    probed = gaps_per_kill(gaps_between(replies, GAP_LOG_MS), kill_times)
+    for rec, gap, wire_gap, probe_gap in zip(records, gaps, wire, probed):
         rec["app_gap_ms"] = gap
         rec["wire_gap_ms"] = wire_gap
+        rec["probe_gap_ms"] = probe_gap
     summary = result.summary() if result else {
         "direction": "rx", "bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
     downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
     app = [g for g in gaps if g is not None]
     wired = [g for g in wire if g is not None]
+    pinged = [g for g in probed if g is not None]
     recoveries = final["recovery_count"] - first["recovery_count"]
     rep = Report({
-        "scenario": "crash-loop", "driver": dev.driver, "device": dev.name, "seed": seed,
+        "scenario": "crash-loop", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
+        "seed": seed,
         "kills": kills, "bytes": nbytes, "bytes_received": summary["bytes"],
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
         "recoveries": recoveries,
@@ -314,8 +349,9 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int) -> Report:
         "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
         "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
         "wire_gap_ms_median": _median(wired), "wire_gap_ms_max": max(wired, default=None),
+        "probe_gap_ms_median": _median(pinged), "probe_gap_ms_max": max(pinged, default=None),
         "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
-                            for k in ("stop_ms", "start_ms", "replay_ms", "first_packet_ms")},
+                            for k in ("stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms")},
         "carrier_drops": dropped, "daemon_alive": alive, "per_recovery": records,
     })
     rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
@@ -425,8 +461,9 @@ def _table(rep: Report) -> str:
     f = rep.figures
     lines: list[str] = []
     if f["scenario"] == "crash-loop":
-        cols = ["kill", "at_bytes", "outcome", "stop_ms", "start_ms", "replay_ms",
-                "first_packet_ms", "downtime_ms", "wire_gap_ms", "app_gap_ms", "tx_resubmitted"]
+        cols = ["kill", "at_bytes", "outcome", "stop_ms", "start_ms", "replay_ms", "link_ms",
+                "first_packet_ms", "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms",
+                "tx_resubmitted"]
         rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_recovery"]]
         widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
         lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
@@ -436,8 +473,10 @@ def _table(rep: Report) -> str:
                      f"carrier {f['carrier_drops']} times")
         lines.append(f"downtime (daemon, last frame → first frame): median {f['downtime_ms_median']} ms, "
                      f"max {f['downtime_ms_max']} ms; on the wire (frames the NIC sent): median "
-                     f"{f['wire_gap_ms_median']} ms, max {f['wire_gap_ms_max']} ms; the receiving "
-                     f"application: median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
+                     f"{f['wire_gap_ms_median']} ms, max {f['wire_gap_ms_max']} ms; ping every "
+                     f"{PROBE_INTERVAL_S * 1000:g} ms, replies: median {f['probe_gap_ms_median']} ms, max "
+                     f"{f['probe_gap_ms_max']} ms; the receiving TCP application: median "
+                     f"{f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
     else:
         keys = ["vm_rss_kib", "vm_data_kib", "fds", "threads", "pool_free"]
         lines.append(f"{'':12}{'before':>10}{'after':>10}{'growth':>10}")
@@ -479,7 +518,7 @@ def _positive(text: str) -> int:
 
 def cmd_scenario(args) -> int:
     if args.scenario == "crash-loop":
-        rep = crash_loop(args.driver, args.kills, args.bytes, args.seed)
+        rep = crash_loop(args.driver, args.kills, args.bytes, args.seed, args.nic_props)
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib)
@@ -501,8 +540,9 @@ def add_parser(sub) -> None:
                         "through us0, and SIGKILLs the driver process --kills times at random byte "
                         "positions (--seed), each after the previous recovery and after at least "
                         "1 MiB through the fresh driver. Reports hash, resets, recoveries, the "
-                        "daemon's phase timings and downtime per recovery, and the receiver's own "
-                        "longest gap around each kill. Exit 0 if every check passed, 1 if one "
+                        "daemon's phase timings and downtime per recovery, and around each kill the "
+                        "longest gap in the frames the NIC sent (QEMU's capture), in the replies "
+                        "to a 10 ms ping from the guest, and in the TCP receiver's reads. Exit 0 if every check passed, 1 if one "
                         "failed, 3 lab problem, 4 guest failure. Progress on stderr.",
                         epilog="example: python3 -m lab scenario crash-loop --driver e1000 --kills 20 --json")
     c.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
@@ -510,6 +550,10 @@ def add_parser(sub) -> None:
     c.add_argument("--bytes", type=parse_size, default=500 << 20,
                    help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
     c.add_argument("--seed", type=int, default=1, help="seed of the kill positions (default 1)")
+    c.add_argument("--nic-props", default="", metavar="PROPS",
+                   help="more QEMU -device properties for the NIC, e.g. autonegotiation=off (QEMU's "
+                   "e1000 then has link at once after its driver resets the PHY, instead of emulating "
+                   "500 ms of autonegotiation)")
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     c.set_defaults(func=cmd_scenario)
     k = ssub.add_parser("leak-check", help="N kill/recover cycles; no growth of the daemon's resources",

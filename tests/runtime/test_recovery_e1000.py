@@ -83,3 +83,9 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         assert any(line.endswith(modes[-1]) for line in replayed), (modes[-1], replayed)
         assert any(line.endswith(" OPEN") for line in replayed), log[-3000:]
         assert "recovered from" in log
+        # A fresh e1000 resets its PHY (QEMU emulates 500 ms of autonegotiation):
+        # its frames waited for its link instead of being given to a driver
+        # without carrier, which drops them.
+        assert r["link_ms"] is not None and r["link_ms"] > 0, r
+        assert "its frames wait for its link" in log and "the fresh driver has its link" in log, log[-3000:]
+        assert r["first_packet_ms"] >= r["stop_ms"] + r["start_ms"] + r["replay_ms"] + r["link_ms"] - 0.5, r

@@ -115,6 +115,11 @@ pub struct RecoveryRecord {
     pub start_ms: Option<f64>,
     /// OPEN, MTU, MAC and receive mode given again and accepted.
     pub replay_ms: Option<f64>,
+    /// The fresh driver's link came up (its carrier on): frames wait for it,
+    /// since a driver without carrier drops them. A driver that resets its
+    /// PHY when it resumes spends most of a fast restart here.
+    #[serde(default)]
+    pub link_ms: Option<f64>,
     /// The first frame through the fresh driver.
     pub first_packet_ms: Option<f64>,
     /// From the last frame through the dead driver to the first through the fresh one.

@@ -124,10 +124,10 @@ fn print_device(d: &DeviceStatus) {
     }
     for r in &d.recoveries {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
-        println!("    restarted after: {}\n      {}: stop {:.1} ms, {} {} ms, replay {} ms, first frame at {} ms, \
+        println!("    restarted after: {}\n      {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms, first frame at {} ms, \
                   downtime {} ms, {} frame(s) given again",
-                 r.cause, r.outcome, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.first_packet_ms),
-                 ms(r.downtime_ms), r.tx_resubmitted);
+                 r.cause, r.outcome, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
+                 ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
     }
     if let Some(s) = &d.device_stop {
         println!("    device stopped: bus mastering {}, interrupts {}, reset {}, IOMMU mappings {}",

@@ -68,6 +68,10 @@ pub enum Step {
     Registering,
     /// Replaying the log, one request at a time.
     Replaying,
+    /// The log is replayed; waiting for the fresh driver's link (its carrier,
+    /// at most CARRIER_HOLD) before it gets frames: without carrier it would
+    /// drop them, as the kernel's stack would not even hand them over.
+    LinkUp,
     /// Back in passive mode; waiting for the first frame through the fresh driver.
     FirstPacket,
 }
@@ -105,6 +109,7 @@ impl Recovery {
                 start: StartKind::Probe,
                 start_ms: None,
                 replay_ms: None,
+                link_ms: None,
                 first_packet_ms: None,
                 downtime_ms: None,
                 tx_resubmitted: 0,
@@ -137,6 +142,12 @@ pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
+/// A phase's length from times since the death: a difference of rounded
+/// figures, rounded again so that status shows 28.0, not 27.999999999999993.
+pub fn phase_ms(until: f64, before: f64) -> f64 {
+    ((until - before) * 10.0).round() / 10.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +176,7 @@ mod tests {
             start: StartKind::Template,
             start_ms: None,
             replay_ms: None,
+            link_ms: None,
             first_packet_ms: None,
             downtime_ms: None,
             tx_resubmitted: 0,

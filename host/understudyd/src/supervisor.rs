@@ -28,7 +28,7 @@ use crate::netlink::{Events, LinkInfo, LinkMonitor};
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{keep_record, round_ms, Recovery, RestartBudget, RestartPolicy, Step};
+use crate::recovery::{keep_record, phase_ms, round_ms, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::template::{self, SpawnError, Template};
@@ -429,7 +429,8 @@ impl Supervisor {
         loop {
             let alive = self.driver.is_some();
             let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-            // While a restart replays, the TAP's frames wait: the dead driver's go first.
+            // While a restart replays and waits for the fresh driver's link, the
+            // TAP's frames wait: the dead driver's go first.
             let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
             // A driver holding all the tx buffers it may gets no more (can_send);
             // the completions it then owes wake this loop (tx_done_urgent).
@@ -594,6 +595,9 @@ impl Supervisor {
               self.vfio.address(), CARRIER_HOLD.as_secs(), self.tap.name(), if on { "on" } else { "off" });
         self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
         self.update(|s| s.carrier = on);
+        if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
+            return self.give_frames();
+        }
         Ok(())
     }
 
@@ -651,7 +655,8 @@ impl Supervisor {
         // configured before PROBE is answered: an opened driver cannot
         // become a template.
         let starting = self.pending.values().any(|&(_, purpose)| purpose == Purpose::Startup);
-        if self.driver.is_none() || starting || self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket) {
+        let replaying = self.recovery.as_ref().is_some_and(|r| matches!(r.step, Step::Registering | Step::Replaying));
+        if self.driver.is_none() || starting || replaying {
             return Ok(());
         }
         loop {
@@ -856,7 +861,7 @@ impl Supervisor {
                     if let Some(why) = recovery.log.incompatibility(&r) {
                         return Err(Fault::Unreplaceable(format!("the fresh driver cannot replace the dead one: {why}")));
                     }
-                    recovery.record.start_ms = Some(recovery.elapsed_ms(Instant::now()) - recovery.record.stop_ms);
+                    recovery.record.start_ms = Some(phase_ms(recovery.elapsed_ms(Instant::now()), recovery.record.stop_ms));
                     recovery.step = Step::Replaying;
                     recovery.replay = recovery.log.replay(&r).into();
                     // The TAP keeps the settings in force; the replay gives them to the driver.
@@ -891,6 +896,9 @@ impl Supervisor {
                     let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
                     if on && open {
                         self.carrier_held_until = None;
+                        if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
+                            return self.give_frames();
+                        }
                     }
                     return Ok(());
                 }
@@ -912,7 +920,7 @@ impl Supervisor {
     fn move_frames(&mut self, tap_ready: bool) -> Result<(), Fault> {
         let violation = |e: ShmError| Fault::Violation(e.to_string());
         let mut counters = Counters::default();
-        let mut completed = 0u64;
+        let (mut completed, mut sent) = (0u64, 0u64);
         if self.shm.lent().tx == 0 {
             self.tx_progress.progressed(Instant::now());
         }
@@ -920,7 +928,7 @@ impl Supervisor {
             loop {
                 // A driver holding its limit leaves the frames in the TAP's queue.
                 if !self.shm.can_send().map_err(violation)? {
-                    self.reap_tx_done(&mut counters, &mut completed)?;
+                    self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
                     if !self.shm.can_send().map_err(violation)? {
                         break;
                     }
@@ -948,7 +956,7 @@ impl Supervisor {
             }
         }
         loop {
-            self.reap_tx_done(&mut counters, &mut completed)?;
+            self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
             let mut frame = std::mem::take(&mut self.frame);
             let mut got = false;
             while self.shm.take_rx(&mut frame).map_err(violation)? {
@@ -974,8 +982,9 @@ impl Supervisor {
         if completed > 0 {
             self.tx_progress.progressed(Instant::now());
         }
-        // A frame went through the driver: one it received, or one it sent.
-        if counters.rx_packets + completed > 0 {
+        // A frame went through the driver: one it received, or one it sent (a
+        // dropped one is not: a driver without link drops them).
+        if counters.rx_packets + sent > 0 {
             let now = Instant::now();
             self.last_packet = Some(now);
             if self.recovery.as_ref().is_some_and(|r| r.step == Step::FirstPacket) {
@@ -994,10 +1003,14 @@ impl Supervisor {
         Ok(())
     }
 
-    fn reap_tx_done(&mut self, counters: &mut Counters, completed: &mut u64) -> Result<(), Fault> {
+    /// Takes the driver's transmit completions; `completed` counts them all
+    /// (the driver made progress), `sent` those it did not drop.
+    fn reap_tx_done(&mut self, counters: &mut Counters, completed: &mut u64, sent: &mut u64)
+                    -> Result<(), Fault> {
         while let Some(done) = self.shm.reap_tx_done().map_err(|e| Fault::Violation(e.to_string()))? {
             counters.tx_dropped += done.dropped as u64;
             *completed += 1;
+            *sent += !done.dropped as u64;
         }
         Ok(())
     }
@@ -1234,8 +1247,8 @@ impl Supervisor {
     }
 
     /// Sends the next request of the replay; after the last one is accepted,
-    /// gives the fresh driver the frames the dead one never completed, in
-    /// order, and goes back to passive mode.
+    /// waits for the fresh driver's link if the interface is up and its
+    /// carrier is not, and then gives it its frames (`give_frames`).
     fn replay_next(&mut self) -> Result<(), Fault> {
         let recovery = self.recovery.as_mut().expect("replay belongs to a restart");
         let shadow = self.shadow.as_ref().expect("replay follows REGISTERED");
@@ -1244,8 +1257,31 @@ impl Supervisor {
             return self.send(request, Purpose::Replay);
         }
         let now = Instant::now();
-        recovery.record.replay_ms =
-            Some(recovery.elapsed_ms(now) - recovery.record.stop_ms - recovery.record.start_ms.unwrap_or(0.0));
+        let before = recovery.record.stop_ms + recovery.record.start_ms.unwrap_or(0.0);
+        recovery.record.replay_ms = Some(phase_ms(recovery.elapsed_ms(now), before));
+        if self.carrier_held_until.is_some() && shadow.phase() == Phase::Open {
+            info!("{}: restart: the fresh driver has its predecessor's settings; its frames wait for its link",
+                  self.vfio.address());
+            recovery.step = Step::LinkUp;
+            self.publish_recovery();
+            // Receive buffers are lent now: the link may come up with frames waiting.
+            return self.move_frames(false);
+        }
+        self.give_frames()
+    }
+
+    /// The fresh driver can carry frames: gives it the ones the dead driver
+    /// never completed, in order, and goes back to passive mode (the TAP's
+    /// frames follow).
+    fn give_frames(&mut self) -> Result<(), Fault> {
+        let recovery = self.recovery.as_mut().expect("frames are given back in a restart");
+        let shadow = self.shadow.as_ref().expect("replay follows REGISTERED");
+        if recovery.step == Step::LinkUp {
+            let now = Instant::now();
+            let before = recovery.record.stop_ms + recovery.record.start_ms.unwrap_or(0.0)
+                + recovery.record.replay_ms.unwrap_or(0.0);
+            recovery.record.link_ms = Some(phase_ms(recovery.elapsed_ms(now), before));
+        }
         let mut resubmitted = 0;
         for frame in std::mem::take(&mut recovery.uncompleted) {
             if self.shm.send(frame.buf, frame.len).map_err(|e| Fault::Violation(e.to_string()))? {
@@ -1257,11 +1293,12 @@ impl Supervisor {
             }
         }
         recovery.record.tx_resubmitted = resubmitted;
+        let waited = recovery.step == Step::LinkUp;
         recovery.step = Step::FirstPacket;
         let state = state_of(shadow.phase());
         let (mtu, mac) = (shadow.mtu(), format_mac(&shadow.mac()));
-        info!("{}: restart: the fresh driver has its predecessor's settings; {resubmitted} frame(s) given again",
-              self.vfio.address());
+        info!("{}: restart: the fresh driver {}; {resubmitted} frame(s) given again", self.vfio.address(),
+              if waited { "has its link" } else { "has its predecessor's settings" });
         self.publish_recovery();
         self.update(|s| {
             s.state = state;
