@@ -136,6 +136,19 @@ def kill_driver(guest: Guest, pid: int) -> float:
     return float(res.out.strip())
 
 
+def hang_driver(guest: Guest, pid: int, fault_file: str) -> tuple[float, float | None]:
+    """Writes a `jmp .` into the running driver process's hot path (lab/swifi
+    inject-process) and watches it end; returns the guest's wall clock at the
+    write and the milliseconds until the daemon had ended the hung process."""
+    res = guest.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid), "--fault",
+                     fault_file, "--watch-exit", str(RECOVERY_TIMEOUT_S)],
+                    cwd=str(config.REPO_DIR), timeout=RECOVERY_TIMEOUT_S + 60)
+    if res.returncode:
+        raise LabError(f"injecting a hang into driver process {pid} failed: {res.err.strip()[-800:]}")
+    out = json.loads(res.out)
+    return out["written_at"], out["exit_after_ms"]
+
+
 def wait_recovery(daemon: understudy.Daemon, bdf: str, count: int,
                   timeout: float = RECOVERY_TIMEOUT_S) -> dict:
     """Waits until the device's `count`-th recovery has an outcome; returns its status."""
@@ -271,17 +284,29 @@ def gaps_between(times: list[float], over_ms: float) -> list[dict]:
             for a, b in zip(times, times[1:]) if (b - a) * 1000 > over_ms]
 
 
-def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "") -> Report:
+def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "",
+               fault: str = "kill", daemon_options: tuple[str, ...] = ()) -> Report:
+    """`fault` "kill": SIGKILL; "hang": a `jmp .` in a hot-path function
+    (lab/swifi's hang fault, seed + i for the i-th), found by the heartbeat."""
     dev = nic(driver)
     rng = random.Random(seed)
     # Kill points spread over the stream (the daemon's counter includes headers,
     # so every point is passed before the payload ends).
     points = sorted(int(rng.uniform(0.03, 0.9) * nbytes) for _ in range(kills))
-    log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {kills} kills "
+    hangs = []
+    if fault == "hang":
+        from .swifi.campaign import host_module
+        from .swifi.faults import generator_for
+        generator = generator_for(host_module(dev.driver))
+        hangs = [generator.generate("hang", seed + i) for i in range(kills)]
+    what = "SIGKILLs" if fault == "kill" else "hangs"
+    log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {kills} {what} "
         f"during {nbytes >> 20} MiB (seed {seed})")
     records: list[dict] = []
     with Guest(devices=[dev.name], pcap=True, nic_props=nic_props) as guest:
-        daemon, bdf = start_understudy(guest, dev.name, kills + 10)
+        daemon, bdf = start_understudy(guest, dev.name, kills + 10, *daemon_options)
+        for i, hang in enumerate(hangs):
+            guest.write_file(f"/tmp/hang-{i}.json", json.dumps(hang.to_json()).encode())
         first = daemon.status()[bdf]
         host_kill_times: list[float] = []
         base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
@@ -295,21 +320,26 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
                 st = wait_received(daemon, bdf, target, transfer, timeout=180)
                 passed = st["counters"]["rx_bytes"] - base
                 host_kill_times.append(time.time())
-                kill_times.append(kill_driver(guest, st["pid"]))
+                injected: dict = {}
+                if hangs:
+                    at, detect_ms = hang_driver(guest, st["pid"], f"/tmp/hang-{i}.json")
+                    kill_times.append(at)
+                    injected = {"hang": hangs[i].description, "detect_ms": detect_ms}
+                else:
+                    kill_times.append(kill_driver(guest, st["pid"]))
                 try:
                     after = wait_recovery(daemon, bdf, first["recovery_count"] + i + 1)
                 except LabError as e:
                     # A missing recovery is the scenario's verdict (exit 1), not a lab problem.
                     failure = str(e)
-                    log(f"kill {i + 1}/{kills}: {failure}")
+                    log(f"{fault} {i + 1}/{kills}: {failure}")
                     break
-                # The daemon's phase figures are differences of rounded times: round again.
-                r = {k: round(v, 1) if isinstance(v, float) else v
-                     for k, v in after["recoveries"][-1].items()}
-                records.append({"kill": i + 1, "at_bytes": passed, "pid": st["pid"], **r})
-                log(f"kill {i + 1}/{kills} at {passed >> 20} MiB: {r['outcome']}, downtime "
+                r = after["recoveries"][-1]
+                records.append({"kill": i + 1, "at_bytes": passed, "pid": st["pid"], **injected, **r})
+                detected = f"detected and ended in {injected['detect_ms']} ms, " if hangs else ""
+                log(f"{fault} {i + 1}/{kills} at {passed >> 20} MiB: {detected}{r['outcome']}, downtime "
                     f"{r['downtime_ms']} ms (stop {r['stop_ms']}, {r['start']} {r['start_ms']}, "
-                    f"replay {r['replay_ms']}, first frame {r['first_packet_ms']} ms)")
+                    f"replay {r['replay_ms']}, link {r['link_ms']}, first frame {r['first_packet_ms']} ms)")
                 if r["outcome"] != "recovered":
                     failure = f"kill {i + 1}: {r['outcome']}"
                     break
@@ -339,9 +369,10 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     wired = [g for g in wire if g is not None]
     pinged = [g for g in probed if g is not None]
     recoveries = final["recovery_count"] - first["recovery_count"]
+    detects = [r["detect_ms"] for r in records if r.get("detect_ms") is not None]
     rep = Report({
         "scenario": "crash-loop", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
-        "seed": seed,
+        "fault": fault, "daemon_options": list(daemon_options), "seed": seed,
         "kills": kills, "bytes": nbytes, "bytes_received": summary["bytes"],
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
         "recoveries": recoveries,
@@ -354,10 +385,16 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
                             for k in ("stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms")},
         "carrier_drops": dropped, "daemon_alive": alive, "per_recovery": records,
     })
+    if hangs:
+        rep.figures.update(detect_ms_median=_median(detects), detect_ms_max=max(detects, default=None))
+        rep.check("every_hang_detected", len(detects) == kills and all(
+            r["cause"].startswith("hung:") for r in records),
+            f"{len(detects)} of {kills} hung processes ended; causes {[r['cause'] for r in records]}")
     rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
               f"{summary['bytes']} of {nbytes} bytes, hash_ok {summary['hash_ok']}, "
               f"errors {summary['errors']}")
     rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
+    # More recoveries than kills would be false verdicts of the heartbeat.
     rep.check("every_kill_recovered", recoveries == kills and rep.figures["recovered"] == kills,
               f"{recoveries} recoveries, {rep.figures['recovered']} recovered, {kills} kills"
               + (f"; {failure}" if failure else ""))
@@ -461,13 +498,17 @@ def _table(rep: Report) -> str:
     f = rep.figures
     lines: list[str] = []
     if f["scenario"] == "crash-loop":
-        cols = ["kill", "at_bytes", "outcome", "stop_ms", "start_ms", "replay_ms", "link_ms",
+        cols = ["kill", "at_bytes", *(["detect_ms"] if f["fault"] == "hang" else []),
+                "outcome", "stop_ms", "start_ms", "replay_ms", "link_ms",
                 "first_packet_ms", "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms",
                 "tx_resubmitted"]
         rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_recovery"]]
         widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
         lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-        lines.append(f"{f['driver']}: {f['recoveries']} recoveries of {f['kills']} kills; transfer "
+        if f["fault"] == "hang":
+            lines.append(f"hangs detected and ended: median {f['detect_ms_median']} ms, max "
+                         f"{f['detect_ms_max']} ms after the write")
+        lines.append(f"{f['driver']}: {f['recoveries']} recoveries of {f['kills']} {f['fault']}s; transfer "
                      f"{f['bytes_received']} of {f['bytes']} bytes, hash "
                      f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; us0 lost "
                      f"carrier {f['carrier_drops']} times")
@@ -518,7 +559,11 @@ def _positive(text: str) -> int:
 
 def cmd_scenario(args) -> int:
     if args.scenario == "crash-loop":
-        rep = crash_loop(args.driver, args.kills, args.bytes, args.seed, args.nic_props)
+        heartbeat = [opt for name, value in (("--ping-interval-ms", args.ping_interval_ms),
+                                             ("--ping-timeout-ms", args.ping_timeout_ms))
+                     if value is not None for opt in (name, str(value))]
+        rep = crash_loop(args.driver, args.kills, args.bytes, args.seed, args.nic_props, args.fault,
+                         tuple(heartbeat))
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib)
@@ -546,7 +591,7 @@ def add_parser(sub) -> None:
                         "failed, 3 lab problem, 4 guest failure. Progress on stderr.",
                         epilog="example: python3 -m lab scenario crash-loop --driver e1000 --kills 20 --json")
     c.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
-    c.add_argument("--kills", type=_positive, default=20, help="SIGKILLs of the driver process (default 20)")
+    c.add_argument("--kills", type=_positive, default=20, help="faults given the driver process: SIGKILLs or hangs (default 20)")
     c.add_argument("--bytes", type=parse_size, default=500 << 20,
                    help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
     c.add_argument("--seed", type=int, default=1, help="seed of the kill positions (default 1)")
@@ -554,6 +599,14 @@ def add_parser(sub) -> None:
                    help="more QEMU -device properties for the NIC, e.g. autonegotiation=off (QEMU's "
                    "e1000 then has link at once after its driver resets the PHY, instead of emulating "
                    "500 ms of autonegotiation)")
+    c.add_argument("--fault", choices=["kill", "hang"], default="kill",
+                   help="kill: SIGKILL the driver process (default); hang: write `jmp .` into its "
+                   "transmit, interrupt or poll function (lab/swifi's hang fault) and let the "
+                   "daemon's heartbeat find it (detect_ms: from the write to the process's end)")
+    c.add_argument("--ping-interval-ms", type=_positive, metavar="MS",
+                   help="understudyd --ping-interval-ms (default: the daemon's)")
+    c.add_argument("--ping-timeout-ms", type=_positive, metavar="MS",
+                   help="understudyd --ping-timeout-ms (default: the daemon's)")
     c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     c.set_defaults(func=cmd_scenario)
     k = ssub.add_parser("leak-check", help="N kill/recover cycles; no growth of the daemon's resources",

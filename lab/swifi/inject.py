@@ -177,7 +177,8 @@ def _stop_all_threads(pid: int, timeout: float = 2.0) -> None:
 def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | None = None,
                    trigger_timeout: float = 300) -> dict:
     """Writes the fault (or, with revert, its undo) into driver process `pid`;
-    returns the addresses and when (CLOCK_MONOTONIC ns) the bytes were written.
+    returns the addresses and when the bytes were written (CLOCK_MONOTONIC ns,
+    and the wall clock in s).
 
     With `trigger`, everything is prepared first (addresses found, old bytes
     checked), "ready" is printed, and the write waits until that file exists:
@@ -205,7 +206,7 @@ def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | 
             raise LabError(f"no process {pid}") from None
         try:
             _check_and_write(mem.read, mem.write, where)
-            written_ns = time.monotonic_ns()
+            written_ns, written_at = time.monotonic_ns(), time.time()
         except OSError:
             raise LabError(f"no process {pid}") from None
         finally:
@@ -213,7 +214,8 @@ def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | 
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    return {"pid": pid, "addresses": [hex(a) for a, _ in where], "written_ns": written_ns}
+    return {"pid": pid, "addresses": [hex(a) for a, _ in where], "written_ns": written_ns,
+            "written_at": written_at}
 
 
 def wait_exit(pid: int, timeout: float) -> int | None:

@@ -77,6 +77,7 @@ int us_pci_init(void);
  * device was reset (config space is restored by VFIO's reset).
  */
 bool us_pci_can_resume(void);
+void us_pci_save_for_resume(void);
 int us_pci_resume(void);
 
 /* irq.c: whether the driver holds its interrupt line. */

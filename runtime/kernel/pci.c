@@ -627,12 +627,27 @@ bool us_pci_can_resume(void)
 	return drv && ((drv->driver.pm && drv->driver.pm->resume) || drv->resume);
 }
 
+/*
+ * The PCI core's half of suspend and resume, which a template stands in
+ * for: the config space as probe left it (command register, BARs, cache
+ * line, interrupt line) is saved when the template is taken, and written
+ * back in each fork before the driver's resume callback runs. The daemon's
+ * reset cleared it, and drivers such as pcnet32, whose resume only reopens
+ * the interface, leave restoring it to the core, as the kernel's
+ * pci_pm_resume_noirq() does.
+ */
+void us_pci_save_for_resume(void)
+{
+	pci_save_state(the_pdev);
+}
+
 int us_pci_resume(void)
 {
 	struct pci_driver *drv = bound_driver();
 
 	if (!drv)
 		return -ENODEV;
+	pci_restore_state(the_pdev);
 	if (drv->driver.pm && drv->driver.pm->resume)
 		return drv->driver.pm->resume(&the_pdev->dev);
 	if (drv->resume)

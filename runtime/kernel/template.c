@@ -39,6 +39,7 @@ int us_template_park(void)
 	else if (!us_pci_can_resume())
 		err = -EOPNOTSUPP;
 	if (!err) {
+		us_pci_save_for_resume();
 		us_softirq_park();
 		us_workqueue_park();
 	}

@@ -1260,12 +1260,17 @@ impl Supervisor {
         let before = recovery.record.stop_ms + recovery.record.start_ms.unwrap_or(0.0);
         recovery.record.replay_ms = Some(phase_ms(recovery.elapsed_ms(now), before));
         if self.carrier_held_until.is_some() && shadow.phase() == Phase::Open {
-            info!("{}: restart: the fresh driver has its predecessor's settings; its frames wait for its link",
-                  self.vfio.address());
-            recovery.step = Step::LinkUp;
-            self.publish_recovery();
-            // Receive buffers are lent now: the link may come up with frames waiting.
-            return self.move_frames(false);
+            if !shadow.log().carrier {
+                info!("{}: restart: the fresh driver has its predecessor's settings; its frames wait for its link",
+                      self.vfio.address());
+                recovery.step = Step::LinkUp;
+                self.publish_recovery();
+                // Receive buffers are lent now: the link may come up with frames waiting.
+                return self.move_frames(false);
+            }
+            // Its carrier came on before OPEN (or never went off: drivers
+            // without link detection), so no CARRIER message will end a wait.
+            self.carrier_held_until = None;
         }
         self.give_frames()
     }
