@@ -29,6 +29,7 @@ from .agent import GuestProcess
 from .devices import NIC, lookup
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, Guest
+from .swifi.campaign import ArmedInjection, host_module
 
 EXIT_FAILED = 1
 # Gaps in the received stream longer than this are reported by the workload,
@@ -136,16 +137,14 @@ def kill_driver(guest: Guest, pid: int) -> float:
     return float(res.out.strip())
 
 
-def hang_driver(guest: Guest, pid: int, fault_file: str) -> tuple[float, float | None]:
-    """Writes a `jmp .` into the running driver process's hot path (lab/swifi
-    inject-process) and watches it end; returns the guest's wall clock at the
-    write and the milliseconds until the daemon had ended the hung process."""
-    res = guest.run(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid), "--fault",
-                     fault_file, "--watch-exit", str(RECOVERY_TIMEOUT_S)],
-                    cwd=str(config.REPO_DIR), timeout=RECOVERY_TIMEOUT_S + 60)
+def fire_hang(hang: "ArmedInjection") -> tuple[float, float | None]:
+    """Writes the armed `jmp .` and watches the process end; returns the
+    guest's wall clock at the write and the milliseconds until the daemon
+    had ended the hung process."""
+    res = hang.fire(RECOVERY_TIMEOUT_S + 60)
     if res.returncode:
-        raise LabError(f"injecting a hang into driver process {pid} failed: {res.err.strip()[-800:]}")
-    out = json.loads(res.out)
+        raise LabError(f"injecting a hang into driver process {hang.pid} failed: {res.err.strip()[-800:]}")
+    out = json.loads(res.out.strip().splitlines()[-1])
     return out["written_at"], out["exit_after_ms"]
 
 
@@ -295,7 +294,6 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     points = sorted(int(rng.uniform(0.03, 0.9) * nbytes) for _ in range(kills))
     hangs = []
     if fault == "hang":
-        from .swifi.campaign import host_module
         from .swifi.faults import generator_for
         generator = generator_for(host_module(dev.driver))
         hangs = [generator.generate("hang", seed + i) for i in range(kills)]
@@ -317,16 +315,24 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
             passed = 0
             for i, point in enumerate(points):
                 target = base + max(point, passed + MIN_BYTES_BETWEEN_KILLS)
-                st = wait_received(daemon, bdf, target, transfer, timeout=180)
-                passed = st["counters"]["rx_bytes"] - base
-                host_kill_times.append(time.time())
                 injected: dict = {}
                 if hangs:
-                    at, detect_ms = hang_driver(guest, st["pid"], f"/tmp/hang-{i}.json")
+                    # Armed first, so that the hang lands at the byte position.
+                    hang = ArmedInjection(guest, daemon.status()[bdf]["pid"], f"/tmp/hang-{i}.json",
+                                          f"/tmp/hang-{i}.go", watch_exit_s=RECOVERY_TIMEOUT_S)
+                    try:
+                        st = wait_received(daemon, bdf, target, transfer, timeout=180)
+                        host_kill_times.append(time.time())
+                        at, detect_ms = fire_hang(hang)
+                    finally:
+                        hang.kill()
                     kill_times.append(at)
                     injected = {"hang": hangs[i].description, "detect_ms": detect_ms}
                 else:
+                    st = wait_received(daemon, bdf, target, transfer, timeout=180)
+                    host_kill_times.append(time.time())
                     kill_times.append(kill_driver(guest, st["pid"]))
+                passed = st["counters"]["rx_bytes"] - base
                 try:
                     after = wait_recovery(daemon, bdf, first["recovery_count"] + i + 1)
                 except LabError as e:
@@ -352,8 +358,11 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
             replies = probe.reply_times()
         final = daemon.status()[bdf]
         alive = daemon.alive()
-        dropped = carrier_drops(guest) - drops
-        daemon.stop()
+        gone = guest.run("test -e /sys/class/net/us0").returncode != 0
+        dropped = None if gone else carrier_drops(guest) - drops
+        daemon_log = daemon.stop()
+        if failure or gone:
+            log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
         sent = frames_from(guest.pcap_path("nic0").read_bytes(), guest.find("nic0").mac)
     gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], kill_times)
     wire = gaps_per_kill(gaps_between(sent, GAP_LOG_MS), host_kill_times)
@@ -398,7 +407,8 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     rep.check("every_kill_recovered", recoveries == kills and rep.figures["recovered"] == kills,
               f"{recoveries} recoveries, {rep.figures['recovered']} recovered, {kills} kills"
               + (f"; {failure}" if failure else ""))
-    rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
+    rep.check("carrier_kept", dropped == 0,
+              "us0 is gone" if dropped is None else f"us0 lost its carrier {dropped} times")
     rep.check("daemon_alive", alive)
     return rep
 

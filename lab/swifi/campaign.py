@@ -89,6 +89,48 @@ class Settings:
     ping_timeout_ms: int = 1000
 
 
+class ArmedInjection:
+    """`inject-process --trigger` started in the guest for one driver process
+    and ready (addresses found, old bytes checked): fire() writes the fault
+    within milliseconds, at the moment the caller chooses rather than after
+    Python's start-up in the guest. Raises LabError if it cannot get ready."""
+
+    def __init__(self, guest: Guest, pid: int, fault_file: str, trigger: str,
+                 watch_exit_s: float | None = None, timeout: float = 60):
+        self.guest, self.pid, self.trigger = guest, pid, trigger
+        seen = bytearray()
+        ready = threading.Event()
+
+        def sink(kind: str, chunk: bytes) -> None:
+            if kind == "out":
+                seen.extend(chunk)
+                if b'"ready"' in seen:
+                    ready.set()
+
+        watch = ["--watch-exit", str(watch_exit_s)] if watch_exit_s else []
+        self.proc = guest.spawn(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(pid),
+                                 "--fault", fault_file, "--trigger", trigger, *watch],
+                                cwd=str(config.REPO_DIR), sink=sink)
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise LabError(f"the injector for driver process {pid} did not get ready")
+
+    def fire(self, timeout: float = 60):
+        """Writes the fault; the injector's CommandResult (its last line is JSON)."""
+        # `timeout`: a writer of a FIFO whose reader is gone would wait for ever.
+        self.guest.run(["timeout", "10", "sh", "-c", f"echo go > {shlex.quote(self.trigger)}"])
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except LabError:
+                pass
+
+
 def host_module(driver: str) -> Path:
     """The pinned kernel's module file on the host: the very file the guest loads."""
     found = sorted(config.kernel().modules.rglob(f"{driver}.ko"))
@@ -303,18 +345,14 @@ class UnderstudyWorld:
         n_before = len(self.daemon.status()[self.bdf]["recoveries"])
         mark = len(g.console_text())
         g.write_file(FAULT_FILE, json.dumps(fault.to_json()).encode())
-        g.run(["rm", "-f", TRIGGER], check=True)
         at_injection: dict = {}
 
         injector = self._start_injector(at_injection)
 
         def inject() -> dict:
-            # The injector has prepared everything: creating the trigger file
-            # writes the fault within milliseconds.
             if injector is not None:
-                g.write_file(TRIGGER, b"")
                 try:
-                    res = injector.wait(60)
+                    res = injector.fire()
                     if res.returncode == 0:
                         return json.loads(res.out.strip().splitlines()[-1])
                     if "nothing written" in res.err:
@@ -380,28 +418,14 @@ class UnderstudyWorld:
             self._reset(restart_driver=not recoveries or outcome == "not recovered")
         return result
 
-    def _start_injector(self, at_injection: dict):
-        """inject-process, prepared and waiting for the trigger file (None if it could not get ready)."""
+    def _start_injector(self, at_injection: dict) -> ArmedInjection | None:
+        """inject-process, prepared and waiting for its trigger (None if it could not get ready)."""
         st = self.daemon.status()[self.bdf]
         at_injection["recoveries"] = len(st["recoveries"])
-        ready = threading.Event()
-
-        def sink(kind: str, chunk: bytes) -> None:
-            if kind == "out" and b'"ready"' in chunk:
-                ready.set()
-
-        proc = self.guest.spawn(["python3", "-m", "lab.swifi", "inject-process", "--pid", str(st["pid"]),
-                                 "--fault", FAULT_FILE, "--trigger", TRIGGER],
-                                cwd=str(config.REPO_DIR), sink=sink)
-        deadline = time.monotonic() + 60
-        while not ready.wait(0.1):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                try:
-                    proc.kill()
-                except LabError:
-                    pass
-                return None
-        return proc
+        try:
+            return ArmedInjection(self.guest, st["pid"], FAULT_FILE, TRIGGER)
+        except LabError:
+            return None
 
     def _settled_status(self, timeout: float = 30) -> dict:
         """The device's status once no restart is under way any more."""

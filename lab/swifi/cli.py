@@ -158,7 +158,8 @@ def add_commands(sub) -> None:
     i.add_argument("--fault", required=True, help="a fault's JSON file (from generate --json), or -")
     i.add_argument("--revert", action="store_true", help="write the old bytes back")
     i.add_argument("--trigger", metavar="FILE",
-                   help="prepare, print a ready line, and write only once FILE exists")
+                   help="prepare, make a FIFO at FILE, print a ready line, and write the fault "
+                   "once a line is written into FILE")
     i.add_argument("--watch-exit", type=float, metavar="SECONDS",
                    help="then wait up to SECONDS for the process to end and report when")
     i.set_defaults(func=cmd_inject_process)

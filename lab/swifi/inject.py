@@ -174,6 +174,26 @@ def _stop_all_threads(pid: int, timeout: float = 2.0) -> None:
         time.sleep(0.0005)
 
 
+def _wait_for_trigger(path: str, timeout: float) -> None:
+    """Makes a FIFO at `path`, prints "ready", and waits for data in it."""
+    import select
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.mkfifo(path)
+    # Opened read-write, the FIFO has a writer of its own: poll() then waits
+    # for data, not for the first writer to come and go.
+    fd = os.open(path, os.O_RDWR)
+    try:
+        print(json.dumps({"ready": True}), flush=True)
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        if not poll.poll(int(timeout * 1000)):
+            raise LabError(f"nothing was written into {path} within {timeout} s")
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | None = None,
                    trigger_timeout: float = 300) -> dict:
     """Writes the fault (or, with revert, its undo) into driver process `pid`;
@@ -181,8 +201,11 @@ def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | 
     and the wall clock in s).
 
     With `trigger`, everything is prepared first (addresses found, old bytes
-    checked), "ready" is printed, and the write waits until that file exists:
-    the caller chooses the moment without paying for Python's start-up then.
+    checked), a FIFO is made at that path, "ready" is printed, and the write
+    waits for a line written into the FIFO: the caller chooses the moment
+    without paying for Python's start-up then. The wait is a blocking poll,
+    not a loop: a busy guest CPU would starve the driver, and its heartbeat
+    would report hangs that are not there.
     The process is stopped (SIGSTOP) for the write, so no thread executes a
     half-written instruction."""
     sections = process_sections(pid, fault.module)
@@ -194,12 +217,7 @@ def inject_process(pid: int, fault: Fault, revert: bool = False, trigger: str | 
     with ProcessMemory(pid) as mem:
         if trigger:
             _check_and_write(mem.read, lambda addr, data: None, where)
-            print(json.dumps({"ready": True}), flush=True)
-            deadline = time.monotonic() + trigger_timeout
-            while not os.path.exists(trigger):
-                if time.monotonic() > deadline:
-                    raise LabError(f"{trigger} did not appear within {trigger_timeout} s")
-                time.sleep(0.001)
+            _wait_for_trigger(trigger, trigger_timeout)
         try:
             _stop_all_threads(pid)
         except (ProcessLookupError, FileNotFoundError):
