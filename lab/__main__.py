@@ -116,8 +116,9 @@ def cmd_demo(args) -> int:
         say(f"  daemon alive: {daemon.alive()}; cause: {r['cause']}; outcome: {r['outcome']}")
         how = "forked from the post-probe template" if r["start"] == "template" else "loaded and probed"
         say(f"  restart: device stopped {r['stop_ms']:.0f} ms, new driver {how} "
-            f"{r['start_ms'] or 0:.0f} ms, settings replayed {r['replay_ms'] or 0:.0f} ms; "
-            f"downtime {r['downtime_ms'] or 0:.0f} ms; {r['tx_resubmitted']} frames resubmitted")
+            f"{r['start_ms'] or 0:.0f} ms, settings replayed {r['replay_ms'] or 0:.0f} ms"
+            + (f", its link up after {r['link_ms']:.0f} ms more" if r.get("link_ms") else "")
+            + f"; downtime {r['downtime_ms'] or 0:.0f} ms; {r['tx_resubmitted']} frames resubmitted")
         verdict = "hash matches" if transfer["hash_ok"] else "HASH MISMATCH"
         say(f"  the transfer: {transfer['bytes'] >> 20} MB, {verdict}, {transfer['resets']} resets, "
             f"us0 lost carrier {crash.carrier_drops} times")

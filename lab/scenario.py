@@ -446,13 +446,13 @@ def kill_and_recover(guest: Guest, daemon: understudy.Daemon, bdf: str, count: i
     return r
 
 
-def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int) -> Report:
+def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int, nic_props: str = "") -> Report:
     dev = nic(driver)
     if not 0 <= warmup < cycles:
         raise LabError(f"--warmup {warmup} must be below --cycles {cycles}")
     log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {cycles} kill/recover "
         f"cycles, the first {warmup} as warm-up")
-    with Guest(devices=[dev.name]) as guest:
+    with Guest(devices=[dev.name], nic_props=nic_props) as guest:
         daemon, bdf = start_understudy(guest, dev.name, cycles + 10)
         start = daemon.status()[bdf]["recovery_count"]
         before = daemon_resources(guest, daemon, bdf) if warmup == 0 else None
@@ -481,7 +481,8 @@ def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int) -> Rep
     growth = {k: after[k] - before[k] for k in after}
     measured = cycles - warmup
     rep = Report({
-        "scenario": "leak-check", "driver": dev.driver, "device": dev.name, "cycles": cycles,
+        "scenario": "leak-check", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
+        "cycles": cycles,
         "warmup": warmup, "before": before, "after": after, "growth": growth,
         "rss_kib_per_cycle": round(growth["vm_rss_kib"] / measured, 3) if measured else None,
         "recoveries": final["recovery_count"] - start,
@@ -567,6 +568,13 @@ def _positive(text: str) -> int:
     return n
 
 
+def _nic_props_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nic-props", default="", metavar="PROPS",
+                        help="more QEMU -device properties for the NIC, e.g. autonegotiation=off "
+                        "(QEMU's e1000 then has link at once after its driver resets the PHY, "
+                        "instead of emulating 500 ms of autonegotiation)")
+
+
 def cmd_scenario(args) -> int:
     if args.scenario == "crash-loop":
         heartbeat = [opt for name, value in (("--ping-interval-ms", args.ping_interval_ms),
@@ -576,7 +584,7 @@ def cmd_scenario(args) -> int:
                          tuple(heartbeat))
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
-                         else max(1, args.cycles // 10), args.rss_slack_kib)
+                         else max(1, args.cycles // 10), args.rss_slack_kib, args.nic_props)
     out = {**rep.as_json(), "command": "python3 -m lab " + shlex.join(sys.argv[1:])}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -605,10 +613,7 @@ def add_parser(sub) -> None:
     c.add_argument("--bytes", type=parse_size, default=500 << 20,
                    help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
     c.add_argument("--seed", type=int, default=1, help="seed of the kill positions (default 1)")
-    c.add_argument("--nic-props", default="", metavar="PROPS",
-                   help="more QEMU -device properties for the NIC, e.g. autonegotiation=off (QEMU's "
-                   "e1000 then has link at once after its driver resets the PHY, instead of emulating "
-                   "500 ms of autonegotiation)")
+    _nic_props_argument(c)
     c.add_argument("--fault", choices=["kill", "hang"], default="kill",
                    help="kill: SIGKILL the driver process (default); hang: write `jmp .` into its "
                    "transmit, interrupt or poll function (lab/swifi's hang fault) and let the "
@@ -633,5 +638,6 @@ def add_parser(sub) -> None:
     k.add_argument("--warmup", type=int, help="cycles before the first measurement (default cycles/10)")
     k.add_argument("--rss-slack-kib", type=int, default=256,
                    help="memory growth tolerated (allocator noise), KiB (default 256)")
+    _nic_props_argument(k)
     k.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     k.set_defaults(func=cmd_scenario)

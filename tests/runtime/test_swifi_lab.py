@@ -25,7 +25,9 @@ pytestmark = pytest.mark.lab
 
 # Large enough to outlast the injector's start-up in the guest on a loaded machine.
 BULK_BYTES = 120 * 1000 * 1000
-PING_INTERVAL_MS, PING_TIMEOUT_MS = 100, 1000
+# Tens of milliseconds, as issue 4 asks: the heartbeat's tightest setting
+# measured without false verdicts (docs/recovery.md, "Hang detection").
+PING_INTERVAL_MS, PING_TIMEOUT_MS = 20, 50
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,8 @@ def test_a_hang_injected_into_the_understudy_driver_is_detected_and_recovered(no
         assert r["cause"].startswith(f"hung: no reply to PING within {PING_TIMEOUT_MS} ms"), r
         assert r["outcome"] == "recovered" and after["recovery_count"] == 1, after
         assert after["pid"] != opened["pid"]
-        assert latency < 10 * (PING_INTERVAL_MS + PING_TIMEOUT_MS), latency
+        # Measured 50-90 ms; seconds would mean the heartbeat no longer sees a spinning driver.
+        assert latency < 500, latency
         print("transfer:", result)
         assert result["hash_ok"] and result["bytes"] == BULK_BYTES and result["resets"] == 0, result
         assert d.alive()
