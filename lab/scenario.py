@@ -30,6 +30,7 @@ from .devices import NIC, lookup
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, Guest
 from .swifi.campaign import ArmedInjection, host_module
+from .swifi.faults import generator_for
 
 EXIT_FAILED = 1
 # Gaps in the received stream longer than this are reported by the workload,
@@ -137,7 +138,7 @@ def kill_driver(guest: Guest, pid: int) -> float:
     return float(res.out.strip())
 
 
-def fire_hang(hang: "ArmedInjection") -> tuple[float, float | None]:
+def fire_hang(hang: ArmedInjection) -> tuple[float, float | None]:
     """Writes the armed `jmp .` and watches the process end; returns the
     guest's wall clock at the write and the milliseconds until the daemon
     had ended the hung process."""
@@ -294,7 +295,6 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     points = sorted(int(rng.uniform(0.03, 0.9) * nbytes) for _ in range(kills))
     hangs = []
     if fault == "hang":
-        from .swifi.faults import generator_for
         generator = generator_for(host_module(dev.driver))
         hangs = [generator.generate("hang", seed + i) for i in range(kills)]
     what = "SIGKILLs" if fault == "kill" else "hangs"
