@@ -420,7 +420,7 @@ impl Supervisor {
         self.send_request(request, purpose).map_err(|e| match e.kind() {
             // The driver's end is closed, as when recv sees its end: usually it is
             // exiting, and its own death (not this send) is what to report.
-            io::ErrorKind::BrokenPipe => Fault::Closed,
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Fault::Closed,
             _ => Fault::Io(format!("control socket, sending {name}: {e}")),
         })
     }
@@ -760,6 +760,9 @@ impl Supervisor {
                 let e = io::Error::last_os_error();
                 return match e.kind() {
                     io::ErrorKind::WouldBlock => Ok(()),
+                    // A peer that dies with messages unread resets the socket
+                    // instead of closing it: the same end, seen sooner.
+                    io::ErrorKind::ConnectionReset => Err(Fault::Closed),
                     _ => Err(Fault::Io(format!("control socket: {e}"))),
                 };
             }
