@@ -568,6 +568,10 @@ def _positive(text: str) -> int:
     return n
 
 
+def _driver_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
+
+
 def _nic_props_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nic-props", default="", metavar="PROPS",
                         help="more QEMU -device properties for the NIC, e.g. autonegotiation=off "
@@ -597,18 +601,18 @@ def add_parser(sub) -> None:
     s = sub.add_parser("scenario", help="crash scenarios for the shadow driver (exit 1 if a check fails)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ssub = s.add_subparsers(dest="scenario", required=True)
-    c = ssub.add_parser("crash-loop", help="SIGKILL the driver N times during one hash-checked transfer",
+    c = ssub.add_parser("crash-loop", help="SIGKILL (or hang) the driver N times during one hash-checked transfer",
                         description="Boots a lab guest, runs DRIVER's Debian module behind understudyd "
                         "(restarts on), starts a host → guest TCP transfer with an end-to-end SHA-256 "
-                        "through us0, and SIGKILLs the driver process --kills times at random byte "
-                        "positions (--seed), each after the previous recovery and after at least "
+                        "through us0, and SIGKILLs the driver process (or, with --fault hang, makes it "
+                        "spin) --kills times at random byte positions (--seed), each after the previous recovery and after at least "
                         "1 MiB through the fresh driver. Reports hash, resets, recoveries, the "
                         "daemon's phase timings and downtime per recovery, and around each kill the "
                         "longest gap in the frames the NIC sent (QEMU's capture), in the replies "
                         "to a 10 ms ping from the guest, and in the TCP receiver's reads. Exit 0 if every check passed, 1 if one "
                         "failed, 3 lab problem, 4 guest failure. Progress on stderr.",
                         epilog="example: python3 -m lab scenario crash-loop --driver e1000 --kills 20 --json")
-    c.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
+    _driver_argument(c)
     c.add_argument("--kills", type=_positive, default=20, help="faults given the driver process: SIGKILLs or hangs (default 20)")
     c.add_argument("--bytes", type=parse_size, default=500 << 20,
                    help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
@@ -633,7 +637,7 @@ def add_parser(sub) -> None:
                         "through us0. Exit 0 if nothing grew (memory within --rss-slack-kib), 1 "
                         "if something did.",
                         epilog="example: python3 -m lab scenario leak-check --driver e1000 --cycles 1000 --json")
-    k.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
+    _driver_argument(k)
     k.add_argument("--cycles", type=_positive, default=1000, help="kill/recover cycles (default 1000)")
     k.add_argument("--warmup", type=int, help="cycles before the first measurement (default cycles/10)")
     k.add_argument("--rss-slack-kib", type=int, default=256,
