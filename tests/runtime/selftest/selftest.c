@@ -412,7 +412,7 @@ static void test_warn(void)
  */
 static void test_checksum(void)
 {
-	static const u8 payload[] = "understudy checksum";
+	static const u8 payload[19] = "understudy checksum";	/* odd, no NUL */
 	unsigned int l4 = ETH_HLEN + sizeof(struct iphdr);
 	unsigned int len = l4 + sizeof(struct udphdr) + sizeof(payload);
 	__be32 saddr = htonl(0x0a00020f), daddr = htonl(0x0a000202);
