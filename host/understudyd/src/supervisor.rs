@@ -23,6 +23,7 @@ use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX,
 use understudy_shm::{Geometry, SharedMemory, ShmError, TxFrame};
 use understudy_vfio::{bus_master_enabled, PciAddress, Vfio};
 
+use crate::coalesce::{Coalescer, RxMeta};
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
 use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
@@ -280,6 +281,8 @@ struct Supervisor {
     /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
     tap_offloads: u32,
     frame: Vec<u8>,
+    /// Received TCP segments merged into GSO frames for the TAP (LRO).
+    coalescer: Coalescer,
     driver_binary: PathBuf,
     probe: Request,
     restarts: RestartBudget,
@@ -383,6 +386,7 @@ impl Supervisor {
             pending: HashMap::new(),
             tx_stopped: false,
             tap_offloads: 0,
+            coalescer: Coalescer::default(),
             frame: Vec::with_capacity(MSG_MAX),
             driver_binary: setup.driver_binary.clone(),
             probe: Request::Probe {
@@ -973,14 +977,26 @@ impl Supervisor {
             self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
             let mut frame = std::mem::take(&mut self.frame);
             let mut got = false;
+            // Written as the coalescer completes them; a full TAP queue drops
+            // a frame, and its segments are not counted as received.
+            let (tap, mut undelivered) = (&self.tap, 0u64);
+            let mut write = |f: &[u8], meta: RxMeta| -> Result<(), Fault> {
+                if !tap.write_frame(f, meta).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
+                    undelivered += match meta {
+                        RxMeta::Tcp4 { segments, .. } => segments as u64,
+                        RxMeta::Plain { .. } => 1,
+                    };
+                }
+                Ok(())
+            };
             while let Some(rx) = self.shm.take_rx(&mut frame).map_err(violation)? {
                 got = true;
                 counters.rx_packets += 1;
                 counters.rx_bytes += frame.len() as u64;
-                if !self.tap.write_frame(&frame, rx.csum_valid).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
-                    counters.rx_packets -= 1;
-                }
+                self.coalescer.push(&frame, rx.csum_valid, &mut write)?;
             }
+            self.coalescer.flush(&mut write)?;
+            counters.rx_packets -= undelivered;
             self.frame = frame;
             self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
             // Completions are asked for when the driver holds many buffers, or

@@ -25,6 +25,8 @@ use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_
                           TX_GSO_TCPV4, TX_GSO_TCPV6};
 use understudy_shm::TxOffload;
 
+use crate::coalesce::RxMeta;
+
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETCARRIER: libc::c_ulong = 0x4004_54e2; // _IOW('T', 226, int), Linux >= 5.0
 const IFF_TAP: libc::c_short = 0x0002;
@@ -41,6 +43,8 @@ const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
 const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+/// Where TCP's checksum sits in its header.
+const TCP_CSUM_OFFSET: u16 = 16;
 const ARPHRD_ETHER: u16 = 1;
 
 /// `struct virtio_net_hdr` (10 bytes, the TAP's default size), native endian.
@@ -221,10 +225,23 @@ impl Tap {
         Ok(Some((frame, hdr.tx_offload())))
     }
 
-    /// Hands one received frame to the stack, saying whether the device
-    /// checked its L4 checksum. A full queue drops it, as a NIC would.
-    pub fn write_frame(&self, frame: &[u8], csum_valid: bool) -> io::Result<bool> {
-        let mut hdr = VnetHdr { flags: if csum_valid { VIRTIO_NET_HDR_F_DATA_VALID } else { 0 }, ..Default::default() };
+    /// Hands one received frame to the stack, with what it needs to know
+    /// (a checksum the device checked; merged segments). A full queue drops
+    /// it, as a NIC would.
+    pub fn write_frame(&self, frame: &[u8], meta: RxMeta) -> io::Result<bool> {
+        let mut hdr = match meta {
+            RxMeta::Plain { csum_valid } => {
+                VnetHdr { flags: if csum_valid { VIRTIO_NET_HDR_F_DATA_VALID } else { 0 }, ..Default::default() }
+            }
+            RxMeta::Tcp4 { gso_size, csum_start, hdr_len, .. } => VnetHdr {
+                flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                gso_type: VIRTIO_NET_HDR_GSO_TCPV4,
+                hdr_len,
+                gso_size,
+                csum_start,
+                csum_offset: TCP_CSUM_OFFSET,
+            },
+        };
         let hdr_bytes = hdr.as_bytes_mut();
         let iov = [
             libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() },
