@@ -11,7 +11,8 @@
 //! into segments (GSO), and the header's fields go into the tx ring entry
 //! (docs/protocol.md), so the driver's own TSO and checksum offload do the
 //! work. Received frames the device checksummed are written with
-//! VIRTIO_NET_HDR_F_DATA_VALID, so the stack does not check them again. The TAP's own
+//! VIRTIO_NET_HDR_F_DATA_VALID, so the stack does not check them again, and
+//! TCP segments merged by coalesce.rs as one GSO frame. The TAP's own
 //! MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
 //! and has no ioctl to change them, so an MTU outside the driver's range is
 //! undone by the daemon after the fact (see shadow.rs).
