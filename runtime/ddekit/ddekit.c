@@ -538,9 +538,9 @@ void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
 	rx_handler = handler;
 }
 
-void ddekit_net_rx(const void *frame, unsigned int len)
+void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags)
 {
-	if (ddekit_rings_rx(frame, len))
+	if (ddekit_rings_rx(frame, len, flags))
 		return;
 	if (rx_handler)
 		rx_handler(frame, len);

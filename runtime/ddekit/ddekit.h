@@ -129,11 +129,30 @@ void ddekit_irq_close(int eventfd);
  * What the host learns from the driver (DESIGN.md decision 7): each becomes
  * an event line on stdout and, with a control socket, a protocol message.
  */
+/*
+ * Offloads a driver takes (REGISTERED), what a tx frame asks of it, and what
+ * a received frame says: protocol.h's US_OFFLOAD_*, US_TX_* and US_RX_*
+ * (host.c checks that the values agree).
+ */
+#define DDEKIT_OFFLOAD_CSUM	0x0001
+#define DDEKIT_OFFLOAD_TSO4	0x0002
+#define DDEKIT_OFFLOAD_TSO6	0x0004
+#define DDEKIT_OFFLOAD_TSO_ECN	0x0008
+#define DDEKIT_OFFLOAD_RX_CSUM	0x0010
+#define DDEKIT_TX_CSUM		0x0001
+#define DDEKIT_TX_GSO_TCPV4	0x0002
+#define DDEKIT_TX_GSO_TCPV6	0x0004
+#define DDEKIT_TX_GSO_ECN	0x0008
+#define DDEKIT_RX_CSUM_VALID	0x0001
+/* Room a tx frame's span leaves after it for skb_shared_info. */
+#define DDEKIT_TX_TAILROOM	512
+
 void ddekit_net_registered(const char *name, const char *driver, const char *version,
 			   const unsigned char *perm_addr, const unsigned char *dev_addr,
 			   unsigned int mtu, unsigned int min_mtu, unsigned int max_mtu,
 			   unsigned long long features, unsigned long long hw_features,
-			   unsigned int n_tx_queues, unsigned int n_rx_queues, int carrier);
+			   unsigned int offloads, unsigned int n_tx_queues,
+			   unsigned int n_rx_queues, int carrier);
 void ddekit_net_carrier(const char *name, int on);
 void ddekit_net_tx_queue(int stopped);
 /* A frame handed over with us_net_xmit_buffers() is done with (sent or not). */
@@ -147,8 +166,13 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped);
 #define DDEKIT_TX_BATCH 32
 
 struct ddekit_tx_frame {
-	void *buffer;		/* a host pool buffer, the frame at its start */
+	void *buffer;		/* host pool buffers, the frame at their start */
 	unsigned int len;
+	unsigned int room;	/* bytes from buffer on the skb may use (the span) */
+	unsigned short flags;	/* DDEKIT_TX_* */
+	unsigned short gso_size;
+	unsigned short csum_start;
+	unsigned short csum_offset;
 	int status;		/* out: 0 the driver took it, else -errno (dropped) */
 };
 
@@ -157,6 +181,6 @@ struct ddekit_tx_frame {
  * napi_gro_receive, ...). Called with the CPU held; the frame is only valid
  * during the call.
  */
-void ddekit_net_rx(const void *frame, unsigned int len);
+void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags);
 
 #endif /* UNDERSTUDY_DDEKIT_H */

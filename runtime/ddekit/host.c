@@ -28,6 +28,15 @@
 #include "protocol.h"
 #include "setup.h"
 
+/* The kernel half speaks ddekit.h's names for the protocol's flags. */
+_Static_assert(DDEKIT_OFFLOAD_CSUM == US_OFFLOAD_CSUM && DDEKIT_OFFLOAD_TSO4 == US_OFFLOAD_TSO4 &&
+	       DDEKIT_OFFLOAD_TSO6 == US_OFFLOAD_TSO6 && DDEKIT_OFFLOAD_TSO_ECN == US_OFFLOAD_TSO_ECN &&
+	       DDEKIT_OFFLOAD_RX_CSUM == US_OFFLOAD_RX_CSUM, "offload flags");
+_Static_assert(DDEKIT_TX_CSUM == US_TX_CSUM && DDEKIT_TX_GSO_TCPV4 == US_TX_GSO_TCPV4 &&
+	       DDEKIT_TX_GSO_TCPV6 == US_TX_GSO_TCPV6 && DDEKIT_TX_GSO_ECN == US_TX_GSO_ECN &&
+	       DDEKIT_RX_CSUM_VALID == US_RX_CSUM_VALID, "tx and rx flags");
+_Static_assert(DDEKIT_TX_TAILROOM == US_TX_TAILROOM, "tx tailroom");
+
 static int control_fd = -1;
 
 static struct {
@@ -76,11 +85,12 @@ void ddekit_net_registered(const char *name, const char *driver, const char *ver
 			   const unsigned char *perm_addr, const unsigned char *dev_addr,
 			   unsigned int mtu, unsigned int min_mtu, unsigned int max_mtu,
 			   unsigned long long features, unsigned long long hw_features,
-			   unsigned int n_tx_queues, unsigned int n_rx_queues, int carrier)
+			   unsigned int offloads, unsigned int n_tx_queues,
+			   unsigned int n_rx_queues, int carrier)
 {
 	struct us_registered r = {
 		.mtu = mtu, .min_mtu = min_mtu, .max_mtu = max_mtu,
-		.features = features, .hw_features = hw_features,
+		.features = features, .hw_features = hw_features, .offloads = offloads,
 		.n_tx_queues = n_tx_queues, .n_rx_queues = n_rx_queues,
 	};
 	const unsigned char *m = dev_addr, *p = perm_addr;
@@ -94,10 +104,11 @@ void ddekit_net_registered(const char *name, const char *driver, const char *ver
 		 "REGISTERED name=%s driver=%s version=%s "
 		 "mac=%02x:%02x:%02x:%02x:%02x:%02x perm=%02x:%02x:%02x:%02x:%02x:%02x "
 		 "mtu=%u min_mtu=%u max_mtu=%u features=%#llx hw_features=%#llx "
-		 "txqs=%u rxqs=%u carrier=%d",
+		 "offloads=%#x txqs=%u rxqs=%u carrier=%d",
 		 name, r.driver, r.version[0] ? r.version : "-",
 		 m[0], m[1], m[2], m[3], m[4], m[5], p[0], p[1], p[2], p[3], p[4], p[5],
-		 mtu, min_mtu, max_mtu, features, hw_features, n_tx_queues, n_rx_queues, carrier);
+		 mtu, min_mtu, max_mtu, features, hw_features, offloads, n_tx_queues,
+		 n_rx_queues, carrier);
 	ddekit_event(line);
 	ddekit_send_message(US_MSG_REGISTERED, 0, &r, sizeof(r), NULL, 0);
 	/* The host learns the carrier state a driver starts with, too. */
@@ -170,7 +181,7 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 }
 
 /* Producer side: publish one entry, signal the consumer only if it waits. */
-static void produce(struct us_ring *r, uint32_t buf, uint16_t len, uint16_t flags)
+static void produce(struct us_ring *r, uint32_t buf, uint32_t len, uint16_t flags)
 {
 	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	uint64_t one = 1;
@@ -178,7 +189,7 @@ static void produce(struct us_ring *r, uint32_t buf, uint16_t len, uint16_t flag
 	/* The host lends at most ring_size buffers, so tx_done and rx never fill. */
 	if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) > rings.mask)
 		ddekit_panic("a completion ring is full: the host lent more than ring_size buffers");
-	r->entries[head & rings.mask] = (struct us_ring_entry){ buf, len, flags };
+	r->entries[head & rings.mask] = (struct us_ring_entry){ .buf = buf, .len = len, .flags = flags };
 	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
 	/* Order the head store before reading the flag (the consumer re-checks). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -230,8 +241,7 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped)
 	pthread_mutex_unlock(&rings.tx_done_lock);
 }
 
-static void (*xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n,
-			   unsigned int buffer_size);
+static void (*xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n);
 
 /*
  * Takes what the tx ring holds, up to a batch, and hands it to the kernel
@@ -248,26 +258,33 @@ static void tx_thread(void *unused)
 		unsigned int n = 0;
 
 		while (n < DDEKIT_TX_BATCH && consume(tx, &e)) {
-			if (e.buf >= rings.pool_buffers || e.len > rings.buffer_size)
+			uint32_t span = us_tx_span(e.len, rings.buffer_size);
+
+			if (e.len > US_TX_MAX_FRAME || e.buf >= rings.pool_buffers ||
+			    span > rings.pool_buffers - e.buf)
 				ddekit_panic("the host sent a bad tx entry");
 			batch[n++] = (struct ddekit_tx_frame){
 				.buffer = rings.pool + (uint64_t)e.buf * rings.buffer_size,
 				.len = e.len,
+				.room = span * rings.buffer_size,
+				.flags = e.flags,
+				.gso_size = e.gso_size,
+				.csum_start = e.csum_start,
+				.csum_offset = e.csum_offset,
 			};
 		}
 		if (!n) {
 			wait_for_entries(tx);
 			continue;
 		}
-		xmit_buffers(batch, n, rings.buffer_size);
+		xmit_buffers(batch, n);
 		for (unsigned int i = 0; i < n; i++)
 			if (batch[i].status)
 				ddekit_net_tx_done((unsigned long)batch[i].buffer, 1);
 	}
 }
 
-int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n,
-				 unsigned int buffer_size))
+int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n))
 {
 	if (!rings.ready)
 		return -EINVAL;
@@ -276,7 +293,7 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n,
 }
 
 /* A received frame: into the next buffer the host lent on rx_fill. */
-bool ddekit_rings_rx(const void *frame, unsigned int len)
+bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags)
 {
 	struct us_ring_entry e;
 
@@ -289,6 +306,6 @@ bool ddekit_rings_rx(const void *frame, unsigned int len)
 	if (e.buf >= rings.pool_buffers)
 		ddekit_panic("the host lent a bad rx_fill buffer");
 	memcpy(rings.pool + (uint64_t)e.buf * rings.buffer_size, frame, len);
-	produce(rings.ring[US_RING_RX], e.buf, len, 0);
+	produce(rings.ring[US_RING_RX], e.buf, len, flags & US_RX_CSUM_VALID);
 	return true;
 }

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#define US_PROTOCOL_VERSION 1u
+#define US_PROTOCOL_VERSION 2u
 
 /* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
 
@@ -37,13 +37,49 @@ enum us_ring_id {
 	US_RING_COUNT = 4,
 };
 
+/*
+ * One ring entry. A tx frame that does not fit one buffer (with
+ * US_TX_TAILROOM to spare) continues in the buffers after `buf`: it occupies
+ * us_tx_span() consecutive buffers, and its tx_done names the first. Every
+ * other entry is one buffer.
+ */
 struct us_ring_entry {
-	uint32_t buf;   /* pool buffer index */
-	uint16_t len;   /* frame length in bytes */
-	uint16_t flags; /* US_TX_DONE_DROPPED in tx_done; 0 elsewhere */
+	uint32_t buf;         /* pool buffer index (a tx span's first) */
+	uint32_t len;         /* frame length in bytes */
+	uint16_t flags;       /* US_TX_* in tx, US_TX_DONE_* in tx_done, US_RX_* in rx */
+	uint16_t gso_size;    /* tx with a US_TX_GSO_* flag: TCP payload bytes per segment */
+	uint16_t csum_start;  /* tx with US_TX_CSUM: checksum the bytes from here to the end */
+	uint16_t csum_offset; /* ... and store it at csum_start + csum_offset */
 } __attribute__((packed));
 
+/*
+ * tx flags: the offloads of a virtio_net_hdr (the TAP hands the host its
+ * frames with one). The host sets only what REGISTERED's offloads allow.
+ */
+#define US_TX_CSUM      0x0001u /* the L4 checksum is left to the driver */
+#define US_TX_GSO_TCPV4 0x0002u /* a TCP/IPv4 frame to cut into gso_size segments */
+#define US_TX_GSO_TCPV6 0x0004u /* the same over IPv6 */
+#define US_TX_GSO_ECN   0x0008u /* with GSO: the first segment carries TCP's CWR */
 #define US_TX_DONE_DROPPED 0x0001u
+#define US_RX_CSUM_VALID 0x0001u /* the device verified the frame's L4 checksum */
+
+/* Room a tx span leaves after its frame: the driver builds its skb in place,
+ * skb_shared_info at the span's end (320 bytes on 6.1, checked at build). */
+#define US_TX_TAILROOM 512u
+/* The longest tx frame: a 64 KiB GSO frame with a VLAN-tagged header. */
+#define US_TX_MAX_FRAME (65536u + 18u)
+
+static inline uint32_t us_tx_span(uint32_t len, uint32_t buffer_size)
+{
+	return (len + US_TX_TAILROOM + buffer_size - 1) / buffer_size;
+}
+
+/* REGISTERED's offloads: what the driver's features let the host pass on. */
+#define US_OFFLOAD_CSUM    0x0001u /* US_TX_CSUM (IPv4 and IPv6, TCP and UDP) */
+#define US_OFFLOAD_TSO4    0x0002u /* US_TX_GSO_TCPV4 */
+#define US_OFFLOAD_TSO6    0x0004u /* US_TX_GSO_TCPV6 */
+#define US_OFFLOAD_TSO_ECN 0x0008u /* US_TX_GSO_ECN */
+#define US_OFFLOAD_RX_CSUM 0x0010u /* rx entries may carry US_RX_CSUM_VALID */
 
 /* Each counter on its own cache line: producer and consumer never share one.
  * Not packed (its layout has no padding anyway): the counters stay naturally
@@ -60,7 +96,7 @@ struct us_ring {
 
 #define US_RING_ENTRIES_OFFSET 192u
 _Static_assert(sizeof(struct us_ring) == US_RING_ENTRIES_OFFSET, "ring header layout");
-_Static_assert(sizeof(struct us_ring_entry) == 8, "ring entry layout");
+_Static_assert(sizeof(struct us_ring_entry) == 16, "ring entry layout");
 #define US_PAGE_SIZE 4096u
 
 /* Ring i starts at i * us_ring_stride(ring_size) in the rings memfd: each ring
@@ -223,6 +259,7 @@ struct us_registered {
 	uint16_t n_rx_queues;
 	char driver[US_NAME_MAX];  /* NUL-terminated */
 	char version[US_NAME_MAX]; /* NUL-terminated */
+	uint32_t offloads;         /* US_OFFLOAD_* */
 } __attribute__((packed));
 
 struct us_carrier {

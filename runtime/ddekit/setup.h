@@ -39,11 +39,10 @@ int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t le
 			const void *tail, size_t tail_len);
 /* Starts the thread that feeds the tx ring's frames to xmit, in batches (zero copy). */
 struct ddekit_tx_frame;
-int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n,
-				 unsigned int buffer_size));
+int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /* Between ddekit's files: RX into the rings (false: no rings), log records. */
-bool ddekit_rings_rx(const void *frame, unsigned int len);
+bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags);
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

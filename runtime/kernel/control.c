@@ -9,6 +9,10 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/etherdevice.h>
+#include <linux/if_vlan.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
 #include <linux/ethtool.h>
 #include <linux/rtnetlink.h>
 #include <linux/slab.h>
@@ -422,6 +426,75 @@ out:
 }
 EXPORT_SYMBOL_GPL(us_net_xmit);
 
+/* Whether the driver's features cover the checksum an skb leaves to it. */
+static bool csum_offloadable(const struct net_device *dev, const struct sk_buff *skb)
+{
+	u8 l4;
+
+	if (dev->features & NETIF_F_HW_CSUM)
+		return true;
+	if (skb->protocol == htons(ETH_P_IP) && (dev->features & NETIF_F_IP_CSUM))
+		l4 = ip_hdr(skb)->protocol;
+	else if (skb->protocol == htons(ETH_P_IPV6) && (dev->features & NETIF_F_IPV6_CSUM))
+		l4 = ipv6_hdr(skb)->nexthdr;
+	else
+		return false;
+	return l4 == IPPROTO_TCP || l4 == IPPROTO_UDP;
+}
+
+/*
+ * Puts what the host asks of the driver for a frame (the TAP's
+ * virtio_net_hdr, docs/protocol.md) on its skb the way the stack hands it
+ * to a driver: protocol and header offsets, CHECKSUM_PARTIAL with the
+ * checksum's start and offset, gso_size/type/segs. What the driver's
+ * features do not cover is done here, as validate_xmit_skb() does: a
+ * checksum is computed in software; a GSO frame is refused (the host offers
+ * GSO only to a driver that registered with TSO). 0 or -errno.
+ */
+static int apply_offloads(struct net_device *dev, struct sk_buff *skb,
+			  const struct ddekit_tx_frame *f)
+{
+	const struct ethhdr *eth = (const struct ethhdr *)skb->data;
+	unsigned int l3 = eth_type_vlan(eth->h_proto) ? VLAN_ETH_HLEN : ETH_HLEN;
+	struct skb_shared_info *shinfo = skb_shinfo(skb);
+	unsigned int gso = f->flags & (DDEKIT_TX_GSO_TCPV4 | DDEKIT_TX_GSO_TCPV6);
+	netdev_features_t needed;
+	unsigned int l4_end;
+
+	skb_reset_mac_header(skb);
+	skb->protocol = eth->h_proto;
+	if (l3 == VLAN_ETH_HLEN && skb->len >= VLAN_ETH_HLEN)
+		skb->protocol = ((const struct vlan_ethhdr *)eth)->h_vlan_encapsulated_proto;
+	skb_set_network_header(skb, l3);
+	if (!(f->flags & DDEKIT_TX_CSUM))
+		return gso || (f->flags & DDEKIT_TX_GSO_ECN) ? -EINVAL : 0;
+	if (f->csum_start < l3 || f->csum_start + f->csum_offset + sizeof(__sum16) > skb->len)
+		return -EINVAL;
+	skb->ip_summed = CHECKSUM_PARTIAL;
+	skb->csum_start = skb_headroom(skb) + f->csum_start;
+	skb->csum_offset = f->csum_offset;
+	skb_set_transport_header(skb, f->csum_start);
+	if (!gso)
+		return csum_offloadable(dev, skb) ? 0 : skb_checksum_help(skb);
+	if (gso == (DDEKIT_TX_GSO_TCPV4 | DDEKIT_TX_GSO_TCPV6) || !f->gso_size ||
+	    f->csum_start + sizeof(struct tcphdr) > skb->len)
+		return -EINVAL;
+	l4_end = f->csum_start + tcp_hdrlen(skb);
+	if (l4_end >= skb->len)
+		return -EINVAL;
+	shinfo->gso_type = gso == DDEKIT_TX_GSO_TCPV4 ? SKB_GSO_TCPV4 : SKB_GSO_TCPV6;
+	needed = gso == DDEKIT_TX_GSO_TCPV4 ? NETIF_F_TSO : NETIF_F_TSO6;
+	if (f->flags & DDEKIT_TX_GSO_ECN) {
+		shinfo->gso_type |= SKB_GSO_TCP_ECN;
+		needed |= NETIF_F_TSO_ECN;
+	}
+	if ((dev->features & needed) != needed)
+		return -EOPNOTSUPP;
+	shinfo->gso_size = f->gso_size;
+	shinfo->gso_segs = DIV_ROUND_UP(skb->len - l4_end, f->gso_size);
+	return 0;
+}
+
 static void pool_skb_done(struct sk_buff *skb)
 {
 	ddekit_net_tx_done((unsigned long)skb->head, 0);
@@ -434,7 +507,7 @@ static void pool_skb_done(struct sk_buff *skb)
  * has it, and ddekit_net_tx_done(buffer) follows when its skb is freed;
  * otherwise -errno and the buffer was not used.
  */
-void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n, unsigned int buffer_size)
+void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n)
 {
 	struct sk_buff *skbs[DDEKIT_TX_BATCH];
 	struct net_device *dev;
@@ -456,11 +529,16 @@ void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n, unsigne
 		if (f->len < ETH_HLEN || !us_in_pool(f->buffer))
 			continue;
 		f->status = -EMSGSIZE;
-		skbs[i] = us_build_pool_skb(f->buffer, f->len, buffer_size);
+		skbs[i] = us_build_pool_skb(f->buffer, f->len, f->room);
 		if (!skbs[i])
 			continue;
+		f->status = apply_offloads(dev, skbs[i], f);
+		if (f->status) {
+			kfree_skb(skbs[i]);
+			skbs[i] = NULL;
+			continue;
+		}
 		skbs[i]->destructor = pool_skb_done;
-		f->status = 0;
 		last = i;
 	}
 	for (i = 0; i < n; i++) {

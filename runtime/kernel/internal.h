@@ -96,6 +96,6 @@ int us_netdev_stop(struct net_device *dev);
 /* Reports the registered net_device to the host again (REGISTERED, carrier). */
 void us_net_announce(void);
 void us_net_deliver(struct sk_buff *skb);
-struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size);
+struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room);
 
 #endif /* UNDERSTUDY_KERNEL_INTERNAL_H */

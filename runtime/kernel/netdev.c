@@ -183,6 +183,24 @@ void dev_addr_mod(struct net_device *dev, unsigned int offset, const void *addr,
 }
 EXPORT_SYMBOL(dev_addr_mod);
 
+/* What of the stack's work the host may leave to this driver (ddekit.h). */
+static unsigned int offloads_of(netdev_features_t features)
+{
+	unsigned int offloads = 0;
+
+	if (features & (NETIF_F_HW_CSUM | NETIF_F_IP_CSUM))
+		offloads |= DDEKIT_OFFLOAD_CSUM;
+	if (features & NETIF_F_TSO)
+		offloads |= DDEKIT_OFFLOAD_TSO4;
+	if (features & NETIF_F_TSO6)
+		offloads |= DDEKIT_OFFLOAD_TSO6;
+	if (features & NETIF_F_TSO_ECN)
+		offloads |= DDEKIT_OFFLOAD_TSO_ECN;
+	if (features & NETIF_F_RXCSUM)
+		offloads |= DDEKIT_OFFLOAD_RX_CSUM;
+	return offloads;
+}
+
 /* REGISTERED (and the carrier) for the host: what the net shadow starts from. */
 static void announce(struct net_device *dev)
 {
@@ -194,8 +212,9 @@ static void announce(struct net_device *dev)
 		strscpy(info.driver, dev_driver_string(dev->dev.parent), sizeof(info.driver));
 	ddekit_net_registered(dev->name, info.driver, info.version, dev->perm_addr,
 			      dev->dev_addr, dev->mtu, dev->min_mtu, dev->max_mtu,
-			      dev->features, dev->hw_features, dev->real_num_tx_queues,
-			      dev->real_num_rx_queues, netif_carrier_ok(dev));
+			      dev->features, dev->hw_features, offloads_of(dev->features),
+			      dev->real_num_tx_queues, dev->real_num_rx_queues,
+			      netif_carrier_ok(dev));
 }
 
 int register_netdev(struct net_device *dev)
@@ -527,18 +546,19 @@ void us_net_deliver(struct sk_buff *skb)
 	static u8 frame[ETH_FRAME_LEN + VLAN_HLEN + 64 * 1024];
 	unsigned int mac_len = skb->data - skb_mac_header(skb);
 	unsigned int len = skb->len + mac_len;
+	unsigned int flags = skb->ip_summed == CHECKSUM_UNNECESSARY ? DDEKIT_RX_CSUM_VALID : 0;
 
 	if (!skb_mac_header_was_set(skb))
 		us_panic("received sk_buff %px without eth_type_trans()", skb);
 	if (!skb_is_nonlinear(skb)) {
 		rx_frames++;
-		ddekit_net_rx(skb_mac_header(skb), len);
+		ddekit_net_rx(skb_mac_header(skb), len, flags);
 	} else if (len <= sizeof(frame)) {
 		/* Paged data: gathered into one buffer first. */
 		memcpy(frame, skb_mac_header(skb), mac_len);
 		if (!skb_copy_bits(skb, 0, frame + mac_len, skb->len)) {
 			rx_frames++;
-			ddekit_net_rx(frame, len);
+			ddekit_net_rx(frame, len, flags);
 		}
 	}
 	consume_skb(skb);

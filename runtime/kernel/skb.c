@@ -65,16 +65,18 @@ struct sk_buff *__alloc_skb(unsigned int size, gfp_t gfp_mask, int flags, int no
 EXPORT_SYMBOL(__alloc_skb);
 
 /*
- * An skb around a host pool buffer holding a frame at its start (zero-copy
- * TX): no headroom, skb_shared_info at the buffer's end.
+ * An skb around host pool buffers holding a frame at their start (zero-copy
+ * TX): no headroom, skb_shared_info at the end of the `room` bytes (the
+ * frame's span, which leaves DDEKIT_TX_TAILROOM for it).
  */
-struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int buffer_size)
+struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room)
 {
 	struct sk_buff *skb = kmalloc(sizeof(*skb), GFP_ATOMIC);
 
+	BUILD_BUG_ON(SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) > DDEKIT_TX_TAILROOM);
 	if (!skb)
 		return NULL;
-	build_around(skb, buffer, buffer_size);
+	build_around(skb, buffer, room);
 	if (len > skb_tailroom(skb)) {
 		kfree(skb);
 		live_skbs--;
@@ -418,6 +420,27 @@ void skb_copy_and_csum_dev(const struct sk_buff *skb, u8 *to)
 	}
 }
 EXPORT_SYMBOL(skb_copy_and_csum_dev);
+
+/*
+ * Completes, in software, a checksum the stack left to the hardware
+ * (CHECKSUM_PARTIAL): for a frame the driver's features do not cover.
+ */
+int skb_checksum_help(struct sk_buff *skb)
+{
+	unsigned int start = skb_checksum_start_offset(skb);
+	__sum16 *field;
+
+	if (skb->ip_summed != CHECKSUM_PARTIAL)
+		return 0;
+	/* The runtime builds no paged tx skbs, so the checksummed part is linear. */
+	if (skb_is_nonlinear(skb) || start + skb->csum_offset + sizeof(__sum16) > skb->len)
+		return -EINVAL;
+	field = (__sum16 *)(skb->data + start + skb->csum_offset);
+	*field = csum_fold(csum_partial(skb->data + start, skb->len - start, 0)) ?: CSUM_MANGLED_0;
+	skb->ip_summed = CHECKSUM_NONE;
+	return 0;
+}
+EXPORT_SYMBOL(skb_checksum_help);
 
 /*
  * Timestamps go to the sending socket's error queue; frames here come from

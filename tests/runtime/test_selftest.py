@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
-SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "printk", "warn"]
+SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "checksum", "printk", "warn"]
 
 
 @pytest.fixture(scope="module")

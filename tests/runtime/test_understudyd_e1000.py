@@ -6,6 +6,8 @@ the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
 back through e1000's NAPI poll, the rx ring and the TAP. Then the driver
 process is killed mid-transfer and the daemon, the device and us0 are checked.
 """
+import re
+
 import pytest
 
 from lab import net, scenario, understudy
@@ -20,6 +22,15 @@ BULK_BYTES = 200 * 1000 * 1000
 @pytest.fixture(scope="module")
 def bins(lab_ready, runtime_built):
     return understudy.build()
+
+
+def e1000_stat(d: understudy.Daemon, bdf: str, name: str) -> int:
+    """One of e1000's ethtool statistics, through `understudy ethtool --stats`."""
+    res = d.cli("ethtool", "--stats", bdf)
+    assert res.returncode == 0, res.out + res.err
+    found = re.search(rf"^\s*{name}: (\d+)$", res.out, re.M)
+    assert found, res.out
+    return int(found.group(1))
 
 
 def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_leftover_qemu, bins):
@@ -43,10 +54,23 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         print("ping", p)
         assert p["loss_pct"] == 0, p
 
+        # e1000 registers with checksum offload and TSO; the TAP is told so.
+        assert opened["offloads"] == ["tx-checksum", "tso4"], opened
+        assert "tcp-segmentation-offload: on" in g.run("ethtool -k us0", check=True).out
+        tso_before = e1000_stat(d, bdf, "tx_tcp_seg_good")
         for direction in ("tx", "rx"):
+            before = d.status()[bdf]["counters"]
             b = net.bulk(g, direction, BULK_BYTES, timeout=900)
             print("bulk", b.summary())
             assert b.hash_ok and b.host["bytes"] == BULK_BYTES, b.summary()
+            if direction == "tx":
+                # Frames longer than the MTU crossed the rings (GSO frames), and
+                # the NIC cut them into segments itself (e1000's TSO counter).
+                after = d.status()[bdf]["counters"]
+                frame = (after["tx_bytes"] - before["tx_bytes"]) / (after["tx_packets"] - before["tx_packets"])
+                print(f"average tx frame {frame:.0f} bytes")
+                assert frame > 1514, (before, after)
+                assert e1000_stat(d, bdf, "tx_tcp_seg_good") > tso_before
         tx_mbps = net.iperf3(g, reverse=False, seconds=5)
         rx_mbps = net.iperf3(g, reverse=True, seconds=5)
         print(f"iperf3 tx {tx_mbps:.1f} Mbit/s rx {rx_mbps:.1f} Mbit/s")

@@ -159,6 +159,10 @@ pub struct DeviceStatus {
     /// NETIF_F_* bits of the driver's net_device (REGISTERED).
     pub features: Option<u64>,
     pub hw_features: Option<u64>,
+    /// What the driver does for the stack (REGISTERED's offloads, as the TAP
+    /// was told them): tx-checksum, tso4, tso6, tso-ecn, rx-checksum.
+    #[serde(default)]
+    pub offloads: Vec<String>,
     /// The driver's MTU range (REGISTERED).
     pub min_mtu: Option<u32>,
     pub max_mtu: Option<u32>,

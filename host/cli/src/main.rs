@@ -111,6 +111,9 @@ fn print_device(d: &DeviceStatus) {
     if let (Some(mac), Some(mtu)) = (&d.mac, d.mtu) {
         println!("    driver {}  mac {mac}  mtu {mtu} ({}..{})  features {:#x}", d.driver_name.as_deref().unwrap_or("?"),
                  d.min_mtu.unwrap_or(0), d.max_mtu.unwrap_or(0), d.features.unwrap_or(0));
+        if !d.offloads.is_empty() {
+            println!("    offloads {}", d.offloads.join(", "));
+        }
     }
     if d.log_lines_suppressed > 0 {
         println!("    {} driver log lines dropped by the rate limit", d.log_lines_suppressed);

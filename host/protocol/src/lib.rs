@@ -13,7 +13,7 @@ use std::mem::size_of;
 
 pub mod ethtool;
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 pub const ARENA_SIZE: u64 = 64 << 20;
 pub const ARENA_IOVA: u64 = 0x1000_0000;
@@ -27,7 +27,20 @@ pub const RING_RX_FILL: usize = 2;
 pub const RING_RX: usize = 3;
 pub const RING_COUNT: usize = 4;
 
+pub const TX_CSUM: u16 = 0x0001;
+pub const TX_GSO_TCPV4: u16 = 0x0002;
+pub const TX_GSO_TCPV6: u16 = 0x0004;
+pub const TX_GSO_ECN: u16 = 0x0008;
 pub const TX_DONE_DROPPED: u16 = 0x0001;
+pub const RX_CSUM_VALID: u16 = 0x0001;
+pub const TX_TAILROOM: u32 = 512;
+pub const TX_MAX_FRAME: u32 = 65536 + 18;
+
+pub const OFFLOAD_CSUM: u32 = 0x0001;
+pub const OFFLOAD_TSO4: u32 = 0x0002;
+pub const OFFLOAD_TSO6: u32 = 0x0004;
+pub const OFFLOAD_TSO_ECN: u32 = 0x0008;
+pub const OFFLOAD_RX_CSUM: u32 = 0x0010;
 pub const RING_ENTRIES_OFFSET: usize = 192;
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -73,6 +86,12 @@ pub const ETHTOOL_STATS_PER_REPLY: usize =
 pub const fn ring_stride(ring_size: u32) -> u64 {
     let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<RingEntry>() as u64;
     (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// Consecutive pool buffers a `len`-byte tx frame occupies (`us_tx_span`):
+/// the frame and `TX_TAILROOM` for the driver's skb_shared_info.
+pub const fn tx_span(len: u32, buffer_size: u32) -> u32 {
+    (len + TX_TAILROOM).div_ceil(buffer_size)
 }
 
 /// Plain old data: every bit pattern is a valid value and there is no padding
@@ -127,7 +146,10 @@ macro_rules! wire_structs {
 }
 
 wire_structs! {
-    pub struct RingEntry { pub buf: u32, pub len: u16, pub flags: u16, }
+    pub struct RingEntry {
+        pub buf: u32, pub len: u32, pub flags: u16,
+        pub gso_size: u16, pub csum_start: u16, pub csum_offset: u16,
+    }
 
     /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
     pub struct RingHeader {
@@ -173,6 +195,7 @@ wire_structs! {
         pub features: u64, pub hw_features: u64,
         pub n_tx_queues: u16, pub n_rx_queues: u16,
         pub driver: [u8; NAME_MAX], pub version: [u8; NAME_MAX],
+        pub offloads: u32,
     }
 
     pub struct Carrier { pub on: u8, }
@@ -227,6 +250,8 @@ pub struct RegisteredInfo {
     pub n_rx_queues: u16,
     pub driver: String,
     pub version: String,
+    /// `OFFLOAD_*`: which tx offloads the host may pass on to this driver.
+    pub offloads: u32,
 }
 
 /// Text from a driver made safe for a log line: control characters and
@@ -302,6 +327,10 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             if min_mtu > max_mtu || mtu < min_mtu || mtu > max_mtu || max_mtu > 65535 {
                 return Err(ProtocolError::OutOfRange { field: "registered.mtu", value: mtu.into() });
             }
+            let known = OFFLOAD_CSUM | OFFLOAD_TSO4 | OFFLOAD_TSO6 | OFFLOAD_TSO_ECN | OFFLOAD_RX_CSUM;
+            if r.offloads & !known != 0 {
+                return Err(ProtocolError::OutOfRange { field: "registered.offloads", value: r.offloads.into() });
+            }
             if r.n_tx_queues == 0 || r.n_rx_queues == 0 {
                 return Err(ProtocolError::OutOfRange { field: "registered.n_queues", value: 0 });
             }
@@ -317,6 +346,7 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
                 n_rx_queues: r.n_rx_queues,
                 driver: c_string("registered.driver", &r.driver)?,
                 version: c_string("registered.version", &r.version)?,
+                offloads: r.offloads,
             }))
         }
         MSG_CARRIER => Ok(DriverMessage::Carrier(boolean("carrier.on", exact::<Carrier>(type_, body)?.on)?)),
@@ -476,8 +506,8 @@ mod tests {
 
     #[test]
     fn ring_stride_is_whole_pages() {
-        assert_eq!(ring_stride(512), 8192);
-        assert_eq!(ring_stride(256), 4096);
+        assert_eq!(ring_stride(512), 12288);
+        assert_eq!(ring_stride(128), 4096);
         assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
     }
 
@@ -487,6 +517,24 @@ mod tests {
         let DriverMessage::Registered(info) = m else { panic!("{m:?}") };
         assert_eq!(info.driver, "e1000");
         assert_eq!(info.mtu, 1500);
+    }
+
+    #[test]
+    fn registered_offloads_beyond_the_known_ones_are_refused() {
+        let mut r = registered();
+        r.offloads = OFFLOAD_CSUM | OFFLOAD_TSO4;
+        assert!(parse_driver_message(&msg(MSG_REGISTERED, 0, r.as_bytes())).is_ok());
+        r.offloads = 0x100;
+        assert_eq!(parse_driver_message(&msg(MSG_REGISTERED, 0, r.as_bytes())),
+                   Err(ProtocolError::OutOfRange { field: "registered.offloads", value: 0x100 }));
+    }
+
+    #[test]
+    fn a_tx_span_leaves_the_tailroom() {
+        assert_eq!(tx_span(1514, 2048), 1);
+        assert_eq!(tx_span(2048 - TX_TAILROOM, 2048), 1);
+        assert_eq!(tx_span(2048 - TX_TAILROOM + 1, 2048), 2);
+        assert_eq!(tx_span(TX_MAX_FRAME, 2048), 33);
     }
 
     #[test]

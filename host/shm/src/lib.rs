@@ -12,15 +12,21 @@ mod ring;
 use std::collections::VecDeque;
 
 use understudy_protocol::{
-    ring_stride, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_RX, RING_RX_FILL, RING_TX, RING_TX_DONE,
-    TX_DONE_DROPPED,
+    ring_stride, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_RX, RING_RX_FILL, RING_TX,
+    RING_TX_DONE, RX_CSUM_VALID, TX_DONE_DROPPED, TX_MAX_FRAME, TX_TAILROOM,
 };
 
 pub use region::SharedRegion;
 pub use ring::{Consumer, Producer, Rings, RING_NAMES};
 
 /// The smallest frame a driver may report: an Ethernet header.
-pub const MIN_RX_FRAME: u16 = 14;
+pub const MIN_RX_FRAME: u32 = 14;
+
+/// At most this many frames longer than a buffer (GSO frames) in flight at
+/// once. Each takes a slot of `tx_span(TX_MAX_FRAME)` consecutive buffers
+/// (33 of 2 KiB) at the pool's end; 32 is twice what e1000's 256-descriptor
+/// TX ring holds of 64 KiB TSO frames.
+const MAX_SPAN_SLOTS: u32 = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
@@ -104,13 +110,32 @@ pub struct TxDone {
     pub dropped: bool,
 }
 
-/// A frame lent through `tx` that the driver never completed: after its
-/// death the buffer is the host's again but still holds the frame, so a new
-/// driver can be given it.
+/// What the driver must still do to a tx frame (the `US_TX_*` flags and
+/// their fields, from the TAP's virtio_net_hdr).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    pub flags: u16,
+    pub gso_size: u16,
+    pub csum_start: u16,
+    pub csum_offset: u16,
+}
+
+/// A frame in pool buffers starting at `buf`: `tx_span(len)` of them.
+/// Frames lent through `tx` and never completed are kept as these: after
+/// the driver's death the buffers are the host's again but still hold the
+/// frames, so a new driver can be given them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UncompletedTx {
+pub struct TxFrame {
     pub buf: u32,
-    pub len: u16,
+    pub len: u32,
+    pub offload: TxOffload,
+}
+
+/// A received frame's metadata (the bytes were copied out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxFrame {
+    /// The device checked the L4 checksum (`US_RX_CSUM_VALID`).
+    pub csum_valid: bool,
 }
 
 /// Counts for `status`: how many buffers the driver holds.
@@ -125,7 +150,11 @@ pub struct SharedMemory {
     arena: SharedRegion,
     rings: Rings,
     owners: Vec<Owner>,
+    /// Free single buffers, `[0, slots_start)`: rx_fill and frames that fit one.
     free: Vec<u32>,
+    /// Free span slots (their first buffer), `[slots_start, pool_buffers)`.
+    free_slots: Vec<u32>,
+    slots_start: u32,
     tx: Producer,
     rx_fill: Producer,
     tx_done: Consumer,
@@ -136,7 +165,7 @@ pub struct SharedMemory {
     lent: Lent,
     /// The frames lent through `tx` and not yet completed, oldest first: what
     /// a restarted driver must send again (and nothing it already completed).
-    tx_in_flight: VecDeque<UncompletedTx>,
+    tx_in_flight: VecDeque<TxFrame>,
 }
 
 impl SharedMemory {
@@ -148,13 +177,20 @@ impl SharedMemory {
     }
 
     fn assemble(geometry: Geometry, arena: SharedRegion, rings: Rings) -> Self {
+        // Slots take at most half the pool; a small pool has none, and then
+        // only frames that fit one buffer can be sent.
+        let slot = Self::slot_buffers(geometry);
+        let slots = MAX_SPAN_SLOTS.min(geometry.pool_buffers / 2 / slot);
+        let slots_start = geometry.pool_buffers - slots * slot;
         SharedMemory {
             geometry,
             arena,
             rings,
             owners: vec![Owner::Host; geometry.pool_buffers as usize],
             // Popped from the end: buffer 0 is lent first.
-            free: (0..geometry.pool_buffers).rev().collect(),
+            free: (0..slots_start).rev().collect(),
+            free_slots: (0..slots).rev().map(|i| slots_start + i * slot).collect(),
+            slots_start,
             tx: Producer::new(RING_TX),
             rx_fill: Producer::new(RING_RX_FILL),
             tx_done: Consumer::new(RING_TX_DONE),
@@ -180,67 +216,104 @@ impl SharedMemory {
         self.lent
     }
 
+    fn slot_buffers(geometry: Geometry) -> u32 {
+        tx_span(TX_MAX_FRAME, geometry.buffer_size)
+    }
+
     /// Buffers the host holds free (neither lent nor holding an uncompleted
     /// frame): after a restart settles it is back where it was, or a
     /// buffer has leaked.
     pub fn free_count(&self) -> u32 {
-        self.free.len() as u32
+        self.free.len() as u32 + self.free_slots.len() as u32 * Self::slot_buffers(self.geometry)
     }
 
     fn buffer_offset(&self, buf: u32) -> usize {
         buf as usize * self.geometry.buffer_size as usize
     }
 
-    /// A buffer the host owns, for a frame about to be sent; `None` if the
-    /// driver holds them all.
-    pub fn take_free(&mut self) -> Option<u32> {
-        self.free.pop()
+    /// The longest frame a buffer taken with `take_free(large)` holds.
+    pub fn capacity(&self, large: bool) -> usize {
+        let buffers = if large { Self::slot_buffers(self.geometry) } else { 1 };
+        (buffers * self.geometry.buffer_size - TX_TAILROOM) as usize
     }
 
-    /// Gives back a buffer taken with `take_free` and not sent.
+    /// A free buffer the host owns, for a frame about to be sent: one
+    /// buffer, or if `large` a slot of consecutive ones (`capacity(true)`
+    /// bytes). `None` if the driver holds them all.
+    pub fn take_free(&mut self, large: bool) -> Option<u32> {
+        if large { self.free_slots.pop() } else { self.free.pop() }
+    }
+
+    /// Gives back what `take_free` returned, or a completed frame's buffers.
     pub fn put_free(&mut self, buf: u32) {
         debug_assert_eq!(self.owners[buf as usize], Owner::Host);
-        self.free.push(buf);
+        if buf >= self.slots_start { self.free_slots.push(buf) } else { self.free.push(buf) }
     }
 
-    /// The bytes of a buffer the host owns (to `read(2)` a frame into it).
+    /// The bytes from `buf` to the end of what `take_free` gave (to `read(2)`
+    /// a frame into them, or to copy one in).
     pub fn host_buffer(&mut self, buf: u32) -> &mut [u8] {
         assert_eq!(self.owners[buf as usize], Owner::Host, "buffer {buf} is lent to the driver");
-        // SAFETY: the driver does not hold this buffer, and &mut self keeps
-        // the slice unique on the host's side.
-        let (offset, len) = (self.buffer_offset(buf), self.geometry.buffer_size as usize);
-        unsafe { self.arena.slice_mut(offset, len) }
+        let len = self.capacity(buf >= self.slots_start) + TX_TAILROOM as usize;
+        // SAFETY: the driver holds none of these buffers (a slot is lent and
+        // returned whole), and &mut self keeps the slice unique on the host's side.
+        unsafe { self.arena.slice_mut(self.buffer_offset(buf), len) }
     }
 
-    /// Whether `send` would take a frame now: the tx ring has a free slot and
-    /// the driver holds fewer than ring_size tx buffers. Checked before a
-    /// frame is read from the TAP, so a full driver leaves frames queued
-    /// there (the stack's queue) instead of having them dropped here.
-    pub fn can_send(&mut self) -> Result<bool, ShmError> {
-        Ok(self.tx.space(&self.rings)? > 0 && self.lent.tx < self.geometry.ring_size)
+    /// Moves a frame of `len` bytes that fits one buffer out of `slot` into a
+    /// free single buffer, which it returns, and frees the slot: slots stay
+    /// for frames that need them. `None` (nothing moved) if no single is free.
+    pub fn move_to_single(&mut self, slot: u32, len: usize) -> Option<u32> {
+        assert!(slot >= self.slots_start && len <= self.capacity(false), "{len} bytes in buffer {slot}");
+        let single = self.free.pop()?;
+        let (from, to) = (self.buffer_offset(slot), self.buffer_offset(single));
+        // SAFETY: both are the host's (a free single, a slot it took), and
+        // distinct buffers do not overlap.
+        unsafe {
+            let src = self.arena.slice_mut(from, len).as_ptr();
+            std::ptr::copy_nonoverlapping(src, self.arena.slice_mut(to, len).as_mut_ptr(), len);
+        }
+        self.put_free(slot);
+        Some(single)
+    }
+
+    /// Whether `send` would take a frame now: the tx ring has a free slot,
+    /// the driver holds fewer than ring_size tx frames, and there is a free
+    /// buffer to read it into (`large`: a slot). Checked before a frame is
+    /// read from the TAP, so a full driver leaves frames queued there (the
+    /// stack's queue) instead of having them dropped here.
+    pub fn can_send(&mut self, large: bool) -> Result<bool, ShmError> {
+        let room = if large { !self.free_slots.is_empty() } else { !self.free.is_empty() };
+        Ok(room && self.tx.space(&self.rings)? > 0 && self.lent.tx < self.geometry.ring_size)
     }
 
     /// Whether the host should ask to be woken for transmit completions:
-    /// only once the driver holds half of what it may. Below that the
-    /// completions wait for the next wakeup the host has anyway (a frame
-    /// from the TAP, a received frame), which saves the driver an eventfd
-    /// write and the host a wakeup per completion batch (sDDF: signal only
-    /// when the consumer asked).
-    pub fn tx_done_urgent(&self) -> bool {
-        self.lent.tx >= self.geometry.ring_size / 2
+    /// once the driver holds half of what it may, or all the slots while
+    /// `large` frames are read. Below that the completions wait for the next
+    /// wakeup the host has anyway (a frame from the TAP, a received frame),
+    /// which saves the driver an eventfd write and the host a wakeup per
+    /// completion batch (sDDF: signal only when the consumer asked).
+    pub fn tx_done_urgent(&self, large: bool) -> bool {
+        self.lent.tx >= self.geometry.ring_size / 2 || (large && self.free_slots.is_empty())
     }
 
-    /// Lends `buf` (holding a `len`-byte frame) to the driver through `tx`.
-    /// Returns `Ok(false)` if the ring is full or the driver already holds
-    /// ring_size tx buffers (the buffer stays the host's), `Ok(true)` when sent.
-    pub fn send(&mut self, buf: u32, len: u16) -> Result<bool, ShmError> {
+    /// Lends `frame` (its bytes in the buffers from `frame.buf`, taken with
+    /// `take_free`) to the driver through `tx`. Returns `Ok(false)` if the
+    /// ring is full or the driver already holds ring_size tx frames (the
+    /// buffers stay the host's), `Ok(true)` when sent.
+    pub fn send(&mut self, frame: TxFrame) -> Result<bool, ShmError> {
         if self.tx.space(&self.rings)? == 0 || self.lent.tx >= self.geometry.ring_size {
             return Ok(false);
         }
-        self.owners[buf as usize] = Owner::DriverTx;
+        let span = tx_span(frame.len, self.geometry.buffer_size);
+        assert!(frame.buf >= self.slots_start || span == 1, "a {}-byte frame in a single buffer", frame.len);
+        for b in frame.buf..frame.buf + span {
+            self.owners[b as usize] = Owner::DriverTx;
+        }
         self.lent.tx += 1;
-        self.tx_in_flight.push_back(UncompletedTx { buf, len });
-        self.tx.push(&self.rings, RingEntry { buf, len, flags: 0 });
+        self.tx_in_flight.push_back(frame);
+        let TxOffload { flags, gso_size, csum_start, csum_offset } = frame.offload;
+        self.tx.push(&self.rings, RingEntry { buf: frame.buf, len: frame.len, flags, gso_size, csum_start, csum_offset });
         Ok(true)
     }
 
@@ -254,7 +327,7 @@ impl SharedMemory {
             let buf = self.free.pop().expect("checked non-empty");
             self.owners[buf as usize] = Owner::DriverRxFill;
             self.lent.rx_fill += 1;
-            self.rx_fill.push(&self.rings, RingEntry { buf, len: 0, flags: 0 });
+            self.rx_fill.push(&self.rings, RingEntry { buf, ..Default::default() });
             space -= 1;
             lent += 1;
         }
@@ -282,22 +355,29 @@ impl SharedMemory {
             return violation(format!("buffer {buf} was not lent through {} (it is {owner:?})",
                                      if expected == Owner::DriverTx { "tx" } else { "rx_fill" }));
         }
-        if len as u32 > self.geometry.buffer_size {
+        if len > self.geometry.buffer_size {
             return violation(format!("length {len} of buffer {buf} exceeds the buffer size {}", self.geometry.buffer_size));
         }
-        self.owners[buf as usize] = Owner::Host;
-        self.free.push(buf);
         match expected {
             Owner::DriverTx => {
-                self.lent.tx -= 1;
                 // Drivers complete in order almost always, so this is the
                 // front; a driver may also complete out of order (at most
                 // ring_size entries to look through).
-                let at = self.tx_in_flight.iter().position(|t| t.buf == buf).expect("a lent tx buffer is in flight");
-                self.tx_in_flight.remove(at);
+                let Some(at) = self.tx_in_flight.iter().position(|t| t.buf == buf) else {
+                    return violation(format!("buffer {buf} is inside a frame, not its first buffer"));
+                };
+                let frame = self.tx_in_flight.remove(at).expect("found");
+                for b in buf..buf + tx_span(frame.len, self.geometry.buffer_size) {
+                    self.owners[b as usize] = Owner::Host;
+                }
+                self.lent.tx -= 1;
             }
-            _ => self.lent.rx_fill -= 1,
+            _ => {
+                self.owners[buf as usize] = Owner::Host;
+                self.lent.rx_fill -= 1;
+            }
         }
+        self.put_free(buf);
         Ok(())
     }
 
@@ -314,10 +394,10 @@ impl SharedMemory {
 
     /// The next received frame, copied into `frame` (so a driver rewriting the
     /// buffer afterwards changes nothing); its buffer is back in the host's hands.
-    pub fn take_rx(&mut self, frame: &mut Vec<u8>) -> Result<bool, ShmError> {
-        let Some(entry) = self.rx.pop(&self.rings)? else { return Ok(false) };
+    pub fn take_rx(&mut self, frame: &mut Vec<u8>) -> Result<Option<RxFrame>, ShmError> {
+        let Some(entry) = self.rx.pop(&self.rings)? else { return Ok(None) };
         let (buf, len, flags) = (entry.buf, entry.len, entry.flags);
-        if flags != 0 {
+        if flags & !RX_CSUM_VALID != 0 {
             return Err(ShmError::Violation(format!("rx ring: reserved flags {flags:#x} set on buffer {buf}")));
         }
         if len < MIN_RX_FRAME {
@@ -326,7 +406,7 @@ impl SharedMemory {
         self.reclaim(RING_RX, entry, Owner::DriverRxFill)?;
         frame.resize(len as usize, 0);
         self.arena.read(self.buffer_offset(buf), frame);
-        Ok(true)
+        Ok(Some(RxFrame { csum_valid: flags & RX_CSUM_VALID != 0 }))
     }
 
     /// Before sleeping on the driver's eventfd: asks to be woken for
@@ -346,12 +426,15 @@ impl SharedMemory {
     /// frames it was given and never completed, oldest first; their buffers
     /// are not free: the caller sends them again (`send`) or frees them
     /// (`put_free`).
-    pub fn reclaim_all(&mut self) -> Vec<UncompletedTx> {
-        let uncompleted: Vec<UncompletedTx> = self.tx_in_flight.drain(..).collect();
+    pub fn reclaim_all(&mut self) -> Vec<TxFrame> {
+        let uncompleted: Vec<TxFrame> = self.tx_in_flight.drain(..).collect();
         self.owners.iter_mut().for_each(|o| *o = Owner::Host);
         let mut held = vec![false; self.geometry.pool_buffers as usize];
         uncompleted.iter().for_each(|t| held[t.buf as usize] = true);
-        self.free = (0..self.geometry.pool_buffers).rev().filter(|&b| !held[b as usize]).collect();
+        let slot = Self::slot_buffers(self.geometry);
+        self.free = (0..self.slots_start).rev().filter(|&b| !held[b as usize]).collect();
+        self.free_slots = (self.slots_start..self.geometry.pool_buffers).step_by(slot as usize).rev()
+            .filter(|&b| !held[b as usize]).collect();
         self.lent = Lent::default();
         for ring in 0..RING_COUNT {
             for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {

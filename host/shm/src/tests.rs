@@ -35,9 +35,9 @@ impl Driver {
     }
 
     /// Publishes an entry on a driver-produced ring, whatever it holds.
-    fn produce(&self, ring: usize, buf: u32, len: u16, flags: u16) {
+    fn produce(&self, ring: usize, buf: u32, len: u32, flags: u16) {
         let head = self.rings.head(ring).load(Ordering::Acquire);
-        self.rings.write_entry(ring, head, RingEntry { buf, len, flags });
+        self.rings.write_entry(ring, head, RingEntry { buf, len, flags, ..Default::default() });
         self.rings.head(ring).store(head.wrapping_add(1), Ordering::Release);
     }
 }
@@ -49,10 +49,14 @@ fn setup() -> (SharedMemory, Driver) {
 }
 
 fn send_one(host: &mut SharedMemory, payload: &[u8]) -> u32 {
-    let buf = host.take_free().unwrap();
+    let buf = host.take_free(false).unwrap();
     host.host_buffer(buf)[..payload.len()].copy_from_slice(payload);
-    assert!(host.send(buf, payload.len() as u16).unwrap());
+    assert!(host.send(frame(buf, payload.len() as u32)).unwrap());
     buf
+}
+
+fn frame(buf: u32, len: u32) -> TxFrame {
+    TxFrame { buf, len, offload: TxOffload::default() }
 }
 
 fn violation<T: std::fmt::Debug>(r: Result<T, ShmError>) -> String {
@@ -82,9 +86,9 @@ fn an_honest_driver_round_trips_tx_and_rx() {
     driver.arena.write(fill.buf as usize * 2048, &frame);
     driver.produce(RING_RX, fill.buf, 60, 0);
     let mut got = Vec::new();
-    assert!(host.take_rx(&mut got).unwrap());
+    assert_eq!(host.take_rx(&mut got).unwrap(), Some(RxFrame { csum_valid: false }));
     assert_eq!(got, frame);
-    assert!(!host.take_rx(&mut got).unwrap());
+    assert_eq!(host.take_rx(&mut got).unwrap(), None);
     assert_eq!(host.lent(), Lent { tx: 0, rx_fill: 7 });
 }
 
@@ -153,7 +157,7 @@ fn bad_lengths_are_violations() {
     driver.produce(RING_TX_DONE, buf, 2049, 0);
     assert!(violation(host.reap_tx_done()).contains("length 2049"));
 
-    for len in [0, 13, 2049, u16::MAX] {
+    for len in [0, 13, 2049, u32::MAX] {
         let (mut host, driver) = setup();
         host.fill_rx(0).unwrap();
         let fill = driver.consume(RING_RX_FILL).unwrap();
@@ -172,7 +176,7 @@ fn reserved_flags_are_violations() {
     let (mut host, driver) = setup();
     host.fill_rx(0).unwrap();
     let fill = driver.consume(RING_RX_FILL).unwrap();
-    driver.produce(RING_RX, fill.buf, 60, TX_DONE_DROPPED);
+    driver.produce(RING_RX, fill.buf, 60, 0x2);
     assert!(violation(host.take_rx(&mut Vec::new())).contains("reserved flags"));
 }
 
@@ -181,7 +185,7 @@ fn a_tail_moved_backwards_or_past_head_is_a_violation() {
     let (mut host, driver) = setup();
     send_one(&mut host, &[0; 60]);
     driver.rings.tail(RING_TX).store(2, Ordering::Release);
-    assert!(violation(host.send(0, 60)).contains("tx ring: the driver set tail to 2, outside [0, 1]"));
+    assert!(violation(host.send(frame(0, 60))).contains("tx ring: the driver set tail to 2, outside [0, 1]"));
 
     let (mut host, driver) = setup();
     host.fill_rx(0).unwrap();
@@ -197,8 +201,8 @@ fn a_full_tx_ring_keeps_the_buffer_with_the_host() {
     for _ in 0..8 {
         send_one(&mut host, &[0; 60]);
     }
-    let buf = host.take_free().unwrap();
-    assert!(!host.send(buf, 60).unwrap());
+    let buf = host.take_free(false).unwrap();
+    assert!(!host.send(frame(buf, 60)).unwrap());
     host.put_free(buf);
     assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 0 });
 }
@@ -216,16 +220,16 @@ fn the_driver_never_holds_more_buffers_than_its_return_rings_hold() {
     assert_eq!(host.fill_rx(0).unwrap(), 8);
     while driver.consume(RING_TX).is_some() {}
     while driver.consume(RING_RX_FILL).is_some() {}
-    let buf = host.take_free().unwrap();
-    assert!(!host.send(buf, 60).unwrap(), "the tx ring is empty, but 8 buffers are out");
+    let buf = host.take_free(false).unwrap();
+    assert!(!host.send(frame(buf, 60)).unwrap(), "the tx ring is empty, but 8 buffers are out");
     host.put_free(buf);
     assert_eq!(host.fill_rx(0).unwrap(), 0);
     assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 8 });
 
     driver.produce(RING_TX_DONE, 0, 60, 0);
     assert!(host.reap_tx_done().unwrap().is_some());
-    let buf = host.take_free().unwrap();
-    assert!(host.send(buf, 60).unwrap(), "one returned, one more may go");
+    let buf = host.take_free(false).unwrap();
+    assert!(host.send(frame(buf, 60)).unwrap(), "one returned, one more may go");
     assert_eq!(host.lent(), Lent { tx: 8, rx_fill: 8 });
 }
 
@@ -248,8 +252,8 @@ fn wakeups_follow_the_consumer_waiting_flag() {
 fn completions_wake_the_host_only_once_the_driver_holds_half_its_limit() {
     let (mut host, driver) = setup();
     let buf = send_one(&mut host, &[0; 60]);
-    assert!(!host.tx_done_urgent());
-    assert!(host.prepare_to_sleep(host.tx_done_urgent()));
+    assert!(!host.tx_done_urgent(false));
+    assert!(host.prepare_to_sleep(host.tx_done_urgent(false)));
     assert_eq!(driver.rings.consumer_waiting(RING_TX_DONE).load(Ordering::Acquire), 0);
     assert_eq!(driver.rings.consumer_waiting(RING_RX).load(Ordering::Acquire), 1);
     driver.produce(RING_TX_DONE, buf, 0, 0);
@@ -260,25 +264,25 @@ fn completions_wake_the_host_only_once_the_driver_holds_half_its_limit() {
     for _ in 0..4 {
         send_one(&mut host, &[0; 60]);
     }
-    assert!(host.tx_done_urgent());
+    assert!(host.tx_done_urgent(false));
 }
 
 #[test]
 fn can_send_says_whether_a_frame_would_be_taken() {
     let (mut host, driver) = setup();
     let mut sent = Vec::new();
-    while host.can_send().unwrap() {
+    while host.can_send(false).unwrap() {
         sent.push(send_one(&mut host, &[0; 60]));
     }
     assert_eq!(sent.len(), 8, "the ring size of the test geometry");
-    let buf = host.take_free().unwrap();
-    assert!(!host.send(buf, 60).unwrap(), "can_send was right");
+    let buf = host.take_free(false).unwrap();
+    assert!(!host.send(frame(buf, 60)).unwrap(), "can_send was right");
     host.put_free(buf);
     assert!(driver.consume(RING_TX).is_some());
-    assert!(!host.can_send().unwrap(), "a consumed entry is still lent");
+    assert!(!host.can_send(false).unwrap(), "a consumed entry is still lent");
     driver.produce(RING_TX_DONE, sent[0], 0, 0);
     host.reap_tx_done().unwrap();
-    assert!(host.can_send().unwrap());
+    assert!(host.can_send(false).unwrap());
 }
 
 #[test]
@@ -296,7 +300,7 @@ fn free_count_follows_lending_and_reclaiming() {
     let held = send_one(&mut host, &[1; 60]);
     let uncompleted = host.reclaim_all();
     assert_eq!(host.free_count(), GEOMETRY.pool_buffers - 1);
-    assert_eq!(uncompleted, vec![UncompletedTx { buf: held, len: 60 }]);
+    assert_eq!(uncompleted, vec![frame(held, 60)]);
     host.put_free(held);
     assert_eq!(host.free_count(), GEOMETRY.pool_buffers);
 }
@@ -312,7 +316,7 @@ fn reclaim_all_returns_every_buffer_and_empties_the_rings() {
     uncompleted.iter().for_each(|t| host.put_free(t.buf));
     assert_eq!(host.lent(), Lent::default());
     assert_eq!(driver.rings.head(RING_RX).load(Ordering::Acquire), 0);
-    assert!(!host.take_rx(&mut Vec::new()).unwrap());
+    assert_eq!(host.take_rx(&mut Vec::new()).unwrap(), None);
     assert_eq!(host.fill_rx(0).unwrap(), 8);
 }
 
@@ -330,24 +334,24 @@ fn reclaim_all_keeps_the_uncompleted_frames_in_order_for_the_next_driver() {
     }
     while host.reap_tx_done().unwrap().is_some() {}
     let uncompleted = host.reclaim_all();
-    assert_eq!(uncompleted, vec![UncompletedTx { buf: sent[2], len: 60 }, UncompletedTx { buf: sent[4], len: 60 }]);
-    let free_after: Vec<u32> = std::iter::from_fn(|| host.take_free()).collect();
+    assert_eq!(uncompleted, vec![frame(sent[2], 60), frame(sent[4], 60)]);
+    let free_after: Vec<u32> = std::iter::from_fn(|| host.take_free(false)).collect();
     assert_eq!(free_after.len(), GEOMETRY.pool_buffers as usize - 2, "the held frames are not free");
     assert!(uncompleted.iter().all(|t| !free_after.contains(&t.buf)));
     free_after.into_iter().for_each(|b| host.put_free(b));
 
     // The next driver (same memfds, rings reset) sees them again, once each, in order.
     for t in &uncompleted {
-        assert!(host.send(t.buf, t.len).unwrap());
+        assert!(host.send(*t).unwrap());
     }
     let resent: Vec<RingEntry> = std::iter::from_fn(|| driver.consume(RING_TX)).collect();
     assert_eq!(resent.iter().map(|e| e.buf).collect::<Vec<_>>(), vec![sent[2], sent[4]]);
-    let mut frame = [0u8; 60];
-    driver.arena.read(sent[4] as usize * GEOMETRY.buffer_size as usize, &mut frame);
-    assert_eq!(frame, [4u8; 60]);
+    let mut bytes = [0u8; 60];
+    driver.arena.read(sent[4] as usize * GEOMETRY.buffer_size as usize, &mut bytes);
+    assert_eq!(bytes, [4u8; 60]);
     driver.produce(RING_TX_DONE, sent[2], 0, 0);
     assert_eq!(host.reap_tx_done().unwrap().map(|d| d.buf), Some(sent[2]));
-    assert_eq!(host.reclaim_all(), vec![UncompletedTx { buf: sent[4], len: 60 }]);
+    assert_eq!(host.reclaim_all(), vec![frame(sent[4], 60)]);
 }
 
 #[test]
@@ -361,23 +365,23 @@ fn random_driver_writes_never_panic_the_host() {
     };
     for _ in 0..300 {
         let (mut host, driver) = setup();
-        let mut frame = Vec::new();
+        let mut received = Vec::new();
         for _ in 0..200 {
             let r = rng();
             let ring = (r % 4) as usize;
             match (r >> 8) % 5 {
                 0 => driver.rings.head(ring).store(rng() as u32 % 24, Ordering::Release),
                 1 => driver.rings.tail(ring).store(rng() as u32 % 24, Ordering::Release),
-                2 => driver.rings.write_entry(ring, rng() as u32, RingEntry { buf: rng() as u32 % 20, len: rng() as u16 % 2100, flags: rng() as u16 % 3 }),
-                3 => driver.produce(ring, rng() as u32 % 18, rng() as u16 % 2100, 0),
+                2 => driver.rings.write_entry(ring, rng() as u32, RingEntry { buf: rng() as u32 % 20, len: rng() as u32 % 2100, flags: rng() as u16 % 3, ..Default::default() }),
+                3 => driver.produce(ring, rng() as u32 % 18, rng() as u32 % 2100, 0),
                 _ => { driver.consume(ring); }
             }
             let outcome = match rng() % 4 {
                 0 => host.reap_tx_done().map(drop),
-                1 => host.take_rx(&mut frame).map(drop),
+                1 => host.take_rx(&mut received).map(drop),
                 2 => host.fill_rx(2).map(drop),
-                _ => match host.take_free() {
-                    Some(buf) => host.send(buf, 60).map(|sent| if !sent { host.put_free(buf) }),
+                _ => match host.take_free(false) {
+                    Some(buf) => host.send(frame(buf, 60)).map(|sent| if !sent { host.put_free(buf) }),
                     None => Ok(()),
                 },
             };
@@ -386,4 +390,70 @@ fn random_driver_writes_never_panic_the_host() {
             }
         }
     }
+}
+
+/// A pool with span slots (half of it, at most MAX_SPAN_SLOTS): 128 buffers
+/// of 2 KiB give one slot of 33 at the end, buffers 95..128.
+const WITH_SLOTS: Geometry = Geometry { pool_buffers: 128, ..GEOMETRY };
+
+#[test]
+fn a_frame_longer_than_a_buffer_goes_out_in_a_slot_and_comes_back_whole() {
+    let mut host = SharedMemory::create(WITH_SLOTS).unwrap();
+    let driver = Driver::attach(&host);
+    assert_eq!(host.capacity(true), 33 * 2048 - 512);
+    let slot = host.take_free(true).unwrap();
+    assert_eq!(slot, 95);
+    assert!(host.take_free(true).is_none(), "one slot only");
+    assert!(!host.can_send(true).unwrap());
+    assert!(host.tx_done_urgent(true), "with no slot left, completions are urgent");
+    let len = 60_000u32;
+    host.host_buffer(slot)[..len as usize].fill(7);
+    let offload = TxOffload { flags: understudy_protocol::TX_CSUM | understudy_protocol::TX_GSO_TCPV4,
+                              gso_size: 1448, csum_start: 34, csum_offset: 16 };
+    assert!(host.send(TxFrame { buf: slot, len, offload }).unwrap());
+    let e = driver.consume(RING_TX).unwrap();
+    assert_eq!(({ e.buf }, { e.len }, { e.flags }, { e.gso_size }, { e.csum_start }, { e.csum_offset }),
+               (slot, len, offload.flags, 1448, 34, 16));
+
+    // A buffer inside the frame is not the frame.
+    driver.produce(RING_TX_DONE, slot + 1, 0, 0);
+    assert!(violation(host.reap_tx_done()).contains("inside a frame"));
+}
+
+#[test]
+fn a_completed_slot_is_free_again_and_an_uncompleted_one_is_resent() {
+    let mut host = SharedMemory::create(WITH_SLOTS).unwrap();
+    let driver = Driver::attach(&host);
+    let free_before = host.free_count();
+    let slot = host.take_free(true).unwrap();
+    assert!(host.send(frame(slot, 40_000)).unwrap());
+    assert_eq!(host.free_count(), free_before - 33);
+    driver.consume(RING_TX).unwrap();
+    driver.produce(RING_TX_DONE, slot, 0, 0);
+    assert_eq!(host.reap_tx_done().unwrap(), Some(TxDone { buf: slot, dropped: false }));
+    assert_eq!(host.free_count(), free_before);
+
+    // Uncompleted at the driver's death: the slot stays held, then goes out again whole.
+    let slot = host.take_free(true).unwrap();
+    assert!(host.send(frame(slot, 40_000)).unwrap());
+    let uncompleted = host.reclaim_all();
+    assert_eq!(uncompleted, vec![frame(slot, 40_000)]);
+    assert_eq!(host.free_count(), free_before - 33);
+    assert!(host.take_free(true).is_none());
+    assert!(host.send(uncompleted[0]).unwrap());
+    driver.produce(RING_TX_DONE, slot, 0, 0);
+    host.reap_tx_done().unwrap();
+    assert_eq!(host.free_count(), free_before);
+}
+
+#[test]
+fn rx_checksum_flag_is_passed_on_and_other_bits_are_violations() {
+    let (mut host, driver) = setup();
+    host.fill_rx(0).unwrap();
+    let fill = driver.consume(RING_RX_FILL).unwrap();
+    driver.produce(RING_RX, fill.buf, 60, understudy_protocol::RX_CSUM_VALID);
+    assert_eq!(host.take_rx(&mut Vec::new()).unwrap(), Some(RxFrame { csum_valid: true }));
+    let fill = driver.consume(RING_RX_FILL).unwrap();
+    driver.produce(RING_RX, fill.buf, 60, 0x4);
+    assert!(violation(host.take_rx(&mut Vec::new())).contains("reserved flags"));
 }

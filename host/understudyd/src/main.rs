@@ -6,6 +6,7 @@
 //! untrusted driver process (docs/protocol.md). The `understudy` CLI talks to
 //! it over a unix socket.
 
+mod coalesce;
 mod config;
 mod ethtool_job;
 mod multicast;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use understudy_api::{RecoveryRecord, StartKind, RECOVERIES_KEPT};
 use understudy_protocol::Request;
-use understudy_shm::UncompletedTx;
+use understudy_shm::TxFrame;
 
 use crate::shadow::PassiveLog;
 
@@ -82,7 +82,7 @@ pub struct Recovery {
     /// The dead driver's log: what the fresh one must be given.
     pub log: PassiveLog,
     /// Frames the dead driver took and never completed, oldest first.
-    pub uncompleted: Vec<UncompletedTx>,
+    pub uncompleted: Vec<TxFrame>,
     /// The replay's requests not sent yet (filled at REGISTERED).
     pub replay: VecDeque<Request>,
     pub seen_dead: Instant,
@@ -92,7 +92,7 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    pub fn new(cause: String, log: PassiveLog, uncompleted: Vec<UncompletedTx>, seen_dead: Instant,
+    pub fn new(cause: String, log: PassiveLog, uncompleted: Vec<TxFrame>, seen_dead: Instant,
                last_packet: Option<Instant>) -> Self {
         Recovery {
             step: Step::Registering,

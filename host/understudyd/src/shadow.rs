@@ -293,7 +293,7 @@ mod tests {
     fn e1000() -> RegisteredInfo {
         RegisteredInfo {
             perm_addr: MAC, dev_addr: MAC, mtu: 1500, min_mtu: 46, max_mtu: 16110, features: 0x4000_0003,
-            hw_features: 0x4000_0003, n_tx_queues: 1, n_rx_queues: 1, driver: "e1000".into(), version: "".into(),
+            hw_features: 0x4000_0003, n_tx_queues: 1, n_rx_queues: 1, driver: "e1000".into(), version: "".into(), offloads: 0,
         }
     }
 

@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
 use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, StartKind};
-use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
-use understudy_shm::{Geometry, SharedMemory, ShmError};
+use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6,
+                          RX_MODE_ALLMULTI, RX_MODE_PROMISC};
+use understudy_shm::{Geometry, SharedMemory, ShmError, TxFrame};
 use understudy_vfio::{bus_master_enabled, PciAddress, Vfio};
 
+use crate::coalesce::{Coalescer, RxMeta};
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
 use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
@@ -36,6 +38,9 @@ use crate::watchdog::{Timeouts, TxProgress, Watchdog};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
 const KEEP_FOR_TX: usize = 512;
+const ETH_HLEN: usize = 14;
+/// The longest Ethernet header: with one VLAN tag.
+const VLAN_ETH_HLEN: usize = 18;
 /// How often the TAP's multicast list is re-read (multicast.rs: no event announces it).
 const MULTICAST_POLL: Duration = Duration::from_millis(200);
 /// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
@@ -213,6 +218,17 @@ enum Purpose {
     Replay,
 }
 
+/// `OFFLOAD_*` flags by name, for the log and `status`.
+fn offload_names(offloads: u32) -> Vec<String> {
+    use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_RX_CSUM, OFFLOAD_TSO_ECN};
+    [(OFFLOAD_CSUM, "tx-checksum"), (OFFLOAD_TSO4, "tso4"), (OFFLOAD_TSO6, "tso6"), (OFFLOAD_TSO_ECN, "tso-ecn"),
+     (OFFLOAD_RX_CSUM, "rx-checksum")]
+        .iter()
+        .filter(|(flag, _)| offloads & flag != 0)
+        .map(|(_, name)| name.to_string())
+        .collect()
+}
+
 /// A request for the log: its name and what it carries.
 fn describe(request: &Request) -> String {
     match request {
@@ -262,7 +278,11 @@ struct Supervisor {
     next_seq: u32,
     pending: HashMap<u32, (Request, Purpose)>,
     tx_stopped: bool,
+    /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
+    tap_offloads: u32,
     frame: Vec<u8>,
+    /// Received TCP segments merged into GSO frames for the TAP (LRO).
+    coalescer: Coalescer,
     driver_binary: PathBuf,
     probe: Request,
     restarts: RestartBudget,
@@ -323,6 +343,7 @@ impl Supervisor {
             driver_name: None,
             features: None,
             hw_features: None,
+            offloads: Vec::new(),
             min_mtu: None,
             max_mtu: None,
             log_lines_suppressed: 0,
@@ -364,6 +385,8 @@ impl Supervisor {
             next_seq: 1,
             pending: HashMap::new(),
             tx_stopped: false,
+            tap_offloads: 0,
+            coalescer: Coalescer::default(),
             frame: Vec::with_capacity(MSG_MAX),
             driver_binary: setup.driver_binary.clone(),
             probe: Request::Probe {
@@ -434,7 +457,7 @@ impl Supervisor {
             let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
             // A driver holding all the tx buffers it may gets no more (can_send);
             // the completions it then owes wake this loop (tx_done_urgent).
-            let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send().unwrap_or(true);
+            let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send(self.tap_frames_large()).unwrap_or(true);
             let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
             let template_at = fds.len();
             if let Some(t) = &self.template {
@@ -867,6 +890,7 @@ impl Supervisor {
                     recovery.record.start_ms = Some(phase_ms(recovery.elapsed_ms(Instant::now()), recovery.record.stop_ms));
                     recovery.step = Step::Replaying;
                     recovery.replay = recovery.log.replay(&r).into();
+                    self.set_tap_offloads(r.offloads);
                     // The TAP keeps the settings in force; the replay gives them to the driver.
                     self.shadow = Some(NetShadow::registered(r.clone()));
                     self.publish_recovery();
@@ -874,6 +898,7 @@ impl Supervisor {
                 }
                 self.tap.set_mac(r.dev_addr).map_err(|e| Fault::Io(e.to_string()))?;
                 self.tap.set_mtu(r.mtu).map_err(|e| Fault::Io(e.to_string()))?;
+                self.set_tap_offloads(r.offloads);
                 if let Some(link) = self.tap_link.as_mut() {
                     link.mac = Some(r.dev_addr);
                     link.mtu = Some(r.mtu);
@@ -927,54 +952,56 @@ impl Supervisor {
         if self.shm.lent().tx == 0 {
             self.tx_progress.progressed(Instant::now());
         }
+        let large = self.tap_frames_large();
         if tap_ready && !self.tx_stopped {
             loop {
                 // A driver holding its limit leaves the frames in the TAP's queue.
-                if !self.shm.can_send().map_err(violation)? {
+                if !self.shm.can_send(large).map_err(violation)? {
                     self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
-                    if !self.shm.can_send().map_err(violation)? {
+                    if !self.shm.can_send(large).map_err(violation)? {
                         break;
                     }
                 }
-                let Some(buf) = self.shm.take_free() else { break };
-                let n = match self.tap.read_frame(self.shm.host_buffer(buf)) {
-                    Ok(Some(n)) => n,
-                    Ok(None) => {
-                        self.shm.put_free(buf);
-                        break;
-                    }
-                    Err(e) => {
-                        self.shm.put_free(buf);
-                        return Err(Fault::Io(format!("TAP read: {e}")));
-                    }
-                };
-                if !self.shm.send(buf, n as u16).map_err(violation)? {
+                let Some(frame) = self.read_tap_frame(large, &mut counters)? else { break };
+                if !self.shm.send(frame).map_err(violation)? {
                     // Not expected after can_send; dropped, as a NIC's full queue would.
-                    self.shm.put_free(buf);
+                    self.shm.put_free(frame.buf);
                     counters.tx_dropped += 1;
                     break;
                 }
                 counters.tx_packets += 1;
-                counters.tx_bytes += n as u64;
+                counters.tx_bytes += frame.len as u64;
             }
         }
         loop {
             self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
             let mut frame = std::mem::take(&mut self.frame);
             let mut got = false;
-            while self.shm.take_rx(&mut frame).map_err(violation)? {
+            // Written as the coalescer completes them; a full TAP queue drops
+            // a frame, and its segments are not counted as received.
+            let (tap, mut undelivered) = (&self.tap, 0u64);
+            let mut write = |f: &[u8], meta: RxMeta| -> Result<(), Fault> {
+                if !tap.write_frame(f, meta).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
+                    undelivered += match meta {
+                        RxMeta::Tcp4 { segments, .. } => segments as u64,
+                        RxMeta::Plain { .. } => 1,
+                    };
+                }
+                Ok(())
+            };
+            while let Some(rx) = self.shm.take_rx(&mut frame).map_err(violation)? {
                 got = true;
                 counters.rx_packets += 1;
                 counters.rx_bytes += frame.len() as u64;
-                if !self.tap.write_frame(&frame).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
-                    counters.rx_packets -= 1;
-                }
+                self.coalescer.push(&frame, rx.csum_valid, &mut write)?;
             }
+            self.coalescer.flush(&mut write)?;
+            counters.rx_packets -= undelivered;
             self.frame = frame;
             self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
             // Completions are asked for when the driver holds many buffers, or
             // when a restart waits for its first frame.
-            let want_tx_done = self.shm.tx_done_urgent() || self.recovery.is_some();
+            let want_tx_done = self.shm.tx_done_urgent(large) || self.recovery.is_some();
             if !got && self.shm.prepare_to_sleep(want_tx_done) {
                 break;
             }
@@ -1004,6 +1031,65 @@ impl Supervisor {
             s.counters.rx_bytes += counters.rx_bytes;
         });
         Ok(())
+    }
+
+    /// The TAP leaves to the driver the offloads it takes (REGISTERED's).
+    /// A TAP that refuses them sends finished frames, as before offloads.
+    fn set_tap_offloads(&mut self, offloads: u32) {
+        if offloads == self.tap_offloads {
+            return;
+        }
+        match self.tap.set_offloads(offloads) {
+            Ok(()) => {
+                info!("{}: {} leaves to the driver: {}", self.vfio.address(), self.tap.name(), offload_names(offloads).join(", "));
+                self.tap_offloads = offloads;
+            }
+            Err(e) => warn!("{}: {e}; frames reach the driver checksummed and segmented", self.vfio.address()),
+        }
+        let tap_offloads = self.tap_offloads;
+        self.update(|s| s.offloads = offload_names(tap_offloads));
+    }
+
+    /// Whether the TAP may hand over frames longer than one pool buffer
+    /// holds (GSO frames, or a large MTU): those are read into a slot.
+    fn tap_frames_large(&self) -> bool {
+        let mtu = self.tap_link.as_ref().and_then(|l| l.mtu).unwrap_or(1500) as usize;
+        self.tap_offloads & (OFFLOAD_TSO4 | OFFLOAD_TSO6) != 0 || mtu + VLAN_ETH_HLEN > self.shm.capacity(false)
+    }
+
+    /// The next frame from the TAP in free pool buffers (a slot if `large`;
+    /// one that fits a single buffer is moved to one, keeping the slots for
+    /// GSO frames), or `None` if the TAP has none. A frame that cannot go
+    /// (cut short, or an offload the driver was not offered) is counted as
+    /// dropped and the next one read.
+    fn read_tap_frame(&mut self, large: bool, counters: &mut Counters) -> Result<Option<TxFrame>, Fault> {
+        loop {
+            let Some(buf) = self.shm.take_free(large) else { return Ok(None) };
+            let capacity = self.shm.capacity(large);
+            let (len, offload) = match self.tap.read_frame(&mut self.shm.host_buffer(buf)[..capacity]) {
+                Ok(Some(read)) => read,
+                Ok(None) => {
+                    self.shm.put_free(buf);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.shm.put_free(buf);
+                    return Err(Fault::Io(format!("TAP read: {e}")));
+                }
+            };
+            let offload = match offload {
+                Ok(offload) if (ETH_HLEN..=capacity).contains(&len) => offload,
+                refused => {
+                    warn!("{}: dropped a {len}-byte frame from {}: {}", self.vfio.address(), self.tap.name(),
+                          refused.err().unwrap_or_else(|| "longer than a buffer holds".into()));
+                    self.shm.put_free(buf);
+                    counters.tx_dropped += 1;
+                    continue;
+                }
+            };
+            let single = if large && len <= self.shm.capacity(false) { self.shm.move_to_single(buf, len) } else { None };
+            return Ok(Some(TxFrame { buf: single.unwrap_or(buf), len: len as u32, offload }));
+        }
     }
 
     /// Takes the driver's transmit completions; `completed` counts them all
@@ -1139,7 +1225,7 @@ impl Supervisor {
     /// then starts the replay of `recovery.log` (`replay_next`). The TAP keeps
     /// its carrier throughout. On failure, returns why and the frames still held.
     fn restart(&mut self, mut recovery: Recovery, device_stop: &DeviceStop)
-               -> Result<(), (String, Vec<understudy_shm::UncompletedTx>)> {
+               -> Result<(), (String, Vec<TxFrame>)> {
         let dev = self.vfio.address().clone();
         if let Err(e) = self.vfio.allow_intx() {
             return Err((format!("cannot allow the device's interrupt again: {e}"), recovery.uncompleted));
@@ -1292,7 +1378,7 @@ impl Supervisor {
         }
         let mut resubmitted = 0;
         for frame in std::mem::take(&mut recovery.uncompleted) {
-            if self.shm.send(frame.buf, frame.len).map_err(|e| Fault::Violation(e.to_string()))? {
+            if self.shm.send(frame).map_err(|e| Fault::Violation(e.to_string()))? {
                 resubmitted += 1;
             } else {
                 // Cannot happen (the rings are empty and held at most ring_size), but a frame is never lost silently.

@@ -3,14 +3,16 @@
 //! device's whole life (not a persistent TAP): a driver restart never makes the
 //! interface disappear, and the daemon's exit always removes it.
 //!
-//! Offloads: the driver's features (REGISTERED) are reported in `status`, but
-//! not given to the TAP with TUNSETOFFLOAD. TUNSETOFFLOAD makes the stack hand
-//! the TAP unchecksummed (CHECKSUM_PARTIAL) and unsegmented (GSO) frames, whose
-//! checksum start/offset and segment size travel only in a virtio_net_hdr
-//! (IFF_VNET_HDR), and the rings of docs/protocol.md carry none of it: an entry
-//! is a buffer, a length and no offload flags. So every frame crosses the
-//! rings finished (checksummed, at most MTU-sized) and the driver's NETIF_F_*
-//! offloads stay unused until the ring entry grows those fields. The TAP's own
+//! Offloads: every frame crosses the TAP with a virtio_net_hdr (IFF_VNET_HDR).
+//! Once the driver registers, `set_offloads` tells the stack (TUNSETOFFLOAD)
+//! which of checksum and TCP segmentation offload the driver takes
+//! (REGISTERED's offloads); the stack then hands the TAP frames with the
+//! checksum left to do (CHECKSUM_PARTIAL) and TCP frames of up to 64 KiB to cut
+//! into segments (GSO), and the header's fields go into the tx ring entry
+//! (docs/protocol.md), so the driver's own TSO and checksum offload do the
+//! work. Received frames the device checksummed are written with
+//! VIRTIO_NET_HDR_F_DATA_VALID, so the stack does not check them again, and
+//! TCP segments merged by coalesce.rs as one GSO frame. The TAP's own
 //! MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
 //! and has no ioctl to change them, so an MTU outside the driver's range is
 //! undone by the daemon after the fact (see shadow.rs).
@@ -20,11 +22,81 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
+use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN, TX_CSUM, TX_GSO_ECN,
+                          TX_GSO_TCPV4, TX_GSO_TCPV6};
+use understudy_shm::TxOffload;
+
+use crate::coalesce::RxMeta;
+
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETCARRIER: libc::c_ulong = 0x4004_54e2; // _IOW('T', 226, int), Linux >= 5.0
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0; // _IOW('T', 208, unsigned int)
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
+const TUN_F_TSO_ECN: libc::c_uint = 0x08;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
+/// Where TCP's checksum sits in its header.
+const TCP_CSUM_OFFSET: u16 = 16;
 const ARPHRD_ETHER: u16 = 1;
+
+/// `struct virtio_net_hdr` (10 bytes, the TAP's default size), native endian.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Default, Debug)]
+struct VnetHdr {
+    flags: u8,
+    gso_type: u8,
+    hdr_len: u16,
+    gso_size: u16,
+    csum_start: u16,
+    csum_offset: u16,
+}
+
+impl VnetHdr {
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: packed POD, every bit pattern valid.
+        unsafe { std::slice::from_raw_parts_mut((self as *mut Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+    }
+
+    /// The ring's tx flags for what the stack left to do, or why the frame
+    /// cannot go (a GSO type the TAP was not offered).
+    fn tx_offload(&self) -> Result<TxOffload, String> {
+        let mut flags = 0;
+        if self.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            flags |= TX_CSUM;
+        }
+        flags |= match self.gso_type & !VIRTIO_NET_HDR_GSO_ECN {
+            VIRTIO_NET_HDR_GSO_NONE => 0,
+            VIRTIO_NET_HDR_GSO_TCPV4 => TX_GSO_TCPV4,
+            VIRTIO_NET_HDR_GSO_TCPV6 => TX_GSO_TCPV6,
+            other => return Err(format!("GSO type {other}")),
+        };
+        if self.gso_type & VIRTIO_NET_HDR_GSO_ECN != 0 {
+            flags |= TX_GSO_ECN;
+        }
+        Ok(TxOffload { flags, gso_size: self.gso_size, csum_start: self.csum_start, csum_offset: self.csum_offset })
+    }
+}
+
+/// The TUN_F_* flags for REGISTERED's offloads: segmentation only with
+/// checksum offload (the TAP refuses TSO without it).
+fn tun_offloads(offloads: u32) -> libc::c_uint {
+    if offloads & OFFLOAD_CSUM == 0 {
+        return 0;
+    }
+    [(OFFLOAD_TSO4, TUN_F_TSO4), (OFFLOAD_TSO6, TUN_F_TSO6), (OFFLOAD_TSO_ECN, TUN_F_TSO_ECN)]
+        .iter()
+        .filter(|(ours, _)| offloads & ours != 0)
+        .fold(TUN_F_CSUM, |f, (_, tun)| f | tun)
+}
 
 /// `struct ifreq`: the name and a 24-byte union.
 #[repr(C)]
@@ -69,7 +141,7 @@ impl Tap {
         let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")
             .map_err(|e| io::Error::new(e.kind(), format!("open /dev/net/tun: {e} (modprobe tun)")))?;
-        req.data[..2].copy_from_slice(&(IFF_TAP | IFF_NO_PI).to_ne_bytes());
+        req.data[..2].copy_from_slice(&(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR).to_ne_bytes());
         ioctl(file.as_fd(), TUNSETIFF, &mut req).map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
         let tap = Tap { file, name: name.to_string() };
         // No carrier until the driver reports one.
@@ -122,24 +194,66 @@ impl Tap {
             .map_err(|e| io::Error::new(e.kind(), format!("SIOCSIFFLAGS {} down: {e}", self.name)))
     }
 
-    /// One frame the stack sent, or `None` if there is none now.
-    pub fn read_frame(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        use std::io::Read;
-        match (&self.file).read(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+    /// Which offloads the stack may leave to the driver (REGISTERED's
+    /// `OFFLOAD_*`); frames it already queued keep theirs.
+    pub fn set_offloads(&self, offloads: u32) -> io::Result<()> {
+        let flags = tun_offloads(offloads);
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        if unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETOFFLOAD, flags) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("TUNSETOFFLOAD {} {flags:#x}: {e}", self.name)));
         }
+        Ok(())
     }
 
-    /// Hands one received frame to the stack. A full queue drops it, as a NIC would.
-    pub fn write_frame(&self, frame: &[u8]) -> io::Result<bool> {
-        use std::io::Write;
-        match (&self.file).write(frame) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(e),
+    /// One frame the stack sent, into `buf`: its length (more than
+    /// `buf.len()` if it did not fit: the frame is cut short) and what the
+    /// driver must still do to it; `None` if there is none now.
+    pub fn read_frame(&self, buf: &mut [u8]) -> io::Result<Option<(usize, Result<TxOffload, String>)>> {
+        let mut hdr = VnetHdr::default();
+        let hdr_bytes = hdr.as_bytes_mut();
+        let iov = [
+            libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() },
+            libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() },
+        ];
+        // SAFETY: both iovecs point to memory we hold mutably for the call.
+        let n = unsafe { libc::readv(self.file.as_raw_fd(), iov.as_ptr(), 2) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
         }
+        let frame = (n as usize).saturating_sub(std::mem::size_of::<VnetHdr>());
+        Ok(Some((frame, hdr.tx_offload())))
+    }
+
+    /// Hands one received frame to the stack, with what it needs to know
+    /// (a checksum the device checked; merged segments). A full queue drops
+    /// it, as a NIC would.
+    pub fn write_frame(&self, frame: &[u8], meta: RxMeta) -> io::Result<bool> {
+        let mut hdr = match meta {
+            RxMeta::Plain { csum_valid } => {
+                VnetHdr { flags: if csum_valid { VIRTIO_NET_HDR_F_DATA_VALID } else { 0 }, ..Default::default() }
+            }
+            RxMeta::Tcp4 { gso_size, csum_start, hdr_len, .. } => VnetHdr {
+                flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                gso_type: VIRTIO_NET_HDR_GSO_TCPV4,
+                hdr_len,
+                gso_size,
+                csum_start,
+                csum_offset: TCP_CSUM_OFFSET,
+            },
+        };
+        let hdr_bytes = hdr.as_bytes_mut();
+        let iov = [
+            libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() },
+            libc::iovec { iov_base: frame.as_ptr() as *mut libc::c_void, iov_len: frame.len() },
+        ];
+        // SAFETY: the iovecs point to live memory; writev only reads it.
+        if unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 2) } < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock { Ok(false) } else { Err(e) };
+        }
+        Ok(true)
     }
 }
 
@@ -156,5 +270,30 @@ fn inet_socket() -> io::Result<OwnedFd> {
 impl AsFd for Tap {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segmentation_is_offered_only_with_checksum_offload() {
+        assert_eq!(tun_offloads(0), 0);
+        assert_eq!(tun_offloads(OFFLOAD_TSO4), 0, "the TAP refuses TSO without CSUM");
+        assert_eq!(tun_offloads(OFFLOAD_CSUM), TUN_F_CSUM);
+        assert_eq!(tun_offloads(OFFLOAD_CSUM | OFFLOAD_TSO4 | OFFLOAD_TSO_ECN), TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO_ECN);
+        assert_eq!(tun_offloads(OFFLOAD_CSUM | OFFLOAD_TSO6), TUN_F_CSUM | TUN_F_TSO6);
+    }
+
+    #[test]
+    fn a_vnet_header_becomes_the_rings_tx_flags() {
+        let hdr = VnetHdr { flags: VIRTIO_NET_HDR_F_NEEDS_CSUM, gso_type: VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_ECN,
+                            hdr_len: 66, gso_size: 1448, csum_start: 34, csum_offset: 16 };
+        assert_eq!(hdr.tx_offload().unwrap(),
+                   TxOffload { flags: TX_CSUM | TX_GSO_TCPV4 | TX_GSO_ECN, gso_size: 1448, csum_start: 34, csum_offset: 16 });
+        assert_eq!(VnetHdr::default().tx_offload().unwrap(), TxOffload::default());
+        let udp = VnetHdr { gso_type: 3, ..Default::default() };
+        assert_eq!(udp.tx_offload().unwrap_err(), "GSO type 3");
     }
 }

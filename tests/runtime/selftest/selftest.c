@@ -16,6 +16,9 @@
 #include <linux/delay.h>
 #include <linux/interrupt.h>
 #include <linux/slab.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <net/checksum.h>
 
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("understudy: self-tests of the driver-process kernel runtime");
@@ -400,6 +403,50 @@ static void test_warn(void)
  * crash=N: instead of the tests, do what a broken driver does; the runtime
  * must end the process with the reason (understudy-driver exits 70).
  */
+/*
+ * skb_checksum_help(): a checksum the stack left to the hardware
+ * (CHECKSUM_PARTIAL: the pseudo-header sum in the field, csum_start and
+ * csum_offset set) is completed in software when the driver cannot, as for a
+ * frame whose offload the driver's features do not cover. A UDP checksum
+ * that folds to 0 is sent as 0xffff (0 means "none" in UDP).
+ */
+static void test_checksum(void)
+{
+	static const u8 payload[19] = "understudy checksum";	/* odd, no NUL */
+	unsigned int l4 = ETH_HLEN + sizeof(struct iphdr);
+	unsigned int len = l4 + sizeof(struct udphdr) + sizeof(payload);
+	__be32 saddr = htonl(0x0a00020f), daddr = htonl(0x0a000202);
+	struct sk_buff *skb = alloc_skb(len, GFP_KERNEL);
+	struct iphdr *ip;
+	struct udphdr *udp;
+
+	CHECK(skb);
+	memset(skb_put(skb, len), 0, len);
+	skb_set_network_header(skb, ETH_HLEN);
+	skb_set_transport_header(skb, l4);
+	ip = ip_hdr(skb);
+	ip->ihl = 5;
+	ip->version = 4;
+	ip->protocol = IPPROTO_UDP;
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+	udp = udp_hdr(skb);
+	udp->len = htons(sizeof(*udp) + sizeof(payload));
+	memcpy(udp + 1, payload, sizeof(payload));
+	udp->check = ~csum_tcpudp_magic(saddr, daddr, ntohs(udp->len), IPPROTO_UDP, 0);
+	skb->ip_summed = CHECKSUM_PARTIAL;
+	skb->csum_start = skb_headroom(skb) + l4;
+	skb->csum_offset = offsetof(struct udphdr, check);
+
+	CHECK(skb_checksum_help(skb) == 0);
+	CHECK(skb->ip_summed == CHECKSUM_NONE);
+	CHECK(udp->check != 0);
+	/* A receiver's check: pseudo header and segment sum to all ones. */
+	CHECK(csum_tcpudp_magic(saddr, daddr, ntohs(udp->len), IPPROTO_UDP,
+				csum_partial(udp, ntohs(udp->len), 0)) == 0);
+	kfree_skb(skb);
+}
+
 static int crash;
 module_param(crash, int, 0);
 MODULE_PARM_DESC(crash, "1 BUG(), 2 a spinlock taken twice, 3 msleep with a spinlock held");
@@ -432,6 +479,7 @@ static int __init selftest_init(void)
 	run("workqueues", test_workqueues);
 	run("napi", test_napi);
 	run("skb", test_skb);
+	run("checksum", test_checksum);
 	run("printk", test_printk);
 	run("warn", test_warn);
 	return failed ? -EINVAL : 0;
