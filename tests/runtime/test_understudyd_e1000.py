@@ -3,8 +3,10 @@
 The whole path: the stack sends on the TAP us0, understudyd puts each frame on
 the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
 (QEMU's e1000 behind the emulated IOMMU) sends it to slirp, and the replies come
-back through e1000's NAPI poll, the rx ring and the TAP. Then the driver
-process is killed mid-transfer and the daemon, the device and us0 are checked.
+back through e1000's NAPI poll, the rx ring and the TAP. The stack's TCP frames
+cross the rings unsegmented and e1000's own TSO cuts them (its statistics
+count the segments). Then the driver process is killed mid-transfer and the
+daemon, the device and us0 are checked.
 """
 import re
 
