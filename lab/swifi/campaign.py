@@ -176,6 +176,28 @@ def _bulk_verdict(direction: str, host: net.HostBulk, guest_side: dict | None) -
     return net.BulkResult(direction, host_side, guest_side).summary()
 
 
+class GuestDown(Exception):
+    """The guest's console reported a crash or a lockup while the workload ran."""
+
+
+def _wait_while_guest_lives(proc, guest: Guest, console_mark: int):
+    """The workload's result; gives up early once the console shows the guest
+    crashed or locked up. Such a guest keeps its verdict whatever the workload
+    does next, and waiting out a hung guest's workload deadline was most of the
+    campaign's time."""
+    deadline = time.monotonic() + WORKLOAD_DEADLINE_S
+    while True:
+        try:
+            return proc.wait(1)
+        except TimeoutError:
+            pass
+        console = guest.console_text()[console_mark:]
+        if CRASH.search(console) or HANG.search(console):
+            raise GuestDown("the guest's console reported a crash or lockup")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still running after {WORKLOAD_DEADLINE_S} s")
+
+
 def exercise(guest: Guest, iface: str, nbytes: int, inject) -> dict:
     """Runs the workload, calls inject() once bytes flow, and reports both."""
     tx = net.HostBulk("tx", nbytes, timeout=TRANSFER_TIMEOUT_S + 30)
@@ -186,6 +208,7 @@ def exercise(guest: Guest, iface: str, nbytes: int, inject) -> dict:
     report: dict = {}
     guest_side: dict | None = None
     t0 = time.monotonic()
+    console_mark = len(guest.console_text())
     try:
         before = _rx_bytes(guest, iface)
         proc = guest.spawn(args, cwd=str(config.REPO_DIR))
@@ -206,10 +229,10 @@ def exercise(guest: Guest, iface: str, nbytes: int, inject) -> dict:
         except (TimeoutError, LabError) as e:
             report["injection_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
         try:
-            res = proc.wait(WORKLOAD_DEADLINE_S)
+            res = _wait_while_guest_lives(proc, guest, console_mark)
             guest_side = json.loads(res.out.strip().splitlines()[-1])
-        except TimeoutError:
-            report["workload_error"] = f"still running after {WORKLOAD_DEADLINE_S} s"
+        except (TimeoutError, GuestDown) as e:
+            report["workload_error"] = str(e)
             try:
                 proc.kill()
             except LabError:
