@@ -34,6 +34,7 @@ import json
 import queue
 import re
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -507,6 +508,18 @@ def _command_line() -> str:
     return f"{prog} {shlex.join(args)}"
 
 
+def _source_commit() -> str:
+    """The commit the lab and understudy were built from ("+dirty" with local
+    changes): a campaign resumed in a later session says which trials ran what."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(config.REPO_DIR), *args], capture_output=True, text=True)
+    head = git("rev-parse", "HEAD")
+    if head.returncode:
+        return "unknown"
+    dirty = git("diff", "--quiet", "HEAD", "--", ".", ":!docs").returncode != 0
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def run_campaign(s: Settings) -> Path:
     dev = lookup(s.driver)
     if dev.kind != NIC:
@@ -524,11 +537,12 @@ def run_campaign(s: Settings) -> Path:
         raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
     done = done_trials(results) if s.resume else set()
     plan = [(t, seed) for t, seed in trial_plan(s) if f"{t}-{seed}" not in done]
+    commit = _source_commit()
     meta = {"driver": dev.driver, "device": dev.name, "module_sha256": gen.m.sha256,
             "abi": config.kernel().release, "faults_per_trial": s.faults_per_trial,
             "megabytes": s.megabytes, "ping_interval_ms": s.ping_interval_ms,
             "ping_timeout_ms": s.ping_timeout_ms, "types": s.types,
-            "trials_per_type": s.trials_per_type, "command": _command_line()}
+            "trials_per_type": s.trials_per_type, "command": _command_line(), "commit": commit}
     (s.out / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
     log(f"{len(plan)} trial(s) to run ({len(done)} already done), {s.jobs} job(s); "
         f"{dev.driver} sha256 {gen.m.sha256[:16]}…; results in {results}")
@@ -548,7 +562,7 @@ def run_campaign(s: Settings) -> Path:
                     fault_type, seed = todo.get_nowait()
                 except queue.Empty:
                     return
-                record = run_trial(gen, fault_type, seed, s, kernel_world, us_world)
+                record = {**run_trial(gen, fault_type, seed, s, kernel_world, us_world), "commit": commit}
                 with lock:
                     with open(results, "a") as f:
                         f.write(json.dumps(record) + "\n")

@@ -70,6 +70,7 @@ def summarize(data: dict) -> dict:
                           "fault": tr["fault"]["description"]}
                          for tr in severe if tr not in survived],
         "recovery_first_packet_ms": sorted(latencies),
+        "commits": dict(Counter(tr.get("commit", "unrecorded") for tr in trials)),
     }
 
 
@@ -100,10 +101,15 @@ def headline(summary: dict) -> str:
             f"with the application unaffected in {k} ({summary['survival_pct']}%)")
 
 
+def provenance(summary: dict) -> str:
+    return "run at " + ", ".join(f"{c[:12]} ({n} trial{'' if n == 1 else 's'})"
+                                 for c, n in summary["commits"].items())
+
+
 def text_report(summary: dict) -> str:
     parts = [_text_table("in-kernel driver:", summary["kernel"]), "",
              _text_table("understudy:", summary["understudy"]), "",
-             f"{summary['trials']} trials; " + headline(summary)]
+             f"{summary['trials']} trials; " + headline(summary), provenance(summary)]
     for miss in summary["not_survived"]:
         parts.append(f"  not survived: {miss['trial']} ({miss['understudy']}): {miss['fault']}")
     return "\n".join(parts)
@@ -112,7 +118,7 @@ def text_report(summary: dict) -> str:
 def markdown_report(summary: dict) -> str:
     parts = ["In-kernel driver:", "", markdown_table(summary["kernel"]), "",
              "understudy, the same faults:", "", markdown_table(summary["understudy"]), "",
-             f"{summary['trials']} trials; **{headline(summary)}**."]
+             f"{summary['trials']} trials; **{headline(summary)}**.", "", provenance(summary) + "."]
     for miss in summary["not_survived"]:
         parts.append(f"- not survived: `{miss['trial']}` ({miss['understudy']}): {miss['fault']}")
     return "\n".join(parts)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """The campaign's bookkeeping without a VM: the report's counts and headline,
-its plot, and --resume's reading of a results file a killed run cut short."""
+its plot, the commits it records, and --resume's reading of a results file a killed run cut short."""
 import json
 
 import pytest
@@ -50,6 +50,16 @@ def test_resume_skips_finished_trials_and_reruns_a_cut_line(tmp_path):
     assert len(load(tmp_path)["trials"]) == 1
     plan = trial_plan(Settings(types=["hang", "nop"], trials_per_type=2))
     assert plan == [("hang", 0), ("nop", 0), ("hang", 1), ("nop", 1)]
+
+
+def test_the_report_says_which_commit_ran_which_trials(tmp_path):
+    a, b = "a" * 40, "b" * 40 + "+dirty"
+    write(tmp_path, [{**trial("hang-0", "guest hang", "no effect"), "commit": a},
+                     {**trial("hang-1", "guest hang", "no effect"), "commit": b},
+                     {**trial("nop-0", "no effect", "no effect"), "commit": b}])
+    s = summarize(load(tmp_path))
+    assert s["commits"] == {a: 1, b: 2}
+    assert f"run at {a[:12]} (1 trial), {b[:12]} (2 trials)" in text_report(s)
 
 
 def test_a_directory_without_results_is_refused(tmp_path):
