@@ -112,9 +112,10 @@ def test_a_fault_injected_into_the_in_kernel_driver_takes_the_guest_down(
     finally:
         world.close()
     print(json.dumps({k: v for k, v in result.items() if k != "injection"}, indent=1))
-    # The guest may die before the injecting command returns (an oops in
-    # interrupt context panics at once): the agent's connection then closes.
-    assert "injection" in result or "AgentGone" in result.get("injection_error", ""), result
+    # The guest may go down before the injecting command returns: an oops in
+    # interrupt context panics at once (the agent's connection closes), and a
+    # CPU spinning in NAPI poll keeps the injector's `rmmod` from finishing.
+    assert "injection" in result or result["injection_error"].startswith(("AgentGone", "TimeoutError")), result
     assert result["outcome"] == outcome, result
     lines = "\n".join(result["guest"]["crash_lines"] + result["guest"]["hang_lines"])
     assert any(e in lines for e in evidence), lines
