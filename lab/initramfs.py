@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from . import config
@@ -19,6 +21,13 @@ BUSYBOX = Path("/bin/busybox")
 INIT = config.LAB_DIR / "guest" / "init.sh"
 
 
+def _private_tmp(out: Path) -> Path:
+    """A sibling of `out` to build into and rename over it: one per process and
+    thread, because parallel workers (swifi campaign --jobs) build the same
+    file at the same time on a fresh cache."""
+    return out.with_name(f".{out.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+
+
 def agent_binary() -> Path:
     return config.cache_dir() / "labagent"
 
@@ -30,7 +39,7 @@ def build_agent() -> Path:
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = _private_tmp(out)
     res = subprocess.run(["gcc", "-static", "-O2", "-Wall", "-o", str(tmp), str(src)],
                          capture_output=True, text=True)
     if res.returncode != 0:
@@ -77,12 +86,12 @@ def build(kernel: config.KernelConfig) -> Path:
         (root / "modules" / "order").write_text(
             "\n".join(m.name.removesuffix(".ko") for m in modules) + "\n")
         files = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-        tmp_out = out.with_suffix(".tmp")
+        tmp_out = _private_tmp(out)
         with open(tmp_out, "wb") as f:
             subprocess.run(["cpio", "--quiet", "-o", "-H", "newc"], cwd=root, check=True,
                            input="\n".join(files).encode(), stdout=f)
         tmp_out.replace(out)
     for old in out.parent.glob(f"initramfs-{kernel.release}-*.cpio"):
         if old != out:
-            old.unlink()
+            old.unlink(missing_ok=True)
     return out
