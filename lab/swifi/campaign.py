@@ -144,16 +144,39 @@ def trial_plan(s: Settings) -> list[tuple[str, int]]:
     return [(t, seed) for seed in range(s.trials_per_type) for t in s.types]
 
 
+def read_results(path: Path) -> tuple[dict[str, dict], int]:
+    """The last record of each trial in a results file, in file order, and how
+    many earlier records of the same trials they replace (a resumed campaign
+    runs a trial the lab failed again). A last line cut short by a killed run
+    is left out, so its trial runs again; any other line that is not a record
+    is an error."""
+    lines = path.read_text().splitlines()
+    latest: dict[str, dict] = {}
+    replaced = 0
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            name = record["trial"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            if n == len(lines):
+                break
+            raise LabError(f"{path}:{n} is not a trial record") from None
+        replaced += name in latest
+        latest.pop(name, None)
+        latest[name] = record
+    return latest, replaced
+
+
+def lab_failed(record: dict) -> bool:
+    """The lab, not the fault, ended one of the trial's worlds: it says nothing."""
+    return any(record.get(world, {}).get("outcome") == "lab error" for world in ("kernel", "understudy"))
+
+
 def done_trials(path: Path) -> set[str]:
+    """Trials --resume skips: those with a record the lab did not fail."""
     if not path.exists():
         return set()
-    done = set()
-    for line in path.read_text().splitlines():
-        try:
-            done.add(json.loads(line)["trial"])
-        except (json.JSONDecodeError, KeyError):
-            continue   # a line cut short by a killed run: that trial runs again
-    return done
+    return {name for name, record in read_results(path)[0].items() if not lab_failed(record)}
 
 
 # -- the workload and what the guest looks like afterwards ------------------------

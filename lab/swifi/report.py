@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import LabError
-from .campaign import KERNEL_OUTCOMES, NOT_INJECTED, RESULTS, UNDERSTUDY_OUTCOMES
+from .campaign import KERNEL_OUTCOMES, NOT_INJECTED, RESULTS, UNDERSTUDY_OUTCOMES, read_results
 from .faults import FAULT_TYPES
 
 SEVERE = {"guest crash", "guest hang"}
@@ -28,16 +28,10 @@ def load(directory: Path) -> dict:
     path = directory / RESULTS
     if not path.exists():
         raise LabError(f"no {RESULTS} in {directory}", hint="the --out directory of a campaign")
-    trials = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            trials.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n != len(path.read_text().splitlines()):
-                raise LabError(f"{path}:{n} is not JSON") from None
+    latest, replaced = read_results(path)
     meta_path = directory / "campaign.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    return {"meta": meta, "trials": trials}
+    return {"meta": meta, "trials": list(latest.values()), "rerun": replaced}
 
 
 def _table(trials: list[dict], world: str, outcomes: list[str]) -> dict:
@@ -71,6 +65,7 @@ def summarize(data: dict) -> dict:
                          for tr in severe if tr not in survived],
         "recovery_first_packet_ms": sorted(latencies),
         "commits": dict(Counter(tr.get("commit", "unrecorded") for tr in trials)),
+        "lab_errors_rerun": data.get("rerun", 0),
     }
 
 
@@ -102,8 +97,9 @@ def headline(summary: dict) -> str:
 
 
 def provenance(summary: dict) -> str:
-    return "run at " + ", ".join(f"{c[:12]} ({n} trial{'' if n == 1 else 's'})"
-                                 for c, n in summary["commits"].items())
+    runs = ", ".join(f"{c[:12]} ({n} trial{'' if n == 1 else 's'})" for c, n in summary["commits"].items())
+    rerun = summary["lab_errors_rerun"]
+    return f"run at {runs}" + (f"; {rerun} trial(s) the lab failed were run again" if rerun else "")
 
 
 def text_report(summary: dict) -> str:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """The campaign's bookkeeping without a VM: the report's counts and headline,
-its plot, the commits it records, and --resume's reading of a results file a killed run cut short."""
+its plot, the commits it records, trials run again, and --resume's reading of a results file a killed run cut short."""
 import json
 
 import pytest
@@ -50,6 +50,28 @@ def test_resume_skips_finished_trials_and_reruns_a_cut_line(tmp_path):
     assert len(load(tmp_path)["trials"]) == 1
     plan = trial_plan(Settings(types=["hang", "nop"], trials_per_type=2))
     assert plan == [("hang", 0), ("nop", 0), ("hang", 1), ("nop", 1)]
+
+
+def test_resume_runs_again_a_trial_the_lab_failed_and_the_report_keeps_its_last_record(tmp_path):
+    write(tmp_path, [trial("hang-0", "lab error", "no effect"),
+                     trial("nop-0", "no effect", "no effect"),
+                     trial("hang-0", "guest hang", "recovered transparently")])
+    assert done_trials(tmp_path / RESULTS) == {"hang-0", "nop-0"}
+    write(tmp_path, [trial("hang-0", "guest hang", "lab error")])
+    assert done_trials(tmp_path / RESULTS) == set()
+    write(tmp_path, [trial("hang-0", "lab error", "no effect"),
+                     trial("nop-0", "no effect", "no effect"),
+                     trial("hang-0", "guest hang", "recovered transparently")])
+    s = summarize(load(tmp_path))
+    assert s["trials"] == 2 and s["kernel_crash_or_hang"] == 1 and s["survival_pct"] == 100
+    assert "lab error" not in s["kernel"]["columns"]
+    assert s["lab_errors_rerun"] == 1 and "1 trial(s) the lab failed were run again" in text_report(s)
+
+
+def test_a_results_file_with_a_bad_line_before_its_end_is_refused(tmp_path):
+    write(tmp_path, [trial("hang-0", "guest hang", "no effect")], tail='not json\n{"trial": "nop-0"}\n')
+    with pytest.raises(LabError, match="trials.jsonl:2 is not a trial record"):
+        done_trials(tmp_path / RESULTS)
 
 
 def test_the_report_says_which_commit_ran_which_trials(tmp_path):
