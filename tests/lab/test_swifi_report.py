@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The campaign's bookkeeping without a VM: the report's counts and headline,
-its plot, the commits it records, trials run again, and --resume's reading of a results file a killed run cut short."""
+its plot, the commits it records, and --resume's reading of a results file (a
+line a killed run cut short, trials the lab failed run again)."""
 import json
 
 import pytest
