@@ -277,10 +277,15 @@ def inject_kernel(guest, fault: Fault, poke_ko: Path | str, revert: bool = False
     addresses = []
     for p in patches:
         addr = sections[p.section] + p.offset
-        # One guest command per patch: the guest may stop answering right after it.
+        # One guest command per patch: the guest may stop answering right after
+        # it. The unload runs in the background: a CPU the fault keeps spinning
+        # holds up the RCU grace period it waits for, for ever. So the next
+        # patch first waits for the previous unload to finish.
         script = (f"rmmod {POKE_MODULE} 2>/dev/null; "
+                  f"while [ -e /sys/module/{POKE_MODULE} ]; do sleep 0.05; done; "
                   f"insmod {poke_ko} addr={addr:#x} old={p.old.hex()} new={p.new.hex()} || "
-                  f"{{ dmesg | grep 'swifi:' | tail -1 >&2; exit 1; }}; rmmod {POKE_MODULE}")
+                  f"{{ dmesg | grep 'swifi:' | tail -1 >&2; exit 1; }}; "
+                  f"rmmod {POKE_MODULE} </dev/null >/dev/null 2>&1 &")
         res = guest.run(script, timeout=timeout)
         if res.returncode != 0:
             if "not written" in res.err:
