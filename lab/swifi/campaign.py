@@ -167,6 +167,17 @@ def read_results(path: Path) -> tuple[dict[str, dict], int]:
     return latest, replaced
 
 
+def drop_cut_line(path: Path) -> None:
+    """Cuts off a last line a killed run left without its newline, so that the
+    records a resumed run appends start on a line of their own."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def lab_failed(record: dict) -> bool:
     """The lab, not the fault, ended one of the trial's worlds: it says nothing."""
     return any(record.get(world, {}).get("outcome") == "lab error" for world in ("kernel", "understudy"))
@@ -558,6 +569,8 @@ def run_campaign(s: Settings) -> Path:
     bins = understudy.build()
     if not POKE_KO.exists():
         raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
+    if s.resume:
+        drop_cut_line(results)
     done = done_trials(results) if s.resume else set()
     plan = [(t, seed) for t, seed in trial_plan(s) if f"{t}-{seed}" not in done]
     commit = _source_commit()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lab.errors import LabError
-from lab.swifi.campaign import RESULTS, Settings, done_trials, trial_plan
+from lab.swifi.campaign import RESULTS, Settings, done_trials, drop_cut_line, trial_plan
 from lab.swifi.report import load, markdown_report, summarize, text_report, write_plot
 
 
@@ -45,10 +45,13 @@ def test_the_headline_counts_only_in_kernel_crashes_and_hangs(tmp_path):
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_resume_skips_finished_trials_and_reruns_a_cut_line(tmp_path):
+def test_resume_skips_finished_trials_and_cuts_off_a_cut_line(tmp_path):
     write(tmp_path, [trial("hang-0", "guest hang", "no effect")], tail='{"trial": "nop-0", "ty')
     assert done_trials(tmp_path / RESULTS) == {"hang-0"}
     assert len(load(tmp_path)["trials"]) == 1
+    drop_cut_line(tmp_path / RESULTS)
+    assert (tmp_path / RESULTS).read_text().endswith('"no effect", "recoveries": []}}\n')
+    assert done_trials(tmp_path / RESULTS) == {"hang-0"}
     plan = trial_plan(Settings(types=["hang", "nop"], trials_per_type=2))
     assert plan == [("hang", 0), ("nop", 0), ("hang", 1), ("nop", 1)]
 
