@@ -628,6 +628,7 @@ def run_trial(gen, fault_type: str, seed: int, s: Settings, kernel_world: Kernel
     record = {"trial": f"{fault_type}-{seed}", "type": fault_type, "seed": seed,
               "fault": fault.to_json(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for name, world in (("kernel", kernel_world), ("understudy", us_world)):
+        t_world = time.monotonic()
         try:
             record[name] = world.trial(fault, nbytes)
         except (TimeoutError, LabError, AgentGone, OSError) as e:
@@ -635,5 +636,7 @@ def run_trial(gen, fault_type: str, seed: int, s: Settings, kernel_world: Kernel
             # not an outcome of the fault. The world starts afresh.
             record[name] = {"outcome": "lab error", "error": f"{type(e).__name__}: {e}"[:2000]}
             world.close()
+        # All of the world's part, boot and clean-up included ("seconds" is the workload's).
+        record[name]["world_seconds"] = round(time.monotonic() - t_world, 1)
     record["seconds"] = round(time.monotonic() - t0, 1)
     return record
