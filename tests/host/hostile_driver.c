@@ -16,6 +16,8 @@
  *   tx-hole               answers every request but never completes a frame it
  *                         was given to send (a stuck transmitter)
  *   log-flood             sends 1000 LOG lines at once ("flood line N")
+ *   warn-storm            sends 5 WARNs 600 ms apart (scattered), waits 1.5 s,
+ *                         then 5 at once (a storm)
  *
  * In every mode a control thread answers the daemon's requests after
  * REGISTERED (OPEN, STOP, SET_*, ETHTOOL, PING), so configuration can be
@@ -311,6 +313,17 @@ static void release(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_R
 /* Polls (a stand-in need not sleep properly): each tx frame is copied into an
  * rx_fill buffer and published on rx, its tx buffer returned on tx_done. */
 /* Completes every frame it is given as dropped. */
+/* A WARN as the runtime reports one: where, then the text. */
+static void send_warn(int n)
+{
+	unsigned char body[sizeof(struct us_warn) + 32];
+	struct us_warn w = { .line = 100 + n };
+	strcpy(w.file, "hostile_driver.c");
+	memcpy(body, &w, sizeof w);
+	int len = snprintf((char *)body + sizeof w, 32, "WARN number %d", n);
+	send_msg(US_MSG_WARN, 0, body, sizeof w + len);
+}
+
 static void drop_all(void *rings, struct us_hello *hello)
 {
 	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
@@ -450,6 +463,14 @@ int main(int argc, char **argv)
 			memcpy(body, &l, sizeof l);
 			int len = snprintf((char *)body + sizeof l, 32, "flood line %d", i);
 			send_msg(US_MSG_LOG, 0, body, sizeof l + len);
+		}
+	} else if (!strcmp(mode, "warn-storm")) {
+		for (int i = 0; i < 10; i++) {
+			if (i < 5)
+				usleep(600 * 1000);
+			else if (i == 5)
+				usleep(1500 * 1000);
+			send_warn(i);
 		}
 	} else if (!strcmp(mode, "obedient")) {
 		drop_all(rings, &hello);

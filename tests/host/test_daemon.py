@@ -100,6 +100,16 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
         assert not bus_master_on(g, bdf) and interface_exists(g, "us0") and d.alive()
         d.stop()
 
+        # WARNs now and then are logged and counted; WARNs close together are a failing driver.
+        d = Daemon(g, bins, "warn-storm", "--warn-storm", "5", "--warn-window-ms", "1000")
+        assert d.cli("run", "--device", bdf, "--module", ko).returncode == 0
+        dead = d.wait_state(bdf, "dead", timeout=60)
+        assert "failing: 5 WARNs within 1000 ms" in dead["death"] and "ended by the daemon" in dead["death"], dead
+        assert dead["warnings"] == 10, "the five scattered WARNs did not end it: the burst did"
+        assert not bus_master_on(g, bdf) and interface_exists(g, "us0") and d.alive()
+        log = d.stop()
+        assert "driver WARN at hostile_driver.c:100: WARN number 0" in log, log
+
         for mode, cause in [("bad-rx-index", "rx ring: buffer 57005 is outside the pool"),
                             ("bad-message", "carrier.on = 7 is out of range"),
                             ("garbage-message", "protocol violation")]:

@@ -168,6 +168,10 @@ pub struct DeviceStatus {
     pub max_mtu: Option<u32>,
     /// Driver log lines dropped by the rate limit.
     pub log_lines_suppressed: u64,
+    /// WARNs the device's driver processes reported, all of them (their
+    /// lines in the log share the log's rate limit).
+    #[serde(default)]
+    pub warnings: u64,
     pub counters: Counters,
     /// The shared packet pool: buffers in all, and how many the host holds
     /// free (the rest are lent to the driver or hold frames it has not sent).

@@ -115,6 +115,9 @@ fn print_device(d: &DeviceStatus) {
             println!("    offloads {}", d.offloads.join(", "));
         }
     }
+    if d.warnings > 0 {
+        println!("    {} WARN(s) from the driver", d.warnings);
+    }
     if d.log_lines_suppressed > 0 {
         println!("    {} driver log lines dropped by the rate limit", d.log_lines_suppressed);
     }

@@ -30,7 +30,7 @@ use clap::Parser;
 
 use crate::policy::{AgentPolicy, OnExhausted};
 use crate::recovery::RestartPolicy;
-use crate::watchdog::Timeouts;
+use crate::watchdog::Detection;
 
 const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime/build/understudy-driver");
 
@@ -46,7 +46,8 @@ const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime
 /// A driver is alive while its control loop answers: each request must be
 /// answered in time and an idle driver is sent a PING every interval. A
 /// driver that misses a deadline is declared hung and handled like a dead
-/// one (`understudy status` says "hung: no reply to PING within N ms").
+/// one (`understudy status` says "hung: no reply to PING within N ms"); so
+/// is one that WARNs too often (--warn-storm).
 ///
 /// Exit status: 0 after a clean shutdown, 1 if it could not start (bad
 /// options or config, socket in use).
@@ -81,6 +82,14 @@ struct Args {
     /// within this is a hung driver (the kernel's transmit timeout, from outside).
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     tx_timeout_ms: u64,
+    /// A driver that WARNs this many times within --warn-window-ms is failing
+    /// and handled like a dead one (a WARN in its data path fires for every
+    /// frame); fewer are only logged. 0: never.
+    #[arg(long, default_value_t = 20)]
+    warn_storm: u32,
+    /// The window --warn-storm counts WARNs in.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    warn_window_ms: u64,
     /// Restart a device's driver process when it dies or hangs, at most this
     /// many times within --restart-window-s; then the interface is left down.
     /// 0: a dead driver stays dead.
@@ -132,12 +141,14 @@ fn main() -> ExitCode {
         },
         None => config::Config::default(),
     };
-    let timeouts = Timeouts {
+    let detection = Detection {
         ping_interval: Duration::from_millis(args.ping_interval_ms),
         ping: Duration::from_millis(args.ping_timeout_ms),
         request: Duration::from_millis(args.request_timeout_ms),
         probe: Duration::from_millis(args.probe_timeout_ms),
         tx: Duration::from_millis(args.tx_timeout_ms),
+        warns: args.warn_storm,
+        warn_window: Duration::from_millis(args.warn_window_ms),
     };
     let restarts = RestartPolicy {
         max: args.max_restarts,
@@ -156,7 +167,7 @@ fn main() -> ExitCode {
         retry_max: Duration::from_secs(args.retry_max_s.or(config.recovery.retry_max_s).unwrap_or(60).max(1)),
         hook,
     };
-    match server::serve(&args.socket, driver, timeouts, restarts, agent, config) {
+    match server::serve(&args.socket, driver, detection, restarts, agent, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

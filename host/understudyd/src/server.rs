@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::supervisor::{self, Handle, Setup};
 use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
-use crate::watchdog::Timeouts;
+use crate::watchdog::Detection;
 
 /// A device is `Starting` while `run` sets it up: a second `run` is refused
 /// from the first moment, not only once the first has finished.
@@ -30,7 +30,7 @@ enum Slot {
 
 struct Daemon {
     driver: PathBuf,
-    timeouts: Timeouts,
+    detection: Detection,
     restarts: RestartPolicy,
     agent: AgentPolicy,
     devices: Mutex<BTreeMap<PciAddress, Slot>>,
@@ -39,7 +39,7 @@ struct Daemon {
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
 /// of the config that cannot start is logged and left out, and the daemon
 /// serves the others (`understudy status` shows which run).
-pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: RestartPolicy, agent: AgentPolicy,
+pub fn serve(socket: &Path, driver: PathBuf, detection: Detection, restarts: RestartPolicy, agent: AgentPolicy,
              config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
@@ -51,7 +51,7 @@ pub fn serve(socket: &Path, driver: PathBuf, timeouts: Timeouts, restarts: Resta
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, timeouts, restarts, agent, devices: Mutex::new(BTreeMap::new()) });
+    let daemon = Arc::new(Daemon { driver, detection, restarts, agent, devices: Mutex::new(BTreeMap::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
         match daemon.run(&d.pci, &d.modules, d.ifname) {
@@ -196,7 +196,7 @@ impl Daemon {
             ifname,
             driver_binary: self.driver.clone(),
             geometry: Geometry::default(),
-            timeouts: self.timeouts,
+            detection: self.detection,
             restarts: self.restarts,
             agent: self.agent.clone(),
         };

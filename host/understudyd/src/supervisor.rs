@@ -34,7 +34,7 @@ use crate::recovery::{keep_record, phase_ms, round_ms, Recovery, RestartBudget, 
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::Tap;
 use crate::template::{self, SpawnError, Template};
-use crate::watchdog::{Timeouts, TxProgress, Watchdog};
+use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
 const KEEP_FOR_TX: usize = 512;
@@ -59,7 +59,7 @@ pub struct Setup {
     pub ifname: String,
     pub driver_binary: PathBuf,
     pub geometry: Geometry,
-    pub timeouts: Timeouts,
+    pub detection: Detection,
     pub restarts: RestartPolicy,
     pub agent: AgentPolicy,
 }
@@ -268,6 +268,7 @@ struct Supervisor {
     shadow: Option<NetShadow>,
     watchdog: Watchdog,
     tx_progress: TxProgress,
+    warn_storm: WarnStorm,
     log_limit: TokenBucket,
     commands: mpsc::Receiver<Command>,
     command_sender: mpsc::Sender<Command>,
@@ -347,6 +348,7 @@ impl Supervisor {
             min_mtu: None,
             max_mtu: None,
             log_lines_suppressed: 0,
+            warnings: 0,
             counters: Counters::default(),
             pool_buffers: g.pool_buffers,
             pool_free: shm.free_count(),
@@ -373,8 +375,9 @@ impl Supervisor {
             tap_multicast: Vec::new(),
             next_multicast_poll: now,
             shadow: None,
-            watchdog: Watchdog::new(setup.timeouts, now),
+            watchdog: Watchdog::new(setup.detection, now),
             tx_progress: TxProgress::new(now),
+            warn_storm: WarnStorm::new(setup.detection.warns, setup.detection.warn_window),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
             commands,
             command_sender,
@@ -572,7 +575,7 @@ impl Supervisor {
                 next = next.map(|n| n.min(t));
             }
             if self.shm.lent().tx > 0 {
-                next = next.map(|n| n.min(self.tx_progress.deadline(self.watchdog.timeouts().tx)));
+                next = next.map(|n| n.min(self.tx_progress.deadline(self.watchdog.detection().tx)));
             }
         }
         match next {
@@ -587,7 +590,7 @@ impl Supervisor {
             return Err(Fault::Io(verdict));
         }
         let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
-        let tx_timeout = self.watchdog.timeouts().tx;
+        let tx_timeout = self.watchdog.detection().tx;
         if self.tx_progress.overdue(now, self.shm.lent().tx, carrier, tx_timeout).is_some() {
             // Completions wake the daemon only when it asked for them: reap before judging.
             self.move_frames(false)?;
@@ -936,7 +939,16 @@ impl Supervisor {
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
-            DriverMessage::Warn { file, line, text } => warn!("{dev}: driver WARN at {file}:{line}: {text}"),
+            DriverMessage::Warn { file, line, text } => {
+                let now = Instant::now();
+                if self.log_limit.admit(now) {
+                    warn!("{dev}: driver WARN at {file}:{line}: {text}");
+                }
+                self.update(|s| s.warnings += 1);
+                if let Some(verdict) = self.warn_storm.warned(now) {
+                    return Err(Fault::Io(verdict));
+                }
+            }
         }
         Ok(())
     }
@@ -1129,8 +1141,10 @@ impl Supervisor {
         let device_stopped = Instant::now();
         let mut uncompleted = self.shm.reclaim_all();
         self.pending.clear();
-        self.watchdog = Watchdog::new(self.watchdog.timeouts(), seen_dead);
+        self.watchdog = Watchdog::new(self.watchdog.detection(), seen_dead);
         self.tx_progress = TxProgress::new(seen_dead);
+        let detection = self.watchdog.detection();
+        self.warn_storm = WarnStorm::new(detection.warns, detection.warn_window);
         // What the fresh driver must be given: the dead one's log, or, if it
         // died during a restart, the log that restart was replaying.
         let interrupted = self.recovery.take();

@@ -10,13 +10,15 @@
 //!
 //! A driver whose control loop answers may still have a dead data path:
 //! `TxProgress` applies the kernel's transmit-timeout rule (dev_watchdog)
-//! from outside.
+//! from outside. Or it may keep running into its own assertions:
+//! `WarnStorm` counts its WARNs.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// When a driver is declared failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
+pub struct Detection {
     /// How long the driver may stay idle before it is sent a PING.
     pub ping_interval: Duration,
     /// The reply deadline of a PING.
@@ -27,10 +29,13 @@ pub struct Timeouts {
     pub probe: Duration,
     /// Frames given to a driver with its link up must see a completion within this.
     pub tx: Duration,
+    /// This many WARNs within `warn_window` are a failing driver; 0: never.
+    pub warns: u32,
+    pub warn_window: Duration,
 }
 
 pub struct Watchdog {
-    timeouts: Timeouts,
+    detection: Detection,
     /// (seq, request name, its timeout), oldest first.
     outstanding: VecDeque<(u32, &'static str, Duration)>,
     head_since: Instant,
@@ -38,19 +43,19 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(timeouts: Timeouts, now: Instant) -> Self {
-        Watchdog { timeouts, outstanding: VecDeque::new(), head_since: now, idle_since: now }
+    pub fn new(detection: Detection, now: Instant) -> Self {
+        Watchdog { detection, outstanding: VecDeque::new(), head_since: now, idle_since: now }
     }
 
-    pub fn timeouts(&self) -> Timeouts {
-        self.timeouts
+    pub fn detection(&self) -> Detection {
+        self.detection
     }
 
     pub fn sent(&mut self, seq: u32, name: &'static str, now: Instant) {
         let timeout = match name {
-            "PING" => self.timeouts.ping,
-            "HELLO" | "PROBE" => self.timeouts.probe,
-            _ => self.timeouts.request,
+            "PING" => self.detection.ping,
+            "HELLO" | "PROBE" => self.detection.probe,
+            _ => self.detection.request,
         };
         if self.outstanding.is_empty() {
             self.head_since = now;
@@ -70,7 +75,7 @@ impl Watchdog {
     }
 
     pub fn ping_due(&self, now: Instant) -> bool {
-        self.outstanding.is_empty() && now >= self.idle_since + self.timeouts.ping_interval
+        self.outstanding.is_empty() && now >= self.idle_since + self.detection.ping_interval
     }
 
     /// The verdict on a driver that let its oldest request's deadline pass.
@@ -84,13 +89,13 @@ impl Watchdog {
     pub fn next_event(&self) -> Instant {
         match self.outstanding.front() {
             Some(&(_, _, timeout)) => self.head_since + timeout,
-            None => self.idle_since + self.timeouts.ping_interval,
+            None => self.idle_since + self.detection.ping_interval,
         }
     }
 }
 
 /// Whether a driver that holds frames to send completes any: while its
-/// link is up, frames it holds with no completion for `Timeouts::tx` mean a
+/// link is up, frames it holds with no completion for `Detection::tx` mean a
 /// stuck transmitter (a dead interrupt path, a wedged ring).
 pub struct TxProgress {
     since: Instant,
@@ -118,6 +123,40 @@ impl TxProgress {
     }
 }
 
+/// A driver that WARNs again and again: the kernel's `kernel.warn_limit`,
+/// counted over a sliding window instead of a lifetime, so that a WARN now
+/// and then (a driver's WARN_ON in a rare path) is only logged, but one in
+/// the data path, hit by every frame, ends the driver before its log
+/// drowns everything else.
+pub struct WarnStorm {
+    limit: u32,
+    window: Duration,
+    /// The times of the latest WARNs within the window, oldest first.
+    recent: VecDeque<Instant>,
+}
+
+impl WarnStorm {
+    pub fn new(limit: u32, window: Duration) -> Self {
+        WarnStorm { limit, window, recent: VecDeque::new() }
+    }
+
+    /// A WARN arrived at `now`; the verdict if it makes a storm.
+    pub fn warned(&mut self, now: Instant) -> Option<String> {
+        if self.limit == 0 {
+            return None;
+        }
+        while self.recent.front().is_some_and(|&t| now.saturating_duration_since(t) >= self.window) {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(now);
+        if self.recent.len() < self.limit as usize {
+            return None;
+        }
+        self.recent.clear();
+        Some(format!("failing: {} WARNs within {} ms", self.limit, self.window.as_millis()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +164,8 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn watchdog(t0: Instant) -> Watchdog {
-        Watchdog::new(Timeouts { ping_interval: 100 * MS, ping: 50 * MS, request: 500 * MS, probe: 5000 * MS, tx: 300 * MS }, t0)
+        Watchdog::new(Detection { ping_interval: 100 * MS, ping: 50 * MS, request: 500 * MS, probe: 5000 * MS, tx: 300 * MS,
+                                  warns: 3, warn_window: 1000 * MS }, t0)
     }
 
     #[test]
@@ -173,5 +213,18 @@ mod tests {
         tx.progressed(t0 + 500 * MS);
         assert_eq!(tx.overdue(t0 + 799 * MS, 3, true, 300 * MS), None);
         assert_eq!(tx.deadline(300 * MS), t0 + 800 * MS);
+    }
+
+    #[test]
+    fn warns_close_together_are_a_storm_and_scattered_ones_are_not() {
+        let t0 = Instant::now();
+        let mut storm = WarnStorm::new(3, 1000 * MS);
+        assert_eq!(storm.warned(t0), None);
+        assert_eq!(storm.warned(t0 + 600 * MS), None);
+        assert_eq!(storm.warned(t0 + 1000 * MS), None, "the first has left the window");
+        assert_eq!(storm.warned(t0 + 1599 * MS).as_deref(), Some("failing: 3 WARNs within 1000 ms"));
+        assert_eq!(storm.warned(t0 + 1600 * MS), None, "a verdict starts the count again");
+        let mut off = WarnStorm::new(0, 1000 * MS);
+        assert!((0..1000).all(|_| off.warned(t0).is_none()), "0: never");
     }
 }
