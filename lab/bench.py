@@ -34,13 +34,15 @@ def measure_traffic(guest: Guest, seconds: int) -> dict:
     whatever interface carries the guest's default route."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
-    tx = net.iperf3(guest, reverse=False, seconds=seconds)
+    sent = net.iperf3_run(guest, reverse=False, seconds=seconds)
+    tx = sent.pop("mbps")
     rx = net.iperf3(guest, reverse=True, seconds=seconds)
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
     p = net.ping(guest, count=100, interval=0.02)
-    return {"tx_mbps": tx, "rx_mbps": rx, "rtt_ms_median": p["rtt_ms_median"],
+    return {"tx_mbps": tx, "rx_mbps": rx, **{f"tx_{k}": v for k, v in sent.items()},
+            "rtt_ms_median": p["rtt_ms_median"],
             "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
             "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
             "cpu_utilisation": busy / elapsed / guest.cpus}
@@ -110,7 +112,8 @@ def cmd_baseline(args) -> int:
 
 
 NET_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",
-            "cpu_ns_per_byte", "cpu_utilisation"]
+            "cpu_ns_per_byte", "cpu_utilisation", "tx_rtt_ms_mean", "tx_cwnd_kib_max",
+            "tx_peer_window_kib_max"]
 # understudy ÷ in-kernel, of the medians: what running the driver in a process costs.
 NET_RATIOS = {"tx_ratio": "tx_mbps", "rx_ratio": "rx_mbps", "rtt_ratio": "rtt_ms_median",
               "cpu_per_byte_ratio": "cpu_ns_per_byte"}

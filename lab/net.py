@@ -150,6 +150,12 @@ def free_port() -> int:
 
 def iperf3(guest: Guest, reverse: bool, seconds: int = 5) -> float:
     """iperf3 through the NIC: Mbit/s received (guest→host, or host→guest with reverse)."""
+    return iperf3_run(guest, reverse, seconds)["mbps"]
+
+
+def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5) -> dict:
+    """iperf3 through the NIC: Mbit/s received and, guest→host, the sending
+    TCP's figures (sender_figures)."""
     port = free_port()
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "-B", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -159,10 +165,25 @@ def iperf3(guest: Guest, reverse: bool, seconds: int = 5) -> float:
         data = json.loads(res.out)
         if "error" in data:
             raise LabError(f"iperf3 failed: {data['error']}")
-        return data["end"]["sum_received"]["bits_per_second"] / 1e6
+        # Host→guest the sender is QEMU's slirp, whose TCP iperf3 cannot see into.
+        return {"mbps": data["end"]["sum_received"]["bits_per_second"] / 1e6,
+                **({} if reverse else sender_figures(data))}
     finally:
         server.kill()
         server.wait()
+
+
+def sender_figures(iperf_json: dict) -> dict:
+    """The sending TCP's view of a run (Linux tcp_info, as iperf3 -J reports
+    it): smoothed RTT, its largest congestion window and the largest window
+    the receiver offered, retransmits. Throughput is at most window ÷ RTT:
+    these say which of the two holds it back."""
+    s = iperf_json["end"]["streams"][0]["sender"]
+    kib = lambda v: round(v / 1024, 1) if v is not None else None  # noqa: E731
+    return {"rtt_ms_mean": s["mean_rtt"] / 1000 if s.get("mean_rtt") is not None else None,
+            "cwnd_kib_max": kib(s.get("max_snd_cwnd")),
+            "peer_window_kib_max": kib(s.get("max_snd_wnd")),
+            "retransmits": s.get("retransmits")}
 
 
 def cpu_busy_seconds(guest: Guest) -> float:
