@@ -1,6 +1,7 @@
 """In-kernel NIC drivers pass real traffic in the lab; NICs can be hot-(un)plugged."""
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -29,12 +30,17 @@ def test_sender_figures_come_from_a_real_iperf3_run():
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "-B", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        res = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J"],
-                             capture_output=True, text=True, timeout=30)
+        for _ in range(50):   # until the server listens
+            result = json.loads(subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J"],
+                                               capture_output=True, text=True, timeout=30).stdout)
+            if "Connection refused" not in result.get("error", ""):
+                break
+            time.sleep(0.1)
     finally:
         server.kill()
         server.wait()
-    figures = net.sender_figures(json.loads(res.stdout))
+    assert "error" not in result, result["error"]
+    figures = net.sender_figures(result)
     assert figures["rtt_ms_mean"] > 0 and figures["cwnd_kib_max"] > 0, figures
     assert figures["retransmits"] >= 0 and figures["peer_window_kib_max"] > 0, figures
 
