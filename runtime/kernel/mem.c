@@ -60,7 +60,7 @@ static struct {
 	u8 *page_order;		/* block order of each page, 0: never allocated */
 	void *free[MAX_ORDER_BITS];
 	unsigned long bump;	/* offset of the first never-used page */
-	unsigned long in_use;	/* bytes */
+	unsigned long in_use;	/* bytes, arena blocks and vmalloc areas */
 } region;
 
 int us_mem_init(void)
@@ -298,31 +298,51 @@ char *kstrdup(const char *s, gfp_t gfp)
 EXPORT_SYMBOL(kstrdup);
 
 /*
- * vmalloc space is not separate here: "virtually contiguous" memory is
- * arena memory like any other, so is_vmalloc_addr() is false for all of it
- * and the DMA API may map it directly.
+ * vmalloc areas are process memory with guard pages (ddekit_vmalloc), as in
+ * the kernel: outside the arena, so the DMA API refuses them as the kernel's
+ * debug checks would, and an overrun faults instead of corrupting a block.
  */
 void *vmalloc(unsigned long size)
 {
-	return us_alloc(size, GFP_KERNEL);
+	void *p = ddekit_vmalloc(size);
+
+	if (p)
+		region.in_use += PAGE_ALIGN(size);
+	return p;
 }
 EXPORT_SYMBOL(vmalloc);
 
 void *vzalloc(unsigned long size)
 {
-	return us_alloc(size, GFP_KERNEL | __GFP_ZERO);
+	return vmalloc(size);	/* fresh anonymous pages are zero */
 }
 EXPORT_SYMBOL(vzalloc);
 
 void vfree(const void *addr)
 {
-	us_free(addr);
+	unsigned long len;
+
+	if (!addr)
+		return;
+	len = ddekit_vfree(addr);
+	if (!len)
+		us_panic("vfree(%px): not the start of a vmalloc area", addr);
+	region.in_use -= len;
 }
 EXPORT_SYMBOL(vfree);
 
+bool is_vmalloc_addr(const void *x)
+{
+	return ddekit_is_vmalloc(x);
+}
+EXPORT_SYMBOL(is_vmalloc_addr);
+
 void kvfree(const void *addr)
 {
-	us_free(addr);
+	if (is_vmalloc_addr(addr))
+		vfree(addr);
+	else
+		us_free(addr);
 }
 EXPORT_SYMBOL(kvfree);
 
@@ -331,12 +351,6 @@ void *kvmalloc_node(size_t size, gfp_t flags, int node)
 	return us_alloc(size, flags);
 }
 EXPORT_SYMBOL(kvmalloc_node);
-
-bool is_vmalloc_addr(const void *x)
-{
-	return false;
-}
-EXPORT_SYMBOL(is_vmalloc_addr);
 
 /* ---- pages -------------------------------------------------------------- */
 

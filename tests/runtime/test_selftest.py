@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
-SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "checksum", "printk", "warn"]
+SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "vmalloc", "checksum", "printk", "warn"]
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +44,12 @@ def test_warn_once_is_reported_once_and_execution_continues(selftest_run):
     (1, r"BUG at .*selftest\.c:\d+"),
     (2, r"spinlock \S+ taken twice \(deadlock\)"),
     (3, r"sleeps in atomic context \(preempt count 0x1\)"),
+    (4, r"page fault at address 0x[0-9a-f]+000, rip understudy_selftest\+"),
 ])
 def test_a_broken_module_ends_the_process_with_the_reason(runtime_built, crash, reason):
-    """BUG() (ud2 via SIGILL), a self-deadlock and sleeping under a spinlock are
-    fatal, as in the kernel; module parameters are set like insmod's arguments."""
+    """BUG() (ud2 via SIGILL), a self-deadlock, sleeping under a spinlock and
+    running off the end of a vmalloc area (its guard page) are fatal, as in the
+    kernel; module parameters are set like insmod's arguments."""
     res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF),
                           "--module", str(BUILD / "understudy-selftest.ko"),
                           "--param", f"understudy_selftest.crash={crash}"],

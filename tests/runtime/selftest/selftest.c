@@ -400,10 +400,6 @@ static void test_warn(void)
 }
 
 /*
- * crash=N: instead of the tests, do what a broken driver does; the runtime
- * must end the process with the reason (understudy-driver exits 70).
- */
-/*
  * skb_checksum_help(): a checksum the stack left to the hardware
  * (CHECKSUM_PARTIAL: the pseudo-header sum in the field, csum_start and
  * csum_offset set) is completed in software when the driver cannot, as for a
@@ -447,9 +443,41 @@ static void test_checksum(void)
 	kfree_skb(skb);
 }
 
+/* ---- vmalloc ---------------------------------------------------------------- */
+
+/*
+ * vmalloc areas are page-aligned and zeroed, lie outside the DMA arena,
+ * count in the runtime's memory use and are freed by vfree and kvfree
+ * alike; running off the end of one faults (crash=4).
+ */
+static void test_vmalloc(void)
+{
+	unsigned long mem = us_mem_in_use();
+	u8 *small = vzalloc(100), *big = vmalloc(3 * PAGE_SIZE);
+	void *block = kmalloc(64, GFP_KERNEL);
+
+	CHECK(small && big && block);
+	CHECK(PAGE_ALIGNED(small) && PAGE_ALIGNED(big));
+	CHECK(small[0] == 0 && small[PAGE_SIZE - 1] == 0);
+	CHECK(is_vmalloc_addr(small) && is_vmalloc_addr(big + 3 * PAGE_SIZE - 1));
+	CHECK(!is_vmalloc_addr(big + 3 * PAGE_SIZE) && !is_vmalloc_addr(block));
+	memset(big, 0x5a, 3 * PAGE_SIZE);
+	CHECK(us_mem_in_use() == mem + 4 * PAGE_SIZE + 64);
+	vfree(small);
+	kvfree(big);
+	kvfree(block);
+	CHECK(us_mem_in_use() == mem);
+	CHECK(!is_vmalloc_addr(small));
+}
+
+/*
+ * crash=N: instead of the tests, do what a broken driver does; the runtime
+ * must end the process with the reason (understudy-driver exits 70).
+ */
 static int crash;
 module_param(crash, int, 0);
-MODULE_PARM_DESC(crash, "1 BUG(), 2 a spinlock taken twice, 3 msleep with a spinlock held");
+MODULE_PARM_DESC(crash, "1 BUG(), 2 a spinlock taken twice, 3 msleep with a spinlock held, "
+		 "4 a store past the end of a vmalloc area");
 
 static DEFINE_SPINLOCK(crash_lock);
 
@@ -466,6 +494,13 @@ static int do_crash(void)
 		spin_lock(&crash_lock);
 		msleep(1);
 		break;
+	case 4: {
+		/* As e1000 with a corrupt ring index: its RX buffer_info is one page. */
+		u64 *buffer_info = vzalloc(PAGE_SIZE);
+
+		WRITE_ONCE(buffer_info[PAGE_SIZE / sizeof(*buffer_info)], 0);
+		break;
+	}
 	}
 	return -EINVAL;	/* still alive: the runtime missed it */
 }
@@ -479,6 +514,7 @@ static int __init selftest_init(void)
 	run("workqueues", test_workqueues);
 	run("napi", test_napi);
 	run("skb", test_skb);
+	run("vmalloc", test_vmalloc);
 	run("checksum", test_checksum);
 	run("printk", test_printk);
 	run("warn", test_warn);
