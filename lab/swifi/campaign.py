@@ -55,6 +55,8 @@ FAULT_FILE, TRIGGER = "/tmp/swifi-fault.json", "/tmp/swifi-go"
 RESULTS = "trials.jsonl"
 NOT_INJECTED = "not injected"
 KERNEL_OUTCOMES = ["guest crash", "guest hang", "driver failure", "no effect"]
+# The in-kernel outcomes the headline is about: the fault took the machine down.
+SEVERE = {"guest crash", "guest hang"}
 UNDERSTUDY_OUTCOMES = ["recovered transparently", "recovered, app-visible error", "not recovered",
                        "daemon failure", "no effect", "guest crash", "guest hang"]
 # Soft lockups are reported after 2 x watchdog_thresh s, RCU stalls after the
@@ -85,6 +87,9 @@ class Settings:
     jobs: int = 1
     out: Path = Path("swifi-results")
     resume: bool = False
+    # With resume: trials to run again although done, or "severe" for all whose
+    # in-kernel world crashed or hung the guest (after a change to understudy).
+    rerun: list[str] = field(default_factory=list)
     megabytes: int = 24
     ping_interval_ms: int = 100
     ping_timeout_ms: int = 1000
@@ -144,15 +149,15 @@ def trial_plan(s: Settings) -> list[tuple[str, int]]:
     return [(t, seed) for seed in range(s.trials_per_type) for t in s.types]
 
 
-def read_results(path: Path) -> tuple[dict[str, dict], int]:
-    """The last record of each trial in a results file, in file order, and how
-    many earlier records of the same trials they replace (a resumed campaign
-    runs a trial the lab failed again). A last line cut short by a killed run
-    is left out, so its trial runs again; any other line that is not a record
-    is an error."""
+def read_results(path: Path) -> tuple[dict[str, dict], list[dict]]:
+    """The last record of each trial in a results file, in file order, and the
+    earlier records of the same trials they replace (a resumed campaign runs a
+    trial the lab failed again, and --rerun runs chosen ones again). A last
+    line cut short by a killed run is left out, so its trial runs again; any
+    other line that is not a record is an error."""
     lines = path.read_text().splitlines()
     latest: dict[str, dict] = {}
-    replaced = 0
+    replaced: list[dict] = []
     for n, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
@@ -161,8 +166,8 @@ def read_results(path: Path) -> tuple[dict[str, dict], int]:
             if n == len(lines):
                 break
             raise LabError(f"{path}:{n} is not a trial record") from None
-        replaced += name in latest
-        latest.pop(name, None)
+        if name in latest:
+            replaced.append(latest.pop(name))
         latest[name] = record
     return latest, replaced
 
@@ -183,11 +188,22 @@ def lab_failed(record: dict) -> bool:
     return any(record.get(world, {}).get("outcome") == "lab error" for world in ("kernel", "understudy"))
 
 
-def done_trials(path: Path) -> set[str]:
-    """Trials --resume skips: those with a record the lab did not fail."""
+def done_trials(path: Path, rerun: list[str] = ()) -> set[str]:
+    """Trials --resume skips: those with a record the lab did not fail, but
+    for the trials named in `rerun` ("severe": every trial whose in-kernel
+    world crashed or hung the guest)."""
     if not path.exists():
         return set()
-    return {name for name, record in read_results(path)[0].items() if not lab_failed(record)}
+    latest = read_results(path)[0]
+    unknown = [name for name in rerun if name != "severe" and name not in latest]
+    if unknown:
+        raise LabError(f"no trial {', '.join(unknown)} in {path} to run again",
+                       hint='trial names are TYPE-SEED, as in the report; or "severe"')
+    again = set(rerun)
+    if "severe" in again:
+        again |= {name for name, record in latest.items()
+                  if record.get("kernel", {}).get("outcome") in SEVERE}
+    return {name for name, record in latest.items() if not lab_failed(record) and name not in again}
 
 
 # -- the workload and what the guest looks like afterwards ------------------------
@@ -571,7 +587,7 @@ def run_campaign(s: Settings) -> Path:
         raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
     if s.resume:
         drop_cut_line(results)
-    done = done_trials(results) if s.resume else set()
+    done = done_trials(results, s.rerun) if s.resume else set()
     plan = [(t, seed) for t, seed in trial_plan(s) if f"{t}-{seed}" not in done]
     commit = _source_commit()
     meta = {"driver": dev.driver, "device": dev.name, "module_sha256": gen.m.sha256,

@@ -77,7 +77,8 @@ def cmd_campaign(args) -> int:
     types = args.types.split(",") if args.types else list(faults.FAULT_TYPES)
     s = Settings(driver=args.driver, types=types, trials_per_type=args.trials_per_type,
                  faults_per_trial=args.faults_per_trial, jobs=args.jobs, out=Path(args.out),
-                 resume=args.resume, megabytes=args.megabytes,
+                 resume=args.resume or bool(args.rerun), megabytes=args.megabytes,
+                 rerun=args.rerun.split(",") if args.rerun else [],
                  ping_interval_ms=args.ping_interval_ms, ping_timeout_ms=args.ping_timeout_ms)
     if s.jobs < 1 or s.trials_per_type < 1 or s.faults_per_trial < 1:
         raise LabError("--jobs, --trials-per-type and --faults-per-trial must be at least 1")
@@ -133,6 +134,10 @@ def add_commands(sub) -> None:
                    help="trials at once; each job runs two guests (one per world)")
     c.add_argument("--out", default="swifi-results", help="results directory")
     c.add_argument("--resume", action="store_true", help="skip trials already in OUT")
+    c.add_argument("--rerun", metavar="TRIALS",
+                   help="with --resume implied: run these finished trials again (comma list of "
+                        "TYPE-SEED, or \"severe\" for every trial that crashed or hung the guest "
+                        "in-kernel, to measure a change to understudy); the report counts the last record")
     c.add_argument("--megabytes", type=int, default=24, help="bytes each transfer moves, MiB")
     c.add_argument("--ping-interval-ms", type=int, default=100,
                    help="understudyd's heartbeat interval for the driver")

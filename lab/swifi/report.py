@@ -16,10 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import LabError
-from .campaign import KERNEL_OUTCOMES, NOT_INJECTED, RESULTS, UNDERSTUDY_OUTCOMES, read_results
+from .campaign import KERNEL_OUTCOMES, NOT_INJECTED, RESULTS, SEVERE, UNDERSTUDY_OUTCOMES, lab_failed, read_results
 from .faults import FAULT_TYPES
 
-SEVERE = {"guest crash", "guest hang"}
 UNAFFECTED = {"recovered transparently", "no effect"}
 OTHER = [NOT_INJECTED, "lab error"]
 
@@ -31,7 +30,9 @@ def load(directory: Path) -> dict:
     latest, replaced = read_results(path)
     meta_path = directory / "campaign.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    return {"meta": meta, "trials": list(latest.values()), "rerun": replaced}
+    return {"meta": meta, "trials": list(latest.values()),
+            "lab_errors_rerun": sum(map(lab_failed, replaced)),
+            "chosen_rerun": len({r["trial"] for r in replaced if not lab_failed(r)})}
 
 
 def _table(trials: list[dict], world: str, outcomes: list[str]) -> dict:
@@ -65,7 +66,8 @@ def summarize(data: dict) -> dict:
                          for tr in severe if tr not in survived],
         "recovery_first_packet_ms": sorted(latencies),
         "commits": dict(Counter(tr.get("commit", "unrecorded") for tr in trials)),
-        "lab_errors_rerun": data.get("rerun", 0),
+        "lab_errors_rerun": data.get("lab_errors_rerun", 0),
+        "chosen_rerun": data.get("chosen_rerun", 0),
     }
 
 
@@ -98,8 +100,13 @@ def headline(summary: dict) -> str:
 
 def provenance(summary: dict) -> str:
     runs = ", ".join(f"{c[:12]} ({n} trial{'' if n == 1 else 's'})" for c, n in summary["commits"].items())
-    rerun = summary["lab_errors_rerun"]
-    return f"run at {runs}" + (f"; {rerun} trial(s) the lab failed were run again" if rerun else "")
+    text = f"run at {runs}"
+    if summary["lab_errors_rerun"]:
+        text += f"; {summary['lab_errors_rerun']} trial(s) the lab failed were run again"
+    if summary["chosen_rerun"]:
+        text += (f"; {summary['chosen_rerun']} finished trial(s) were run again with --rerun "
+                 "(their last record counts)")
+    return text
 
 
 def text_report(summary: dict) -> str:

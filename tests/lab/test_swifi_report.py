@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The campaign's bookkeeping without a VM: the report's counts and headline,
 its plot, the commits it records, and --resume's reading of a results file (a
-line a killed run cut short, trials the lab failed run again)."""
+line a killed run cut short, trials the lab failed run again, --rerun)."""
 import json
 
 import pytest
@@ -70,6 +70,22 @@ def test_resume_runs_again_a_trial_the_lab_failed_and_the_report_keeps_its_last_
     assert s["trials"] == 2 and s["kernel_crash_or_hang"] == 1 and s["survival_pct"] == 100
     assert "lab error" not in s["kernel"]["columns"]
     assert s["lab_errors_rerun"] == 1 and "1 trial(s) the lab failed were run again" in text_report(s)
+
+
+def test_rerun_runs_chosen_or_severe_trials_again_and_the_report_says_so(tmp_path):
+    write(tmp_path, [trial("hang-0", "guest hang", "not recovered"),
+                     trial("null-0", "guest crash", "recovered transparently"),
+                     trial("nop-0", "no effect", "no effect")])
+    path = tmp_path / RESULTS
+    assert done_trials(path, ["nop-0"]) == {"hang-0", "null-0"}
+    assert done_trials(path, ["severe"]) == {"nop-0"}
+    with pytest.raises(LabError, match="no trial loop-7"):
+        done_trials(path, ["loop-7"])
+    with open(path, "a") as f:    # what the rerun appended
+        f.write(json.dumps(trial("hang-0", "guest hang", "recovered transparently")) + "\n")
+    s = summarize(load(tmp_path))
+    assert s["survival_pct"] == 100 and s["lab_errors_rerun"] == 0 and s["chosen_rerun"] == 1
+    assert "1 finished trial(s) were run again with --rerun" in text_report(s)
 
 
 def test_a_results_file_with_a_bad_line_before_its_end_is_refused(tmp_path):
