@@ -588,7 +588,8 @@ def run_campaign(s: Settings) -> Path:
     if s.resume:
         drop_cut_line(results)
     done = done_trials(results, s.rerun) if s.resume else set()
-    plan = [(t, seed) for t, seed in trial_plan(s) if f"{t}-{seed}" not in done]
+    whole = trial_plan(s)
+    plan = [(t, seed) for t, seed in whole if f"{t}-{seed}" not in done]
     commit = _source_commit()
     meta = {"driver": dev.driver, "device": dev.name, "module_sha256": gen.m.sha256,
             "abi": config.kernel().release, "faults_per_trial": s.faults_per_trial,
@@ -596,7 +597,7 @@ def run_campaign(s: Settings) -> Path:
             "ping_timeout_ms": s.ping_timeout_ms, "types": s.types,
             "trials_per_type": s.trials_per_type, "command": _command_line(), "commit": commit}
     (s.out / "campaign.json").write_text(json.dumps(meta, indent=2) + "\n")
-    log(f"{len(plan)} trial(s) to run ({len(done)} already done), {s.jobs} job(s); "
+    log(f"{len(plan)} trial(s) to run ({len(whole) - len(plan)} already done), {s.jobs} job(s); "
         f"{dev.driver} sha256 {gen.m.sha256[:16]}…; results in {results}")
     todo: queue.Queue = queue.Queue()
     for item in plan:
