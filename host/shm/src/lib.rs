@@ -72,6 +72,10 @@ impl Geometry {
         if self.buffer_size == 0 || self.buffer_size > u16::MAX as u32 {
             return bad(format!("buffer size {} does not fit a ring entry's u16 length", self.buffer_size));
         }
+        if self.pool_size() % 4096 != 0 {
+            // The IOMMU maps the pool on its own (read-only for the device).
+            return bad(format!("a pool of {} bytes is not whole 4 KiB pages", self.pool_size()));
+        }
         if self.pool_size() >= self.arena_size {
             return bad(format!("a pool of {} bytes leaves no runtime memory in a {}-byte arena", self.pool_size(), self.arena_size));
         }

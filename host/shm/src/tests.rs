@@ -457,3 +457,15 @@ fn rx_checksum_flag_is_passed_on_and_other_bits_are_violations() {
     driver.produce(RING_RX, fill.buf, 60, 0x4);
     assert!(violation(host.take_rx(&mut Vec::new())).contains("reserved flags"));
 }
+
+#[test]
+fn a_geometry_the_iommu_or_the_runtime_cannot_map_is_refused() {
+    let refused = |g: Geometry| match SharedMemory::create(g) {
+        Err(ShmError::Geometry(why)) => why,
+        other => panic!("accepted: {:?}", other.map(|_| ())),
+    };
+    assert!(refused(Geometry { buffer_size: 1500, ..GEOMETRY }).contains("not whole 4 KiB pages"));
+    assert!(refused(Geometry { ring_size: 6, ..GEOMETRY }).contains("not a power of two"));
+    assert!(refused(Geometry { pool_buffers: 512, ..GEOMETRY }).contains("leaves no runtime memory"));
+    assert!(refused(Geometry { arena_iova: 0xffff_0000, ..GEOMETRY }).contains("below 4 GiB"));
+}

@@ -21,7 +21,7 @@ use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQue
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6,
                           RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 use understudy_shm::{Geometry, SharedMemory, ShmError, TxFrame};
-use understudy_vfio::{bus_master_enabled, PciAddress, Vfio};
+use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Vfio, VfioError};
 
 use crate::coalesce::{Coalescer, RxMeta};
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
@@ -310,12 +310,26 @@ struct PendingRetry {
     device_stop: DeviceStop,
 }
 
+/// Maps the arena for the device's DMA (docs/protocol.md): the runtime's
+/// part read-write, the packet pool read-only. The device has no business
+/// writing the pool (received frames are copied into it by the driver
+/// process), so a driver that points its device's receive descriptors at
+/// pool buffers cannot have it overwrite frames the host still holds and
+/// would give a restarted driver again.
+fn map_arena(vfio: &mut Vfio, shm: &SharedMemory) -> Result<(), VfioError> {
+    let g = shm.geometry();
+    let (base, pool) = (shm.arena().base(), g.pool_size());
+    vfio.map_dma(base, g.arena_iova, pool, DeviceAccess::Read)?;
+    // SAFETY: pool < arena_size: the pointer stays inside the arena mapping.
+    vfio.map_dma(unsafe { base.add(pool as usize) }, g.arena_iova + pool, g.arena_size - pool, DeviceAccess::ReadWrite)
+}
+
 impl Supervisor {
     fn new(setup: Setup) -> Result<Self, String> {
         let mut vfio = Vfio::open(&setup.device).map_err(|e| e.to_string())?;
         let shm = SharedMemory::create(setup.geometry).map_err(|e| e.to_string())?;
         let g = setup.geometry;
-        vfio.map_dma(shm.arena().base(), g.arena_iova, g.arena_size).map_err(|e| e.to_string())?;
+        map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
         let tap = Tap::create(&setup.ifname).map_err(|e| e.to_string())?;
         let ifindex = tap.ifindex().map_err(|e| e.to_string())?;
         let links = LinkMonitor::open().map_err(|e| format!("cannot watch {} through rtnetlink: {e}", setup.ifname))?;
@@ -1465,10 +1479,8 @@ impl Supervisor {
         info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.vfio.address());
         let recovery = Recovery::new(retry.cause.clone(), retry.log.clone(), Vec::new(), now, self.last_packet);
         // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
-        let g = self.shm.geometry();
         let mapped = match self.vfio.mapped_bytes() {
-            0 => self.vfio.map_dma(self.shm.arena().base(), g.arena_iova, g.arena_size)
-                .map_err(|e| format!("cannot map the arena again: {e}")),
+            0 => map_arena(&mut self.vfio, &self.shm).map_err(|e| format!("cannot map the arena again: {e}")),
             _ => Ok(()),
         };
         match mapped.map_err(|why| (why, Vec::new())).and_then(|()| self.restart(recovery, &retry.device_stop)) {

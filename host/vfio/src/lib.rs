@@ -134,6 +134,13 @@ fn ioctl_val(fd: BorrowedFd, request: libc::c_ulong, arg: libc::c_ulong) -> io::
     if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
 }
 
+/// What a device may do with memory mapped for its DMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceAccess {
+    Read,
+    ReadWrite,
+}
+
 /// An opened device with its container and group, and the DMA mappings made.
 pub struct Vfio {
     addr: PciAddress,
@@ -206,10 +213,14 @@ impl Vfio {
         self.device.as_fd()
     }
 
-    /// Maps `size` bytes at `vaddr` (host memory) for device DMA at `iova`.
-    pub fn map_dma(&mut self, vaddr: *mut u8, iova: u64, size: u64) -> Result<(), VfioError> {
+    /// Maps `size` bytes at `vaddr` (host memory) for device DMA at `iova`;
+    /// with `DeviceAccess::Read` the IOMMU refuses the device's writes there.
+    pub fn map_dma(&mut self, vaddr: *mut u8, iova: u64, size: u64, access: DeviceAccess) -> Result<(), VfioError> {
         let mut map: DmaMap = sized(|m: &mut DmaMap| {
-            m.flags = VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE;
+            m.flags = match access {
+                DeviceAccess::Read => VFIO_DMA_MAP_FLAG_READ,
+                DeviceAccess::ReadWrite => VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
+            };
             m.vaddr = vaddr as u64;
             m.iova = iova;
             m.size = size;
