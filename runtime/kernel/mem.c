@@ -333,7 +333,8 @@ EXPORT_SYMBOL(vfree);
 
 bool is_vmalloc_addr(const void *x)
 {
-	return ddekit_is_vmalloc(x);
+	/* Asked for every dma_map_single(): the arena's memory answers at once. */
+	return !us_in_dma_region(x, 1) && ddekit_is_vmalloc(x);
 }
 EXPORT_SYMBOL(is_vmalloc_addr);
 
