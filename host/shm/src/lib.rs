@@ -55,6 +55,9 @@ impl Default for Geometry {
     }
 }
 
+/// The granule of the IOMMU mappings (and of the driver's memory protections).
+const IOMMU_PAGE: u64 = 4096;
+
 impl Geometry {
     pub fn pool_size(&self) -> u64 {
         self.pool_buffers as u64 * self.buffer_size as u64
@@ -72,7 +75,7 @@ impl Geometry {
         if self.buffer_size == 0 || self.buffer_size > u16::MAX as u32 {
             return bad(format!("buffer size {} does not fit a ring entry's u16 length", self.buffer_size));
         }
-        if self.pool_size() % 4096 != 0 {
+        if self.pool_size() & (IOMMU_PAGE - 1) != 0 {
             // The IOMMU maps the pool on its own (read-only for the device).
             return bad(format!("a pool of {} bytes is not whole 4 KiB pages", self.pool_size()));
         }
@@ -338,8 +341,9 @@ impl SharedMemory {
         Ok(lent)
     }
 
-    /// Whether the driver asked to be woken for `tx` or `rx_fill` (and clears it).
-    pub fn driver_wants_kick(&self) -> bool {
+    /// Whether the driver asked to be woken for `tx` or `rx_fill` and either
+    /// has entries it has not been told of (and clears the request).
+    pub fn driver_wants_kick(&mut self) -> bool {
         // Both flags are taken: one eventfd covers both rings the driver consumes.
         let tx = self.tx.take_wakeup(&self.rings);
         let fill = self.rx_fill.take_wakeup(&self.rings);

@@ -89,11 +89,13 @@ pub struct Producer {
     ring: usize,
     head: u32,
     tail: u32,
+    /// `head` when a wakeup was last considered (`take_wakeup`).
+    announced: u32,
 }
 
 impl Producer {
     pub fn new(ring: usize) -> Self {
-        Producer { ring, head: 0, tail: 0 }
+        Producer { ring, head: 0, tail: 0, announced: 0 }
     }
 
     /// Re-reads the driver's `tail`; it may only have moved forward, up to `head`.
@@ -129,8 +131,16 @@ impl Producer {
         rings.head(self.ring).store(self.head, Ordering::Release);
     }
 
-    /// sDDF's rule: signal only a consumer that said it sleeps, and clear its flag.
-    pub fn take_wakeup(&self, rings: &Rings) -> bool {
+    /// sDDF's rule: signal only a consumer that said it sleeps, and clear its
+    /// flag — and only for entries published since the last call. A consumer
+    /// that announced its sleep after those re-checked `head` and saw them,
+    /// so without new entries a signal would only wake it for nothing (as
+    /// every batch of received frames woke the driver's transmit thread).
+    pub fn take_wakeup(&mut self, rings: &Rings) -> bool {
+        if self.head == self.announced {
+            return false;
+        }
+        self.announced = self.head;
         rings.consumer_waiting(self.ring).swap(0, Ordering::AcqRel) != 0
     }
 }

@@ -239,6 +239,9 @@ fn wakeups_follow_the_consumer_waiting_flag() {
     send_one(&mut host, &[0; 60]);
     assert!(!host.driver_wants_kick());
     driver.rings.consumer_waiting(RING_TX).store(1, Ordering::Release);
+    assert!(!host.driver_wants_kick(), "nothing new: the sleeper's own re-check saw that frame");
+    assert_eq!(driver.rings.consumer_waiting(RING_TX).load(Ordering::Acquire), 1);
+    send_one(&mut host, &[0; 60]);
     assert!(host.driver_wants_kick());
     assert!(!host.driver_wants_kick(), "the flag is cleared by the signal");
     assert!(host.prepare_to_sleep(true));
