@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,7 +189,7 @@ def lab_failed(record: dict) -> bool:
     return any(record.get(world, {}).get("outcome") == "lab error" for world in ("kernel", "understudy"))
 
 
-def done_trials(path: Path, rerun: list[str] = ()) -> set[str]:
+def done_trials(path: Path, rerun: Sequence[str] = ()) -> set[str]:
     """Trials --resume skips: those with a record the lab did not fail, but
     for the trials named in `rerun` ("severe": every trial whose in-kernel
     world crashed or hung the guest)."""
