@@ -324,6 +324,12 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
                         st = wait_received(daemon, bdf, target, transfer, timeout=180)
                         host_kill_times.append(time.time())
                         at, detect_ms = fire_hang(hang)
+                    except LabError as e:
+                        # Most likely the daemon restarted the driver meanwhile: say why.
+                        now = daemon.status()[bdf]
+                        last = (now["recoveries"] or [{}])[-1]
+                        raise LabError(f"{e} (the daemon's driver is now process {now['pid']}; "
+                                       f"its last recovery: {last.get('cause', 'none')})") from None
                     finally:
                         hang.kill()
                     kill_times.append(at)
