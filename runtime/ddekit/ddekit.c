@@ -312,6 +312,9 @@ void *ddekit_zalloc(unsigned long size)
 	return calloc(1, size);
 }
 
+/* x86-64's base page: the granule of mprotect and of the guard pages. */
+#define VMALLOC_PAGE 4096UL
+
 struct vmalloc_area {
 	char *start;
 	size_t len;		/* page-aligned; a guard page on each side */
@@ -323,7 +326,7 @@ static pthread_mutex_t vmalloc_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void *ddekit_vmalloc(unsigned long size)
 {
-	size_t page = sysconf(_SC_PAGESIZE);
+	const size_t page = VMALLOC_PAGE;
 	size_t len = (size + page - 1) & ~(page - 1);
 	struct vmalloc_area *area;
 	char *guarded;
@@ -365,7 +368,7 @@ static struct vmalloc_area **find_vmalloc_area(const char *p)
 
 unsigned long ddekit_vfree(const void *addr)
 {
-	size_t page = sysconf(_SC_PAGESIZE);
+	const size_t page = VMALLOC_PAGE;
 	struct vmalloc_area **link, *area = NULL;
 	size_t len = 0;
 

@@ -9,6 +9,7 @@ count the segments). Then the driver process is killed mid-transfer and the
 daemon, the device and us0 are checked.
 """
 import re
+import time
 
 import pytest
 
@@ -92,3 +93,40 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         assert d.alive()
         log = d.stop()
         assert "driver died" in log, log
+
+
+def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_leftover_qemu, bins):
+    """SIGKILL of understudyd itself: nobody can clean up after it, so what it owns must
+    be released by the kernel (its driver processes die with it, the device is quiesced
+    when its VFIO fds close, the TAP goes with its fd), and a new daemon started on the
+    same socket path takes the same device and carries traffic again."""
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        ko = understudy.module_path(g, "e1000")
+        understudy.bind_vfio(g, bdf)
+        first = understudy.Daemon(g, bins)
+        first.run(bdf, [ko])
+        pid = first.wait_state(bdf, "registered", timeout=120)["pid"]
+        assert understudy.bus_master_on(g, bdf)
+
+        first.proc.kill(9)
+        first.proc.wait(30)
+        deadline = time.monotonic() + 10
+        while (understudy.driver_pids(g, bins["driver"]) or understudy.interface_exists(g, "us0")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not understudy.driver_pids(g, bins["driver"]), f"driver process {pid} outlived its daemon"
+        assert not understudy.interface_exists(g, "us0"), "us0 outlived the daemon that held its fd"
+        assert not understudy.bus_master_on(g, bdf), "the device still masters the bus"
+        assert understudy.bound_driver(g, bdf) == "vfio-pci"
+
+        second = understudy.Daemon(g, bins)   # the same socket path: the stale socket is replaced
+        second.run(bdf, [ko])
+        assert second.wait_state(bdf, "registered", timeout=120)["pid"] != pid
+        g.run(f"ip link set us0 up && ip addr add {net.GUEST_ADDRESS} dev us0 && "
+              f"ip route replace default via {SLIRP_GATEWAY} dev us0", check=True)
+        second.wait_state(bdf, "open", timeout=30, carrier=True)
+        p = net.ping(g, count=20, interval=0.05)
+        assert p["loss_pct"] == 0, p
+        assert "driver died" not in second.stop()
