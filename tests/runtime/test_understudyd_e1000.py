@@ -36,12 +36,18 @@ def e1000_stat(d: understudy.Daemon, bdf: str, name: str) -> int:
     return int(found.group(1))
 
 
+def e1000_for_vfio(g: Guest) -> tuple[str, str]:
+    """The guest's e1000 handed to vfio-pci; its address and Debian's module file."""
+    bdf = g.pci_address("nic0")
+    understudy.prepare(g)
+    ko = understudy.module_path(g, "e1000")
+    understudy.bind_vfio(g, bdf)
+    return bdf, ko
+
+
 def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_leftover_qemu, bins):
     with Guest(devices=["e1000"]) as g:
-        bdf = g.pci_address("nic0")
-        understudy.prepare(g)
-        ko = understudy.module_path(g, "e1000")
-        understudy.bind_vfio(g, bdf)
+        bdf, ko = e1000_for_vfio(g)
         d = understudy.Daemon(g, bins)
         d.run(bdf, [ko])
         registered = d.wait_state(bdf, "registered", timeout=120)
@@ -101,10 +107,7 @@ def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_lefto
     when its VFIO fds close, the TAP goes with its fd), and a new daemon started on the
     same socket path takes the same device and carries traffic again."""
     with Guest(devices=["e1000"]) as g:
-        bdf = g.pci_address("nic0")
-        understudy.prepare(g)
-        ko = understudy.module_path(g, "e1000")
-        understudy.bind_vfio(g, bdf)
+        bdf, ko = e1000_for_vfio(g)
         first = understudy.Daemon(g, bins)
         first.run(bdf, [ko])
         pid = first.wait_state(bdf, "registered", timeout=120)["pid"]
@@ -124,9 +127,7 @@ def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_lefto
         second = understudy.Daemon(g, bins)   # the same socket path: the stale socket is replaced
         second.run(bdf, [ko])
         assert second.wait_state(bdf, "registered", timeout=120)["pid"] != pid
-        g.run(f"ip link set us0 up && ip addr add {net.GUEST_ADDRESS} dev us0 && "
-              f"ip route replace default via {SLIRP_GATEWAY} dev us0", check=True)
-        second.wait_state(bdf, "open", timeout=30, carrier=True)
+        net.bring_up_iface(g, "us0")
         p = net.ping(g, count=20, interval=0.05)
         assert p["loss_pct"] == 0, p
         assert "driver died" not in second.stop()
