@@ -1,0 +1,1 @@
+"""One-off measurements behind figures in docs/ (each names the page it serves)."""

@@ -1,0 +1,230 @@
+"""Where one ping's time goes through understudy: a timeline from the guest kernel's tracer.
+
+Boots a lab guest with an e1000, brings up us0 behind understudyd (the release
+build, as `bench net`), turns on the guest kernel's tracepoints with the
+monotonic clock -- scheduler wakeups and switches, interrupt handlers, us0's
+transmit and receive, and the system calls of the daemon and the driver
+process -- and sends pings spaced apart so that every thread sleeps between
+them. For each ping it finds the hops between the echo request leaving the
+stack on us0 and the reply coming back, and prints their medians:
+
+    python3 -m lab.experiments.ping_trace --pings 30 [--json] [--dump FILE]
+
+The tracer costs a little per event but, unlike strace, does not stop the
+threads it watches, so the gaps it shows are the ones a ping waits through.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+
+from .. import bench, net, understudy
+from ..guest import Guest
+
+TRACING = "/sys/kernel/tracing"
+ECHO_REQUEST_FRAME = 98      # 56 bytes of ping data + ICMP 8 + IP 20 + Ethernet 14
+ECHO_REPLY_PACKET = 84       # the same, as netif_receive_skb sees it (after the MAC header)
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 202: "futex", 230: "clock_nanosleep",
+            35: "nanosleep", 271: "ppoll"}
+
+# One line of the trace: "  comm-pid  [cpu] flags  seconds: event: details"
+LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+\S+\s+(?P<ts>\d+\.\d+):\s+"
+                  r"(?P<event>\w+):\s+(?P<rest>.*)$")
+
+
+@dataclass
+class Event:
+    ts: float          # seconds, CLOCK_MONOTONIC
+    cpu: int
+    pid: int           # the thread the event happened on (0: idle)
+    event: str
+    rest: str
+
+    def field(self, name: str) -> str | None:
+        m = re.search(rf"\b{name}=(\S+)", self.rest)
+        return m.group(1) if m else None
+
+
+def parse(trace: str) -> list[Event]:
+    events = []
+    for line in trace.splitlines():
+        m = LINE.match(line)
+        if m:
+            events.append(Event(float(m["ts"]), int(m["cpu"]), int(m["pid"]), m["event"], m["rest"]))
+    return events
+
+
+def threads(guest: Guest, *names: str) -> dict[int, str]:
+    """tid -> role for every thread of the named processes ("understudyd:dev-0000:01:00.")."""
+    found = {}
+    for name in names:
+        for pid in guest.run(["pgrep", "-x", name[:15]]).out.split():
+            out = guest.run(f"for t in /proc/{pid}/task/*; do echo ${{t##*/}} $(cat $t/comm); done").out
+            for line in out.splitlines():
+                tid, comm = line.split(" ", 1)
+                found[int(tid)] = f"{name}:{comm}"
+    return found
+
+
+def enable_tracing(guest: Guest, tids: list[int]) -> None:
+    pids = " || ".join(f"common_pid == {t}" for t in tids)
+    script = f"""
+        mountpoint -q {TRACING} || mount -t tracefs tracefs {TRACING}
+        cd {TRACING} && echo 0 > tracing_on && echo > trace && echo mono > trace_clock
+        echo 4096 > buffer_size_kb
+        for e in sched/sched_wakeup sched/sched_switch irq/irq_handler_entry irq_vectors/local_timer_entry \\
+                 irq_vectors/reschedule_entry irq_vectors/call_function_single_entry \\
+                 net/net_dev_queue net/netif_receive_skb raw_syscalls/sys_enter raw_syscalls/sys_exit; do
+            echo 1 > events/$e/enable
+        done
+        echo 'name == "us0"' > events/net/net_dev_queue/filter
+        echo 'name == "us0"' > events/net/netif_receive_skb/filter
+        echo '{pids}' > events/raw_syscalls/sys_enter/filter
+        echo '{pids}' > events/raw_syscalls/sys_exit/filter
+        echo 1 > tracing_on
+    """
+    guest.run(script, check=True)
+
+
+def stop_tracing(guest: Guest) -> str:
+    guest.run(f"echo 0 > {TRACING}/tracing_on", check=True)
+    return guest.read_file(f"{TRACING}/trace").decode(errors="replace")
+
+
+def describe(e: Event, roles: dict[int, str]) -> str:
+    who = roles.get(e.pid, f"pid {e.pid}")
+    if e.event in ("sys_enter", "sys_exit"):
+        nr = int(re.match(r"NR (-?\d+)", e.rest)[1])
+        return f"{who}: {e.event[4:]} {SYSCALLS.get(nr, nr)}"
+    if e.event == "sched_wakeup":
+        tid = int(e.field("pid") or -1)
+        return f"{who}: wakes {roles.get(tid, tid)} on cpu {e.field('target_cpu')}"
+    if e.event == "sched_switch":
+        nxt = int(e.field("next_pid") or -1)
+        return f"cpu {e.cpu}: switch to {roles.get(nxt, nxt)}"
+    return f"{who}: {e.event} {e.rest}"
+
+
+def relevant(e: Event, roles: dict[int, str]) -> bool:
+    """Events of our threads, wakeups and switches that involve them, interrupts, us0."""
+    if e.event in ("net_dev_queue", "netif_receive_skb", "irq_handler_entry", "local_timer_entry",
+                   "reschedule_entry", "call_function_single_entry"):
+        return True
+    if e.event == "sched_wakeup":
+        return int(e.field("pid") or -1) in roles
+    if e.event == "sched_switch":
+        return int(e.field("next_pid") or -1) in roles
+    return e.pid in roles
+
+
+def pings(events: list[Event]) -> list[tuple[int, int]]:
+    """(index of the request on us0, index of its reply) for every complete ping."""
+    found, start = [], None
+    for i, e in enumerate(events):
+        if e.event == "net_dev_queue" and e.field("len") == str(ECHO_REQUEST_FRAME):
+            start = i
+        elif e.event == "netif_receive_skb" and e.field("len") == str(ECHO_REPLY_PACKET) and start is not None:
+            found.append((start, i))
+            start = None
+    return found
+
+
+def first(events: list[Event], lo: int, hi: int, pred) -> int | None:
+    return next((i for i in range(lo, hi) if pred(events[i])), None)
+
+
+def last(events: list[Event], lo: int, hi: int, pred) -> int | None:
+    return next((i for i in range(hi - 1, lo - 1, -1) if pred(events[i])), None)
+
+
+def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[str, float] | None:
+    """Milliseconds of each hop of one ping, or None when a milestone is missing.
+
+    The way out is read forwards from the request, the way back backwards from
+    the reply: the send's own completion interrupt comes in between, and the
+    reply's hops are the last ones of their kind before it."""
+    def runs(role: str):
+        return lambda e: e.event == "sched_switch" and role in roles.get(int(e.field("next_pid") or -1), "")
+
+    def is_irq(e: Event) -> bool:
+        return e.event == "irq_handler_entry" and "vfio" in e.rest
+
+    out = [("request on us0", lo)]
+    for label, pred in (("daemon runs", runs(":dev-")), ("driver tx thread runs", runs(":understudy-tx"))):
+        i = first(events, out[-1][1] + 1, hi, pred)
+        if i is None:
+            return None
+        out.append((label, i))
+    back = [("reply on us0", hi)]
+    for label, pred in (("daemon runs again", runs(":dev-")), ("driver irq thread runs", runs(":irq")),
+                        ("reply's interrupt", is_irq)):
+        i = last(events, out[-1][1] + 1, back[-1][1], pred)
+        if i is None:
+            return None
+        back.append((label, i))
+    marks = out + back[::-1]
+    return {f"{a} -> {b}": (events[j].ts - events[i].ts) * 1000
+            for (a, i), (b, j) in zip(marks, marks[1:])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m lab.experiments.ping_trace", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pings", type=int, default=30, help="pings to trace (default 30)")
+    ap.add_argument("--interval", type=float, default=0.2, help="seconds between pings (default 0.2)")
+    ap.add_argument("--show", type=int, default=3, help="pings whose whole timeline is printed (default 3)")
+    ap.add_argument("--pin", type=int, metavar="CPU",
+                    help="first pin the daemon's and the driver process's threads to this CPU")
+    ap.add_argument("--dump", help="write the raw trace to this file")
+    ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
+    args = ap.parse_args(argv)
+
+    bins = understudy.build(release=True)
+    with Guest(devices=["e1000"]) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        daemon = understudy.Daemon(g, bins)
+        bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"))
+        roles = threads(g, "understudyd", "understudy-driver", "ping")
+        if args.pin is not None:
+            for tid in roles:
+                g.run(["taskset", "-p", "-c", str(args.pin), str(tid)], check=True)
+        enable_tracing(g, list(roles))
+        res = g.run(f"ping -n -q -c {args.pings} -i {args.interval} {net.SLIRP_GATEWAY}", check=True)
+        raw = stop_tracing(g)
+        daemon.stop()
+    if args.dump:
+        open(args.dump, "w").write(raw)
+    events = parse(raw)
+    roles = {**roles, **{e.pid: "ping" for e in events if e.event == "net_dev_queue"}}
+    per_ping = []
+    for n, (lo, hi) in enumerate(pings(events)):
+        h = hops(events, lo, hi, roles)
+        if h:
+            per_ping.append(h)
+        if n < args.show:
+            print(f"--- ping {n + 1}: {(events[hi].ts - events[lo].ts) * 1000:.3f} ms")
+            for e in events[lo:hi + 1]:
+                if relevant(e, roles):
+                    print(f"  {(e.ts - events[lo].ts) * 1000:8.3f} ms  [{e.cpu}] {describe(e, roles)}")
+    summary = {"pings": len(per_ping), "ping_output": res.out.strip().splitlines()[-1],
+               "hop_ms_median": {k: round(statistics.median(p[k] for p in per_ping), 3)
+                                 for k in (per_ping[0] if per_ping else {})},
+               "total_ms_median": round(statistics.median(sum(p.values()) for p in per_ping), 3)
+               if per_ping else None}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['pings']} pings traced; ping says: {summary['ping_output']}")
+        for hop, ms in summary["hop_ms_median"].items():
+            print(f"  {ms:8.3f} ms  {hop}")
+        print(f"  {summary['total_ms_median']} ms in all (median)")
+    return 0 if per_ping else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
