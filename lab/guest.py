@@ -375,6 +375,15 @@ class Guest:
                 return found
         raise KeyError(f"device {dev_id!r} is not on the guest's PCI bus")
 
+    def read_mmio_u32(self, bdf: str, bar: int, offset: int) -> int:
+        """A 32-bit register of a device's memory BAR, read by QEMU's monitor
+        (`xp` at the BAR's guest-physical address): the device's own state, with
+        no driver of the guest involved. Only for registers without read side
+        effects (an interrupt cause register would be cleared)."""
+        start = int(self.read_file(f"/sys/bus/pci/devices/{bdf}/resource").split()[3 * bar], 16)
+        reply = self.qmp.cmd("human-monitor-command", **{"command-line": f"xp /1wx {start + offset:#x}"})
+        return int(reply.split(":", 1)[1].split()[0], 16)
+
     def hot_unplug(self, dev_id: str, timeout: float = 30) -> None:
         """Asks the guest to release the device and waits until it has.
 

@@ -1,7 +1,9 @@
 """Shadow-driver recovery with Debian's e1000.ko: the driver process is SIGKILLed
 during a hash-checked TCP transfer and understudyd restarts it and replays its
-settings (MTU 1400, promiscuous mode, a multicast address) while us0 keeps its
-carrier; the transfer completes intact, without a reset.
+settings (MTU 1400, a MAC address, promiscuous mode, a multicast address) while
+us0 keeps its carrier; the transfer completes intact, without a reset, and the
+NIC's own registers (read by QEMU) hold the address, the promiscuous bits and
+the multicast hash again.
 
 Both ways of restarting are exercised: a fork of the post-probe template that
 resumes the device (the default), and -- once the template is gone -- a new
@@ -18,6 +20,35 @@ pytestmark = pytest.mark.lab
 
 BULK_BYTES = 40 * 1000 * 1000
 GROUP = "01:00:5e:00:00:42"
+MAC = "52:54:00:12:34:99"     # us0's address set before the crash (the NIC's own is ...:56)
+
+# e1000 registers (Intel 8254x manual): receive control with the unicast and
+# multicast promiscuous bits, the 16 receive-address filters, the multicast table.
+RCTL, RCTL_UPE, RCTL_MPE = 0x0100, 1 << 3, 1 << 4
+RAL, RAH_AV, RECEIVE_ADDRESSES = 0x5400, 1 << 31, 16
+MTA = 0x5200
+
+
+def e1000_filters(g: Guest, bdf: str) -> dict:
+    """What the device itself filters on, read from its registers by QEMU: the
+    address in filter 0, the promiscuous bits, and whether GROUP is let in --
+    e1000 puts its first multicast addresses into filters 1-15 and hashes the
+    rest into the multicast table."""
+    def reg(offset: int) -> int:
+        return g.read_mmio_u32(bdf, 0, offset)
+
+    def receive_address(i: int) -> str | None:
+        ral, rah = reg(RAL + 8 * i), reg(RAL + 8 * i + 4)
+        mac = (ral | (rah & 0xFFFF) << 32).to_bytes(6, "little")
+        return ":".join(f"{b:02x}" for b in mac) if rah & RAH_AV else None
+
+    group = bytes.fromhex(GROUP.replace(":", ""))
+    hashed = (group[4] >> 4 | group[5] << 4) & 0xFFF    # filter type 0: bits 36..47
+    rctl = reg(RCTL)
+    return {"mac": receive_address(0),
+            "promisc": rctl & (RCTL_UPE | RCTL_MPE) == RCTL_UPE | RCTL_MPE,
+            "group_let_in": GROUP in map(receive_address, range(1, RECEIVE_ADDRESSES))
+                            or bool(reg(MTA + 4 * (hashed >> 5)) >> (hashed & 0x1F) & 1)}
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +66,14 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
         d.run(bdf, [ko])
         d.wait_state(bdf, "registered", timeout=120)
-        g.run(f"ip link set us0 mtu 1400 promisc on && ip maddr add {GROUP} dev us0 && ip link set us0 up && "
+        g.run(f"ip link set us0 mtu 1400 promisc on address {MAC} && ip maddr add {GROUP} dev us0 && "
+              f"ip link set us0 up && "
               f"ip addr add {net.GUEST_ADDRESS} dev us0 && ip route replace default via {SLIRP_GATEWAY} dev us0",
               check=True)
         opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400)
         template = opened["template_pid"]
+        wanted = {"mac": MAC, "promisc": True, "group_let_in": True}
+        assert e1000_filters(g, bdf) == wanted
         assert template and template != opened["pid"], opened
         if start == "probe":
             # Without its template the daemon falls back to a cold restart.
@@ -72,6 +106,9 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         assert understudy.bus_master_on(g, bdf), "the fresh driver enabled bus mastering again"
         assert after["template_pid"] == (template if start == "template" else None), after
         assert "PROMISC" in g.run("ip link show us0", check=True).out
+        # The device was reset between the two drivers: what it filters on now,
+        # the fresh driver wrote from the replayed log.
+        assert e1000_filters(g, bdf) == wanted
         assert d.alive()
         log = d.stop()
         # The fresh driver was given (and accepted: a refusal ends the restart) what the dead one had.
