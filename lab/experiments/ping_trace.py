@@ -171,6 +171,17 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
             for (a, i), (b, j) in zip(marks, marks[1:])}
 
 
+SILENT_GAP_S = 0.0003
+
+
+def silent_ms(events: list[Event], lo: int, hi: int) -> float:
+    """Milliseconds of one ping in which nothing was traced on either vCPU for
+    over SILENT_GAP_S, except the wait for the device (gaps that end in its
+    interrupt): time in which the guest did not run at all."""
+    return sum((b.ts - a.ts) * 1000 for a, b in zip(events[lo:hi], events[lo + 1:hi + 1])
+               if b.ts - a.ts > SILENT_GAP_S and b.event != "irq_handler_entry")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m lab.experiments.ping_trace", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -189,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         understudy.prepare(g)
         daemon = understudy.Daemon(g, bins)
         bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"))
-        roles = threads(g, "understudyd", "understudy-driver", "ping")
+        roles = threads(g, "understudyd", "understudy-driver")
         if args.pin is not None:
             for tid in roles:
                 g.run(["taskset", "-p", "-c", str(args.pin), str(tid)], check=True)
@@ -201,11 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         open(args.dump, "w").write(raw)
     events = parse(raw)
     roles = {**roles, **{e.pid: "ping" for e in events if e.event == "net_dev_queue"}}
-    per_ping = []
+    per_ping, silent = [], []
     for n, (lo, hi) in enumerate(pings(events)):
         h = hops(events, lo, hi, roles)
         if h:
             per_ping.append(h)
+        silent.append(silent_ms(events, lo, hi))
         if n < args.show:
             print(f"--- ping {n + 1}: {(events[hi].ts - events[lo].ts) * 1000:.3f} ms")
             for e in events[lo:hi + 1]:
@@ -215,14 +227,16 @@ def main(argv: list[str] | None = None) -> int:
                "hop_ms_median": {k: round(statistics.median(p[k] for p in per_ping), 3)
                                  for k in (per_ping[0] if per_ping else {})},
                "total_ms_median": round(statistics.median(sum(p.values()) for p in per_ping), 3)
-               if per_ping else None}
+               if per_ping else None,
+               "silent_ms_median": round(statistics.median(silent), 3) if silent else None}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{summary['pings']} pings traced; ping says: {summary['ping_output']}")
         for hop, ms in summary["hop_ms_median"].items():
             print(f"  {ms:8.3f} ms  {hop}")
-        print(f"  {summary['total_ms_median']} ms in all (median)")
+        print(f"  {summary['total_ms_median']} ms in all (median); of a ping, "
+              f"{summary['silent_ms_median']} ms with nothing traced on either vCPU (median)")
     return 0 if per_ping else 1
 
 
