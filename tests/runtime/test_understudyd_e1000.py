@@ -6,7 +6,8 @@ the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
 back through e1000's NAPI poll, the rx ring and the TAP. The stack's TCP frames
 cross the rings unsegmented and e1000's own TSO cuts them (its statistics
 count the segments). Then the driver process is killed mid-transfer and the
-daemon, the device and us0 are checked.
+daemon, the device and us0 are checked; and, in a guest of its own, the daemon
+itself is killed and a new one takes the device over.
 """
 import re
 import time
