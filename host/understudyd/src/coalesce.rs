@@ -179,10 +179,31 @@ impl Coalescer {
 }
 
 /// The ones' complement sum of big-endian 16-bit words, not yet folded.
+///
+/// It is the daemon's largest cost on receive (every segment QEMU's e1000
+/// hands over unchecked), so it takes 8 bytes a step in a plain add-with-
+/// carry chain: the sum does not depend on the byte order it is taken in
+/// (RFC 1071), so native words are added and the result swapped once. A
+/// chain the compiler cannot vectorise matters here: the lab's TCG runs SSE
+/// code an order of magnitude slower than scalar code, and the 16-bit
+/// loop this replaces was vectorised into half of all the daemon's time.
 fn sum(bytes: &[u8], initial: u64) -> u64 {
-    let words = bytes.chunks_exact(2);
-    let odd = words.remainder().first().map_or(0, |&b| (b as u64) << 8);
-    words.fold(initial + odd, |acc, w| acc + u16::from_be_bytes([w[0], w[1]]) as u64)
+    let mut words = bytes.chunks_exact(8);
+    let mut acc = 0u64;
+    let mut carries = 0u64;
+    for w in &mut words {
+        let (s, carry) = acc.overflowing_add(u64::from_ne_bytes(w.try_into().unwrap()));
+        acc = s;
+        carries += carry as u64;
+    }
+    // The tail starts at an even offset: zero-padded, its bytes keep their
+    // places in their 16-bit words. 2^64 ≡ 1 in this arithmetic, so every
+    // carry out of `acc` counts 1.
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    let (s, carry) = acc.overflowing_add(u64::from_ne_bytes(tail));
+    let native = fold((s & 0xffff_ffff) + (s >> 32) + carries + carry as u64);
+    initial + u16::from_be(native) as u64
 }
 
 fn fold(mut sum: u64) -> u16 {
@@ -256,6 +277,31 @@ mod tests {
         done[tcp + 16..tcp + 18].copy_from_slice(&completed.to_be_bytes());
         let tcp_len = (f.len() - tcp) as u32;
         fold(sum(&done[tcp..], sum(&done[ip + 12..ip + 20], (IPPROTO_TCP as u32 + tcp_len) as u64))) == 0xffff
+    }
+
+    #[test]
+    fn the_wide_sum_equals_the_sum_of_big_endian_words_at_every_length() {
+        let reference = |bytes: &[u8], initial: u64| -> u16 {
+            let mut acc = initial;
+            for (i, b) in bytes.iter().enumerate() {
+                acc += (*b as u64) << if i % 2 == 0 { 8 } else { 0 };
+            }
+            fold(acc)
+        };
+        // Bytes that make every 64-bit step carry, then a pseudo-random mix.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..1600).map(|i| if i < 64 { 0xff } else {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        }).collect();
+        for start in 0..9 {
+            for len in 0..bytes.len() - start {
+                let slice = &bytes[start..start + len];
+                assert_eq!(fold(sum(slice, 0x1_2345)), reference(slice, 0x1_2345), "start {start}, length {len}");
+            }
+        }
     }
 
     #[test]
