@@ -11,6 +11,7 @@ behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import statistics
@@ -21,6 +22,7 @@ from . import config, net, understudy
 from .devices import NIC, lookup
 from .errors import LabError
 from .guest import Guest
+from .netns import LabNetwork
 
 BASELINE_DRIVERS = ["e1000", "pcnet32", "8139cp", "e100"]
 
@@ -29,18 +31,18 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def measure_traffic(guest: Guest, seconds: int) -> dict:
+def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = None) -> dict:
     """Throughput both ways (iperf3), guest CPU per byte moved, and 100 pings, through
-    whatever interface carries the guest's default route."""
+    whatever interface carries the guest's traffic to its peer (slirp's, or `network`'s)."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
-    sent = net.iperf3_run(guest, reverse=False, seconds=seconds)
+    sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network)
     tx = sent.pop("mbps")
-    rx = net.iperf3(guest, reverse=True, seconds=seconds)
+    rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network)
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
-    p = net.ping(guest, count=100, interval=0.02)
+    p = net.ping(guest, count=100, interval=0.02, network=network)
     return {"tx_mbps": tx, "rx_mbps": rx, **{f"tx_{k}": v for k, v in sent.items()},
             "rtt_ms_median": p["rtt_ms_median"],
             "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
@@ -119,14 +121,22 @@ NET_RATIOS = {"tx_ratio": "tx_mbps", "rx_ratio": "rx_mbps", "rtt_ratio": "rtt_ms
               "cpu_per_byte_ratio": "cpu_ns_per_byte"}
 
 
-def understudy_up(guest: Guest, daemon: understudy.Daemon, bdf: str, modules: list[str]) -> None:
-    """understudy runs the device's driver and us0 carries the slirp network."""
+# What the NIC is plugged into. slirp's TCP offers a fixed 64 KiB window (no window
+# scaling), so through it throughput is that window ÷ the round trip, whichever
+# driver runs; a TAP on a host bridge has the host's own TCP at the far end.
+NETWORKS = {"tap": "a TAP on a bridge in a network namespace, the peer the host's TCP (lab/netns.py)",
+            "slirp": "QEMU's user-mode network, the peer the host's loopback behind slirp's TCP"}
+
+
+def understudy_up(guest: Guest, daemon: understudy.Daemon, bdf: str, modules: list[str],
+                  network: LabNetwork | None = None) -> None:
+    """understudy runs the device's driver and us0 carries the slirp network (or `network`)."""
     understudy.bind_vfio(guest, bdf)
     daemon.run(bdf, modules, "us0")
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)
-    net.bring_up_iface(guest, "us0")
+    net.bring_up_iface(guest, "us0", network=network)
 
 
 def understudy_down(guest: Guest, daemon: understudy.Daemon, bdf: str) -> None:
@@ -135,15 +145,17 @@ def understudy_down(guest: Guest, daemon: understudy.Daemon, bdf: str) -> None:
         raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
 
 
-def bench_net(driver: str, runs: int, seconds: int) -> dict:
+def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device."""
     dev = lookup(driver)
     if dev.kind != NIC:
         raise LabError(f"{driver} is not a network driver")
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
-    log(f"booting a guest with {dev.name}")
-    with Guest(devices=[dev.name]) as guest:
+    log(f"booting a guest with {dev.name} on {NETWORKS[network_kind]}")
+    with contextlib.ExitStack() as stack:
+        network = stack.enter_context(LabNetwork()) if network_kind == "tap" else None
+        guest = stack.enter_context(Guest(devices=[dev.name], netdev=network or "user"))
         bdf = guest.pci_address("nic0")
         understudy.prepare(guest)
         modules = understudy.module_chain(guest, dev.driver)
@@ -152,11 +164,11 @@ def bench_net(driver: str, runs: int, seconds: int) -> dict:
             for i in range(runs):
                 log(f"run {i + 1}/{runs}: in-kernel {dev.driver}")
                 understudy.bind_kernel(guest, bdf, dev.driver)
-                net.bring_up(guest, "nic0")
-                kernel_runs.append(measure_traffic(guest, seconds))
+                net.bring_up(guest, "nic0", network=network)
+                kernel_runs.append(measure_traffic(guest, seconds, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
-                understudy_up(guest, daemon, bdf, modules)
-                understudy_runs.append(measure_traffic(guest, seconds))
+                understudy_up(guest, daemon, bdf, modules, network)
+                understudy_runs.append(measure_traffic(guest, seconds, network))
                 understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
@@ -164,13 +176,13 @@ def bench_net(driver: str, runs: int, seconds: int) -> dict:
     ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
               for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, "abi": config.kernel().release,
-            "runs": runs, "seconds": seconds, **ratios,
+            "network": network_kind, "runs": runs, "seconds": seconds, **ratios,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
             "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}
 
 
 def cmd_net(args) -> int:
-    report = bench_net(args.driver, args.runs, args.seconds)
+    report = bench_net(args.driver, args.runs, args.seconds, args.network)
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
         print(json.dumps({**report, "command": command}, indent=2))
@@ -179,7 +191,7 @@ def cmd_net(args) -> int:
                 {"driver": "understudy", **report["understudy"]}]
         print(table(rows, NET_KEYS))
         print("  ".join(f"{k} {_fmt(report[k])}" for k in NET_RATIOS))
-        print(f"(medians of {args.runs} alternating runs; {command})")
+        print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}; {command})")
     return 0
 
 
@@ -207,5 +219,8 @@ def add_parser(sub) -> None:
                       "(8139cp drives QEMU's rtl8139, an 8139C+ that 8139too refuses)")
     netp.add_argument("--runs", type=int, default=3)
     netp.add_argument("--seconds", type=int, default=5, help="iperf3 duration per direction")
+    netp.add_argument("--network", choices=sorted(NETWORKS), default="tap",
+                      help="the guest's peer: " + "; ".join(f"{k}: {v}" for k, v in NETWORKS.items())
+                      + " (default: tap)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")
     netp.set_defaults(func=cmd_net)

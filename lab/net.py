@@ -6,6 +6,7 @@ servers bind ephemeral ports on 127.0.0.1, so parallel labs never collide.
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -16,9 +17,15 @@ from . import config
 from .devices import NIC
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, SLIRP_GUEST_IP, Guest
-from .netns import PEER_ADDRESS, LabNetwork
+from .netns import PEER_ADDRESS, LabNetwork, guest_address
 
 GUEST_ADDRESS = f"{SLIRP_GUEST_IP}/24"
+
+
+def peer_address(network: LabNetwork | None) -> str:
+    """Where the guest reaches the host's end of its traffic: slirp's gateway (the
+    host's loopback), or the bridge of a LabNetwork (lab/netns.py)."""
+    return PEER_ADDRESS if network else SLIRP_GATEWAY
 WORKLOAD = [sys.executable, "-m", "lab.workload"]
 
 
@@ -55,24 +62,31 @@ def iface_of(guest: Guest, dev_id: str, timeout: float = 20) -> str:
         time.sleep(0.2)
 
 
-def bring_up(guest: Guest, dev_id: str, timeout: float = 30) -> str:
-    """Addresses a NIC on the slirp network and waits for carrier and a first ping reply."""
-    return bring_up_iface(guest, iface_of(guest, dev_id), timeout, what=dev_id)
+def bring_up(guest: Guest, dev_id: str, timeout: float = 30,
+             network: LabNetwork | None = None) -> str:
+    """Addresses a NIC on the slirp network (or `network`) and waits for carrier and a
+    first ping reply."""
+    return bring_up_iface(guest, iface_of(guest, dev_id), timeout, what=dev_id, network=network)
 
 
-def bring_up_iface(guest: Guest, iface: str, timeout: float = 30, what: str = "") -> str:
+def bring_up_iface(guest: Guest, iface: str, timeout: float = 30, what: str = "",
+                   network: LabNetwork | None = None) -> str:
     """bring_up for an interface by name (a NIC's, or understudy's TAP)."""
-    script = (f"ip link set {iface} up && ip addr replace {GUEST_ADDRESS} dev {iface} && "
-              f"ip route replace default via {SLIRP_GATEWAY} dev {iface} && "
-              f"ping -n -c 1 -i 0.05 -w {int(timeout)} {SLIRP_GATEWAY} >/dev/null")
+    peer = peer_address(network)
+    address = guest_address(1) if network else GUEST_ADDRESS
+    # On a LabNetwork the peer is on the guest's own subnet: no route to add.
+    route = "" if network else f"ip route replace default via {SLIRP_GATEWAY} dev {iface} && "
+    script = (f"ip link set {iface} up && ip addr replace {address} dev {iface} && {route}"
+              f"ping -n -c 1 -i 0.05 -w {int(timeout)} {peer} >/dev/null")
     res = guest.run(script, timeout=timeout + 10)
     if res.returncode != 0:
         raise LabError(f"{iface} ({what or iface}) did not come up: {res.err.strip()}")
     return iface
 
 
-def ping(guest: Guest, count: int = 100, interval: float = 0.02) -> dict:
-    return guest_workload(guest, ["ping", SLIRP_GATEWAY, "--count", str(count),
+def ping(guest: Guest, count: int = 100, interval: float = 0.02,
+         network: LabNetwork | None = None) -> dict:
+    return guest_workload(guest, ["ping", peer_address(network), "--count", str(count),
                                   "--interval", str(interval)])
 
 
@@ -148,24 +162,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def iperf3(guest: Guest, reverse: bool, seconds: int = 5) -> float:
+def iperf3(guest: Guest, reverse: bool, seconds: int = 5, network: LabNetwork | None = None) -> float:
     """iperf3 through the NIC: Mbit/s received (guest→host, or host→guest with reverse)."""
-    return iperf3_run(guest, reverse, seconds)["mbps"]
+    return iperf3_run(guest, reverse, seconds, network)["mbps"]
 
 
-def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5) -> dict:
-    """iperf3 through the NIC: Mbit/s received and, guest→host, the sending
+def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5,
+               network: LabNetwork | None = None) -> dict:
+    """iperf3 through the NIC against a host server on the host's loopback (through
+    slirp) or on `network`'s bridge: Mbit/s received and, guest→host, the sending
     TCP's figures (sender_figures)."""
     port = free_port()
-    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "-B", "127.0.0.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peer = peer_address(network)
+    argv = ["iperf3", "-s", "-1", "--forceflush", "-p", str(port), "-B", peer if network else "127.0.0.1"]
+    start = network.spawn if network else subprocess.Popen
+    server = start(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        res = guest.run(["iperf3", "-c", SLIRP_GATEWAY, "-p", str(port), "-t", str(seconds),
+        # "Server listening on PORT" says it does (--forceflush: a pipe is not a terminal).
+        while "listening" not in (line := server.stdout.readline()):
+            if not line:
+                raise LabError(f"the host's iperf3 server did not start ({shlex.join(argv)})")
+        res = guest.run(["iperf3", "-c", peer, "-p", str(port), "-t", str(seconds),
                          "-J", *(["-R"] if reverse else [])], timeout=seconds + 60)
         data = json.loads(res.out)
         if "error" in data:
             raise LabError(f"iperf3 failed: {data['error']}")
-        # Host→guest the sender is QEMU's slirp, whose TCP iperf3 cannot see into.
+        # Host→guest the sender is the host's TCP (or slirp's), which iperf3 cannot see into.
         return {"mbps": data["end"]["sum_received"]["bits_per_second"] / 1e6,
                 **({} if reverse else sender_figures(data))}
     finally:
