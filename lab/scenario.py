@@ -29,6 +29,7 @@ from .agent import GuestProcess
 from .devices import NIC, lookup
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, Guest
+from .netns import LabNetwork
 from .swifi.campaign import ArmedInjection, host_module
 from .swifi.faults import generator_for
 
@@ -57,12 +58,12 @@ def log(msg: str) -> None:
 
 class Us0Transfer:
     """A host → guest hash-checked TCP transfer through understudy's interface
-    (the guest's default route), running in the background."""
+    (the guest's default route, or `network`'s bridge), running in the background."""
 
     def __init__(self, guest: Guest, nbytes: int, timeout: float = 120,
-                 gap_log_ms: float | None = None):
+                 gap_log_ms: float | None = None, network: LabNetwork | None = None):
         self.guest, self.nbytes = guest, nbytes
-        self.host = net.HostBulk("rx", nbytes, timeout=timeout)
+        self.host = net.HostBulk("rx", nbytes, timeout=timeout, network=network)
         argv = self.host.guest_args(nbytes)
         if gap_log_ms is not None:
             argv += ["--gap-log-ms", str(gap_log_ms)]

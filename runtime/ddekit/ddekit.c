@@ -630,3 +630,8 @@ void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags)
 	if (rx_handler)
 		rx_handler(frame, len);
 }
+
+unsigned int ddekit_net_rx_room(void)
+{
+	return ddekit_rings_rx_room();
+}

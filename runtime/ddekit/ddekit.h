@@ -194,4 +194,10 @@ struct ddekit_tx_frame {
  */
 void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags);
 
+/*
+ * How many frames ddekit_net_rx can take now without dropping one: the
+ * buffers the host has lent for receiving (UINT_MAX without host rings).
+ */
+unsigned int ddekit_net_rx_room(void);
+
 #endif /* UNDERSTUDY_DDEKIT_H */

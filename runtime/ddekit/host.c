@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,7 +48,6 @@ static struct {
 	uint8_t *pool;
 	uint32_t pool_buffers, buffer_size;
 	pthread_mutex_t tx_done_lock;	/* tx_done has producers on any thread */
-	unsigned long rx_dropped;	/* frames with no rx_fill buffer */
 } rings = { .tx_done_lock = PTHREAD_MUTEX_INITIALIZER };
 
 int ddekit_setup_control(int fd)
@@ -292,6 +292,16 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
 }
 
+/* Entries on rx_fill not yet taken: the frames the driver can receive now. */
+unsigned int ddekit_rings_rx_room(void)
+{
+	struct us_ring *r = rings.ring[US_RING_RX_FILL];
+
+	if (!rings.ready)
+		return UINT_MAX;
+	return __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) - __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+}
+
 /* A received frame: into the next buffer the host lent on rx_fill. */
 bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags)
 {
@@ -300,7 +310,8 @@ bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags)
 	if (!rings.ready)
 		return false;
 	if (len > rings.buffer_size || !consume(rings.ring[US_RING_RX_FILL], &e)) {
-		rings.rx_dropped++;
+		/* Counted where the host reads it (its status reports it). */
+		__atomic_fetch_add(&rings.ring[US_RING_RX]->dropped, 1, __ATOMIC_RELAXED);
 		return true;
 	}
 	if (e.buf >= rings.pool_buffers)

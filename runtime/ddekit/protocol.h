@@ -86,7 +86,8 @@ static inline uint32_t us_tx_span(uint32_t len, uint32_t buffer_size)
  * aligned, so &ring->head can be handed to __atomic builtins. */
 struct us_ring {
 	uint32_t head;             /* written by the producer */
-	uint8_t pad0[60];
+	uint32_t dropped;          /* producer: frames it had no buffer for (rx) */
+	uint8_t pad0[56];
 	uint32_t tail;             /* written by the consumer */
 	uint8_t pad1[60];
 	uint32_t consumer_waiting; /* consumer sets 1 before sleeping */

@@ -43,6 +43,7 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /* Between ddekit's files: RX into the rings (false: no rings), log records. */
 bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags);
+unsigned int ddekit_rings_rx_room(void);
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

@@ -65,6 +65,14 @@ int us_softirq_join(u64 timeout_ns);
 void us_raise_net_rx(void);
 void us_softirq_on_irq_exit(void);
 
+/* netdev.c: one NET_RX round, and what it left to do. */
+enum us_net_rx {
+	US_NET_RX_DONE,		/* every scheduled instance completed */
+	US_NET_RX_MORE,		/* a budget was used up: poll again soon */
+	US_NET_RX_NO_ROOM,	/* the host has lent no buffer to receive into */
+};
+enum us_net_rx us_net_rx_action(void);
+
 void us_workqueue_start(void);
 void us_workqueue_park(void);
 int us_workqueue_join(u64 timeout_ns);

@@ -20,8 +20,14 @@ static struct task_struct *softirq_task;
 static unsigned long softirq_thread_handle;
 static bool softirq_parking;
 static bool net_rx_raised;
+static enum us_net_rx net_rx_left;
 
-bool us_net_rx_action(void);
+/*
+ * How long the softirq thread waits before it polls again when the host
+ * has lent no receive buffer: the host reaps the rx ring and lends again
+ * within a batch, and until then the frames wait in the NIC's ring.
+ */
+#define NET_RX_ROOM_POLL_NS	(100 * NSEC_PER_USEC)
 
 void init_timer_key(struct timer_list *timer, void (*func)(struct timer_list *),
 		    unsigned int flags, const char *name, struct lock_class_key *key)
@@ -215,7 +221,8 @@ void us_softirq_on_irq_exit(void)
 		return;
 	net_rx_raised = false;
 	__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
-	if (us_net_rx_action())
+	net_rx_left = us_net_rx_action();
+	if (net_rx_left != US_NET_RX_DONE)
 		us_raise_net_rx();
 	__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 }
@@ -263,12 +270,15 @@ static void softirq_thread(void *unused)
 		if (net_rx_raised) {
 			net_rx_raised = false;
 			__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
-			net_rx_raised |= us_net_rx_action();
+			net_rx_left = us_net_rx_action();
+			net_rx_raised |= net_rx_left != US_NET_RX_DONE;
 			__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 		}
 		if (net_rx_raised) {
 			/* Budget used up: let other threads run, then poll again. */
-			us_wait(ddekit_now_ns());
+			u64 now = ddekit_now_ns();
+
+			us_wait(net_rx_left == US_NET_RX_NO_ROOM ? now + NET_RX_ROOM_POLL_NS : now);
 			continue;
 		}
 		us_wait(next_timer);

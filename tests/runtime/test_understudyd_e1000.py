@@ -6,16 +6,20 @@ the tx ring, understudy-driver hands it to e1000's ndo_start_xmit, the NIC
 back through e1000's NAPI poll, the rx ring and the TAP. The stack's TCP frames
 cross the rings unsegmented and e1000's own TSO cuts them (its statistics
 count the segments). Then the driver process is killed mid-transfer and the
-daemon, the device and us0 are checked; and, in a guest of its own, the daemon
-itself is killed and a new one takes the device over.
+daemon, the device and us0 are checked. In guests of their own: the daemon
+stalls under a fast transfer and the driver drops nothing; the daemon itself is
+killed and a new one takes the device over.
 """
 import re
+import signal
 import time
 
 import pytest
 
 from lab import net, scenario, understudy
+from lab.bench import understudy_up
 from lab.guest import SLIRP_GATEWAY, Guest
+from lab.netns import LabNetwork
 
 pytestmark = pytest.mark.lab
 
@@ -100,6 +104,32 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         assert d.alive()
         log = d.stop()
         assert "driver died" in log, log
+
+
+def test_a_stalled_daemon_makes_the_nic_hold_frames_and_the_driver_drop_none(no_leftover_qemu, bins):
+    """understudyd stops (SIGSTOP) for a second while the host sends as fast as it
+    can (on a bridge: the host's TCP keeps megabytes in flight, far more than the
+    512 receive buffers the daemon lends). The driver polls no more frames from
+    the NIC than it has buffers for, the rest wait in the NIC's ring as they would
+    behind a slow stack in the kernel, and the driver process drops none."""
+    with LabNetwork() as network, Guest(devices=["e1000"], netdev=network) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        d = understudy.Daemon(g, bins)
+        understudy_up(g, d, bdf, [understudy.module_path(g, "e1000")], network)
+        opened = d.status()[bdf]
+        with scenario.Us0Transfer(g, BULK_BYTES, timeout=300, network=network) as transfer:
+            scenario.wait_received(d, bdf, opened["counters"]["rx_bytes"] + 20_000_000, transfer)
+            d.proc.kill(signal.SIGSTOP)
+            time.sleep(1)
+            d.proc.kill(signal.SIGCONT)
+            result = transfer.result(600)
+        after = d.status()[bdf]
+        print("through a stalled daemon", result.summary(), after["counters"])
+        assert result.hash_ok, result.summary()
+        assert after["counters"]["rx_dropped"] == 0, after["counters"]
+        assert after["state"] == "open" and after["pid"] == opened["pid"], "the stall is not a driver hang"
+        d.stop()
 
 
 def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_leftover_qemu, bins):

@@ -55,6 +55,9 @@ pub struct Counters {
     pub tx_dropped: u64,
     pub rx_packets: u64,
     pub rx_bytes: u64,
+    /// Received frames that did not reach the interface: the driver had no
+    /// buffer from the host for them, or the TAP's queue was full.
+    pub rx_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

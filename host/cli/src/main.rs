@@ -122,8 +122,8 @@ fn print_device(d: &DeviceStatus) {
         println!("    {} driver log lines dropped by the rate limit", d.log_lines_suppressed);
     }
     let c = &d.counters;
-    println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes",
-             c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes);
+    println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes ({} dropped)",
+             c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
     println!("    pool {} of {} buffers free", d.pool_free, d.pool_buffers);
     if let Some(death) = &d.death {
         println!("    died: {death}");

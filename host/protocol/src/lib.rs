@@ -153,7 +153,7 @@ wire_structs! {
 
     /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
     pub struct RingHeader {
-        pub head: u32, pub pad0: [u8; 60],
+        pub head: u32, pub dropped: u32, pub pad0: [u8; 56],
         pub tail: u32, pub pad1: [u8; 60],
         pub consumer_waiting: u32, pub pad2: [u8; 60],
     }

@@ -173,6 +173,8 @@ pub struct SharedMemory {
     /// The frames lent through `tx` and not yet completed, oldest first: what
     /// a restarted driver must send again (and nothing it already completed).
     tx_in_flight: VecDeque<TxFrame>,
+    /// The driver's `rx` drop count when last read (`take_rx_dropped`).
+    rx_dropped_seen: u32,
 }
 
 impl SharedMemory {
@@ -204,6 +206,7 @@ impl SharedMemory {
             rx: Consumer::new(RING_RX),
             lent: Lent::default(),
             tx_in_flight: VecDeque::new(),
+            rx_dropped_seen: 0,
         }
     }
 
@@ -417,6 +420,15 @@ impl SharedMemory {
         Ok(Some(RxFrame { csum_valid: flags & RX_CSUM_VALID != 0 }))
     }
 
+    /// Frames the driver received but had no `rx_fill` buffer for, since the
+    /// last call. Only reported, never trusted: a driver can write any count.
+    pub fn take_rx_dropped(&mut self) -> u64 {
+        let now = self.rings.dropped(RING_RX).load(std::sync::atomic::Ordering::Relaxed);
+        let new = now.wrapping_sub(self.rx_dropped_seen);
+        self.rx_dropped_seen = now;
+        new as u64
+    }
+
     /// Before sleeping on the driver's eventfd: asks to be woken for
     /// received frames, and for transmit completions if `tx_done` (see
     /// `tx_done_urgent`); true if the rings asked for are still empty.
@@ -444,8 +456,10 @@ impl SharedMemory {
         self.free_slots = (self.slots_start..self.geometry.pool_buffers).step_by(slot as usize).rev()
             .filter(|&b| !held[b as usize]).collect();
         self.lent = Lent::default();
+        self.rx_dropped_seen = 0;
         for ring in 0..RING_COUNT {
-            for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {
+            for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.dropped(ring),
+                            self.rings.consumer_waiting(ring)] {
                 counter.store(0, std::sync::atomic::Ordering::SeqCst);
             }
         }

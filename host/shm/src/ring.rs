@@ -14,6 +14,7 @@ use crate::region::SharedRegion;
 use crate::ShmError;
 
 const HEAD: usize = 0;
+const DROPPED: usize = 4;
 const TAIL: usize = 64;
 const WAITING: usize = 128;
 
@@ -62,6 +63,11 @@ impl Rings {
 
     pub fn tail(&self, ring: usize) -> &AtomicU32 {
         self.counter(ring, TAIL)
+    }
+
+    /// The producer's count of frames it had no buffer for (the driver's, on `rx`).
+    pub fn dropped(&self, ring: usize) -> &AtomicU32 {
+        self.counter(ring, DROPPED)
     }
 
     pub fn consumer_waiting(&self, ring: usize) -> &AtomicU32 {

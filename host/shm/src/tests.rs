@@ -102,6 +102,20 @@ fn a_dropped_transmit_is_reported() {
 }
 
 #[test]
+fn the_drivers_receive_drops_are_read_as_increments_and_start_again_with_the_next_driver() {
+    let (mut host, driver) = setup();
+    assert_eq!(host.take_rx_dropped(), 0);
+    driver.rings.dropped(RING_RX).store(5, Ordering::Relaxed);
+    assert_eq!(host.take_rx_dropped(), 5);
+    driver.rings.dropped(RING_RX).store(7, Ordering::Relaxed);
+    assert_eq!((host.take_rx_dropped(), host.take_rx_dropped()), (2, 0));
+    host.reclaim_all();
+    assert_eq!(driver.rings.dropped(RING_RX).load(Ordering::Relaxed), 0, "the next driver counts from 0");
+    driver.rings.dropped(RING_RX).store(3, Ordering::Relaxed);
+    assert_eq!(host.take_rx_dropped(), 3);
+}
+
+#[test]
 fn head_more_than_a_ring_ahead_is_a_violation() {
     let (mut host, driver) = setup();
     driver.rings.head(RING_TX_DONE).store(9, Ordering::Release);

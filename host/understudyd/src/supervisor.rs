@@ -1023,6 +1023,7 @@ impl Supervisor {
             }
             self.coalescer.flush(&mut write)?;
             counters.rx_packets -= undelivered;
+            counters.rx_dropped += undelivered + self.shm.take_rx_dropped();
             self.frame = frame;
             self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
             // Completions are asked for when the driver holds many buffers, or
@@ -1055,6 +1056,7 @@ impl Supervisor {
             s.counters.tx_dropped += counters.tx_dropped;
             s.counters.rx_packets += counters.rx_packets;
             s.counters.rx_bytes += counters.rx_bytes;
+            s.counters.rx_dropped += counters.rx_dropped;
         });
         Ok(())
     }
