@@ -570,6 +570,16 @@ void us_net_deliver(struct sk_buff *skb)
 
 	if (!skb_mac_header_was_set(skb))
 		us_panic("received sk_buff %px without eth_type_trans()", skb);
+	if (unlikely(len < ETH_HLEN)) {
+		/*
+		 * A runt the NIC reported as good (QEMU's i82559er does, under
+		 * load, with a length of 0): eth_type_trans() could not pull a
+		 * header, and the stack would drop it; the host would take it for
+		 * a broken driver.
+		 */
+		kfree_skb_reason(skb, SKB_DROP_REASON_PKT_TOO_SMALL);
+		return;
+	}
 	if (!skb_is_nonlinear(skb)) {
 		rx_frames++;
 		ddekit_net_rx(skb_mac_header(skb), len, flags);

@@ -28,6 +28,7 @@ void us_cpu_enter(void);
 void us_cpu_leave(void);
 long us_skb_live(void);
 unsigned long us_mem_in_use(void);
+unsigned long us_rx_frames(void);
 void ddekit_event(const char *line);
 int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
 void *ddekit_percpu_block(void);
@@ -355,6 +356,37 @@ static void test_skb(void)
 	CHECK(us_mem_in_use() == mem);
 }
 
+/* ---- receive ---------------------------------------------------------------- */
+
+/* A frame of `len` bytes, as a driver hands it up: eth_type_trans, then the stack. */
+static void receive(struct net_device *dev, unsigned int len)
+{
+	struct sk_buff *skb = netdev_alloc_skb(dev, 64);
+
+	memset(skb_put(skb, len), 0xff, len);	/* broadcast, type 0xffff */
+	skb->protocol = eth_type_trans(skb, dev);
+	netif_receive_skb(skb);
+}
+
+static void test_receive(void)
+{
+	struct net_device *dev = alloc_etherdev(0);
+	unsigned long frames = us_rx_frames();
+	long live = us_skb_live();
+
+	CHECK(dev);
+	receive(dev, 60);
+	CHECK(us_rx_frames() == frames + 1);
+	/* Runts the NIC called good go nowhere (i82559er reports length 0). */
+	receive(dev, 0);
+	receive(dev, ETH_HLEN - 1);
+	CHECK(us_rx_frames() == frames + 1);
+	receive(dev, ETH_HLEN);
+	CHECK(us_rx_frames() == frames + 2);
+	CHECK(us_skb_live() == live);
+	free_netdev(dev);
+}
+
 /* ---- printk formats ------------------------------------------------------- */
 
 static void expect_va(char *buf, const char *fmt, ...)
@@ -514,6 +546,7 @@ static int __init selftest_init(void)
 	run("workqueues", test_workqueues);
 	run("napi", test_napi);
 	run("skb", test_skb);
+	run("receive", test_receive);
 	run("vmalloc", test_vmalloc);
 	run("checksum", test_checksum);
 	run("printk", test_printk);
