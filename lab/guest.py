@@ -375,13 +375,16 @@ class Guest:
                 return found
         raise KeyError(f"device {dev_id!r} is not on the guest's PCI bus")
 
-    def read_mmio_u32(self, bdf: str, bar: int, offset: int) -> int:
-        """A 32-bit register of a device's memory BAR, read by QEMU's monitor
-        (`xp` at the BAR's guest-physical address): the device's own state, with
-        no driver of the guest involved. Only for registers without read side
-        effects (an interrupt cause register would be cleared)."""
-        start = int(self.read_file(f"/sys/bus/pci/devices/{bdf}/resource").split()[3 * bar], 16)
-        reply = self.qmp.cmd("human-monitor-command", **{"command-line": f"xp /1wx {start + offset:#x}"})
+    def bar_address(self, bdf: str, bar: int) -> int:
+        """Where a device's BAR sits in guest-physical memory (from sysfs)."""
+        return int(self.read_file(f"/sys/bus/pci/devices/{bdf}/resource").split()[3 * bar], 16)
+
+    def read_phys_u32(self, address: int) -> int:
+        """32 bits of guest-physical memory, read by QEMU's monitor (`xp`): for a
+        device register, the device's own state with no driver of the guest
+        involved. Only for registers without read side effects (an interrupt
+        cause register would be cleared)."""
+        reply = self.qmp.cmd("human-monitor-command", **{"command-line": f"xp /1wx {address:#x}"})
         return int(reply.split(":", 1)[1].split()[0], 16)
 
     def hot_unplug(self, dev_id: str, timeout: float = 30) -> None:

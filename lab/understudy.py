@@ -78,6 +78,16 @@ def bind_vfio(g: Guest, bdf: str) -> None:
         raise LabError(f"{bdf} did not bind to vfio-pci")
 
 
+def hand_over(g: Guest, dev_id: str, driver: str) -> tuple[str, str]:
+    """A lab device handed to vfio-pci for understudyd (the guest's VFIO and TAP
+    modules loaded): its PCI address, and the file of Debian's module for it."""
+    bdf = g.pci_address(dev_id)
+    prepare(g)
+    ko = module_path(g, driver)
+    bind_vfio(g, bdf)
+    return bdf, ko
+
+
 def bind_kernel(g: Guest, bdf: str, driver: str) -> None:
     """Gives the device back to its in-kernel driver (clearing the vfio-pci override)."""
     g.run(["modprobe", driver], check=True)

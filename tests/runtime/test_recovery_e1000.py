@@ -34,8 +34,10 @@ def e1000_filters(g: Guest, bdf: str) -> dict:
     address in filter 0, the promiscuous bits, and whether GROUP is let in --
     e1000 puts its first multicast addresses into filters 1-15 and hashes the
     rest into the multicast table."""
+    bar0 = g.bar_address(bdf, 0)
+
     def reg(offset: int) -> int:
-        return g.read_mmio_u32(bdf, 0, offset)
+        return g.read_phys_u32(bar0 + offset)
 
     def receive_address(i: int) -> str | None:
         ral, rah = reg(RAL + 8 * i), reg(RAL + 8 * i + 4)
@@ -59,10 +61,7 @@ def bins(lab_ready, runtime_built):
 @pytest.mark.parametrize("start", ["template", "probe"])
 def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_survives(no_leftover_qemu, bins, start):
     with Guest(devices=["e1000"]) as g:
-        bdf = g.pci_address("nic0")
-        understudy.prepare(g)
-        ko = understudy.module_path(g, "e1000")
-        understudy.bind_vfio(g, bdf)
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
         d.run(bdf, [ko])
         d.wait_state(bdf, "registered", timeout=120)

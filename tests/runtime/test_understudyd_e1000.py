@@ -41,18 +41,9 @@ def e1000_stat(d: understudy.Daemon, bdf: str, name: str) -> int:
     return int(found.group(1))
 
 
-def e1000_for_vfio(g: Guest) -> tuple[str, str]:
-    """The guest's e1000 handed to vfio-pci; its address and Debian's module file."""
-    bdf = g.pci_address("nic0")
-    understudy.prepare(g)
-    ko = understudy.module_path(g, "e1000")
-    understudy.bind_vfio(g, bdf)
-    return bdf, ko
-
-
 def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_leftover_qemu, bins):
     with Guest(devices=["e1000"]) as g:
-        bdf, ko = e1000_for_vfio(g)
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
         d = understudy.Daemon(g, bins)
         d.run(bdf, [ko])
         registered = d.wait_state(bdf, "registered", timeout=120)
@@ -138,7 +129,7 @@ def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_lefto
     when its VFIO fds close, the TAP goes with its fd), and a new daemon started on the
     same socket path takes the same device and carries traffic again."""
     with Guest(devices=["e1000"]) as g:
-        bdf, ko = e1000_for_vfio(g)
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
         first = understudy.Daemon(g, bins)
         first.run(bdf, [ko])
         pid = first.wait_state(bdf, "registered", timeout=120)["pid"]
