@@ -514,13 +514,15 @@ EXPORT_SYMBOL(napi_complete_done);
 /*
  * NET_RX_SOFTIRQ: polls every scheduled instance once.
  *
- * The budget is also capped by the receive buffers the host has lent: a
- * poll never takes more frames from the NIC than can go up to the host.
- * When the host falls behind, the frames wait in the NIC's own ring, and
- * the NIC, not this process, holds back (or drops, where a real one would)
- * what comes next -- as in the kernel, where the stack above runs in the
- * poll and paces it. Dropping here instead cost host -> guest TCP a
- * retransmission per ~40 segments in the lab.
+ * An instance is polled only when the host has lent buffers for a whole
+ * budget: a poll then never takes more frames from the NIC than can go up
+ * to the host. When the host falls behind, the frames wait in the NIC's own
+ * ring, and the NIC, not this process, holds back (or drops, where a real
+ * one would) what comes next -- as in the kernel, where the stack above
+ * runs in the poll and paces it. Dropping here instead cost host -> guest
+ * TCP a retransmission per ~40 segments in the lab. The budget itself stays
+ * the instance's weight: with budgets cut to the buffers on hand, e100
+ * stopped receiving for good in 2 of 11 transfers (docs/bench-net.md).
  */
 enum us_net_rx us_net_rx_action(void)
 {
@@ -530,22 +532,21 @@ enum us_net_rx us_net_rx_action(void)
 	list_splice_init(&poll_list, &list);
 	while (!list_empty(&list)) {
 		struct napi_struct *n = list_first_entry(&list, struct napi_struct, poll_list);
-		int budget = min_t(unsigned int, n->weight, ddekit_net_rx_room());
 		int work = 0;
 
 		list_del_init(&n->poll_list);
-		if (!budget && !napi_disable_pending(n)) {
+		if (ddekit_net_rx_room() < n->weight && !napi_disable_pending(n)) {
 			/* Still scheduled: polled again once there is room. */
 			list_add_tail(&n->poll_list, &poll_list);
 			left = US_NET_RX_NO_ROOM;
 			continue;
 		}
 		if (test_bit(NAPI_STATE_SCHED, &n->state))
-			work = n->poll(n, budget);
-		if (WARN_ONCE(work > budget, "%ps returned %d, exceeding its budget of %d\n",
-			      n->poll, work, budget))
-			work = budget;
-		if (work < budget)
+			work = n->poll(n, n->weight);
+		if (WARN_ONCE(work > n->weight, "%ps returned %d, exceeding its budget of %d\n",
+			      n->poll, work, n->weight))
+			work = n->weight;
+		if (work < n->weight)
 			continue;
 		/* Budget used up: the instance stays scheduled. */
 		if (unlikely(napi_disable_pending(n)))
@@ -553,7 +554,7 @@ enum us_net_rx us_net_rx_action(void)
 		else if (list_empty(&n->poll_list))
 			list_add_tail(&n->poll_list, &poll_list);
 		if (left == US_NET_RX_DONE)
-			left = budget < n->weight ? US_NET_RX_NO_ROOM : US_NET_RX_MORE;
+			left = US_NET_RX_MORE;
 	}
 	return left;
 }
