@@ -292,7 +292,7 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
 }
 
-/* Entries on rx_fill not yet taken: the frames the driver can receive now. */
+/* Entries on rx_fill not yet taken: how many frames can go up to the host now. */
 unsigned int ddekit_rings_rx_room(void)
 {
 	struct us_ring *r = rings.ring[US_RING_RX_FILL];

@@ -69,7 +69,7 @@ void us_softirq_on_irq_exit(void);
 enum us_net_rx {
 	US_NET_RX_DONE,		/* every scheduled instance completed */
 	US_NET_RX_MORE,		/* a budget was used up: poll again soon */
-	US_NET_RX_NO_ROOM,	/* the host has lent no buffer to receive into */
+	US_NET_RX_NO_ROOM,	/* the host has lent too few buffers for a poll */
 };
 enum us_net_rx us_net_rx_action(void);
 

@@ -24,8 +24,9 @@ static enum us_net_rx net_rx_left;
 
 /*
  * How long the softirq thread waits before it polls again when the host
- * has lent no receive buffer: the host reaps the rx ring and lends again
- * within a batch, and until then the frames wait in the NIC's ring.
+ * has lent too few receive buffers for a poll: the host reaps the rx ring
+ * and lends again within a batch, and until then the frames wait in the
+ * NIC's ring.
  */
 #define NET_RX_ROOM_POLL_NS	(100 * NSEC_PER_USEC)
 
@@ -275,7 +276,7 @@ static void softirq_thread(void *unused)
 			__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 		}
 		if (net_rx_raised) {
-			/* Budget used up: let other threads run, then poll again. */
+			/* Budget used up (let other threads run, then poll again) or no room. */
 			u64 now = ddekit_now_ns();
 
 			us_wait(net_rx_left == US_NET_RX_NO_ROOM ? now + NET_RX_ROOM_POLL_NS : now);
