@@ -36,3 +36,23 @@ def test_a_driver_the_lab_cannot_run_is_refused_with_the_reason(lab_ready):
     res = bench("--driver", "8139too", "--json")
     assert res.returncode == 3
     assert "8139cp" in res.stderr and res.stdout == ""
+
+
+def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready, no_leftover_qemu):
+    """`bench net`, on its default network (a bridged TAP): both worlds measured in
+    the same guest, and the ratios are understudy's medians over the kernel's."""
+    res = subprocess.run([sys.executable, "-m", "lab", "bench", "net", "--driver", "e1000",
+                          "--runs", "1", "--seconds", "2", "--json"],
+                         cwd=config.REPO_DIR, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["network"] == "tap" and report["driver"] == "e1000"
+    assert len(report["per_run"]["kernel"]) == len(report["per_run"]["understudy"]) == 1
+    for ratio, figure in [("tx_ratio", "tx_mbps"), ("rx_ratio", "rx_mbps"),
+                          ("rtt_ratio", "rtt_ms_median"), ("cpu_per_byte_ratio", "cpu_ns_per_byte")]:
+        kernel, under = report["kernel"][figure], report["understudy"][figure]
+        assert kernel > 0 and under > 0, (figure, kernel, under)
+        assert report[ratio] == pytest.approx(under / kernel, rel=0.01), ratio
+    assert report["ping_loss_pct"] == 0
+    # On the bridge the far end is the host's TCP, whose window is not slirp's 64 KiB.
+    assert report["kernel"]["tx_peer_window_kib_max"] > 64
