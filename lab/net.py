@@ -162,16 +162,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def iperf3(guest: Guest, reverse: bool, seconds: int = 5, network: LabNetwork | None = None) -> float:
+def iperf3(guest: Guest, reverse: bool, seconds: int = 5, network: LabNetwork | None = None,
+           timeout: float | None = None) -> float:
     """iperf3 through the NIC: Mbit/s received (guest→host, or host→guest with reverse)."""
-    return iperf3_run(guest, reverse, seconds, network)["mbps"]
+    return iperf3_run(guest, reverse, seconds, network, timeout)["mbps"]
 
 
 def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5,
-               network: LabNetwork | None = None) -> dict:
+               network: LabNetwork | None = None, timeout: float | None = None) -> dict:
     """iperf3 through the NIC against a host server on the host's loopback (through
     slirp) or on `network`'s bridge: Mbit/s received and, guest→host, the sending
-    TCP's figures (sender_figures)."""
+    TCP's figures (sender_figures). A run still going after `timeout` seconds
+    (default: a minute more than asked for) raises TimeoutError."""
     port = free_port()
     peer = peer_address(network)
     argv = ["iperf3", "-s", "-1", "--forceflush", "-p", str(port), "-B", peer if network else "127.0.0.1"]
@@ -183,7 +185,7 @@ def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5,
             if not line:
                 raise LabError(f"the host's iperf3 server did not start ({shlex.join(argv)})")
         res = guest.run(["iperf3", "-c", peer, "-p", str(port), "-t", str(seconds),
-                         "-J", *(["-R"] if reverse else [])], timeout=seconds + 60)
+                         "-J", *(["-R"] if reverse else [])], timeout=timeout or seconds + 60)
         data = json.loads(res.out)
         if "error" in data:
             raise LabError(f"iperf3 failed: {data['error']}")

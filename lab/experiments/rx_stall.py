@@ -1,0 +1,87 @@
+"""Transfers through understudy until one stops moving, then what the driver and its NIC say.
+
+Boots a lab guest with one NIC on the bridged TAP (as `bench net`), brings up
+us0 behind understudyd (the release build), and runs iperf3 for 5 s at a time
+until a run does not finish in 25 s or the runs are used up:
+
+    python3 -m lab.experiments.rx_stall --driver e100 [--direction rx] [--runs 40]
+
+At a stall it prints the device's `understudy status --json`, the driver
+process's threads (state and wait channel), their stacks (gdb), the NIC's
+interrupt count a second apart, and for e100 the SCB status word, read
+through QEMU's monitor so that no driver is involved: receive and command
+unit states, pending interrupt causes, the interrupt mask. Exit code 0: no
+stall in all the runs; 1: a stall, described above.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .. import bench, net, understudy
+from ..devices import lookup
+from ..errors import LabError
+from ..guest import Guest
+from ..netns import LabNetwork
+
+TRANSFER_S = 5
+STALLED_AFTER_S = 25
+
+
+def e100_scb(word: int) -> str:
+    """The i8255x's System Control Block status word, as its manual names the fields."""
+    status, stat_ack, cmd_hi = word & 0xff, (word >> 8) & 0xff, (word >> 24) & 0xff
+    return (f"RU state {(status >> 2) & 0xf} (4: ready, 2: no resources, 1: suspended), "
+            f"CU state {(status >> 6) & 3}, pending causes {stat_ack:#04x}, interrupt mask {cmd_hi:#04x}")
+
+
+def describe_stall(g: Guest, daemon: understudy.Daemon, bdf: str, driver: str) -> None:
+    status = daemon.status()[bdf]
+    print(json.dumps(status, indent=1))
+    pid = status["pid"]
+    print(g.run(f"for t in /proc/{pid}/task/*; do echo $(cat $t/comm) $(cut -d' ' -f3 $t/stat) "
+                f"$(cat $t/wchan); done").out)
+    print(g.run(f"gdb -p {pid} -batch -ex 'thread apply all bt 8' 2>&1 | grep '^#\\|^Thread'",
+                timeout=120).out)
+    for _ in range(2):
+        print(g.run("grep vfio /proc/interrupts").out.strip())
+        if driver == "e100":
+            print("SCB:", e100_scb(g.read_phys_u32(g.bar_address(bdf, 0))))
+        time.sleep(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m lab.experiments.rx_stall",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", default="e100", help="the NIC's driver (default: e100)")
+    parser.add_argument("--direction", choices=["rx", "tx"], default="rx",
+                        help="rx: host -> guest (iperf3 -R), tx: guest -> host (default: rx)")
+    parser.add_argument("--runs", type=int, default=40, help="transfers before giving up (default: 40)")
+    args = parser.parse_args(argv)
+    dev = lookup(args.driver)
+    bins = understudy.build(release=True)
+    with LabNetwork() as network, Guest(devices=[dev.name], netdev=network) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        daemon = understudy.Daemon(g, bins)
+        try:
+            bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, dev.driver), network)
+            for run in range(args.runs):
+                try:
+                    mbps = net.iperf3(g, reverse=args.direction == "rx", seconds=TRANSFER_S,
+                                      network=network, timeout=STALLED_AFTER_S)
+                except (LabError, TimeoutError) as e:
+                    print(f"run {run + 1}: stalled ({e})", flush=True)
+                    describe_stall(g, daemon, bdf, dev.driver)
+                    return 1
+                print(f"run {run + 1}: {mbps:.0f} Mbit/s", flush=True)
+        finally:
+            daemon.stop()
+    print(f"no stall in {args.runs} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
