@@ -39,11 +39,11 @@ use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
 const KEEP_FOR_TX: usize = 512;
 /// Received frames taken between two refills of `rx_fill`. The driver polls
-/// its NIC only with room for a whole NAPI budget (64 at most), and it fills
-/// the rx ring while the host works through it: lent back only once the host
-/// had emptied the ring, the buffers left the driver idle, its NIC's ring
-/// full, for as long as the host took (host → guest TCP 967 → 1056 and
-/// 934 → 1083 Mbit/s, medians of 4 runs each, docs/bench-net.md).
+/// its NIC only with room for a whole NAPI budget (at most 64 frames); with
+/// the buffers lent back only once the rx ring was empty, it sat idle, its
+/// NIC's ring filling, for as long as the host took to merge and write the
+/// batch (e1000 host → guest TCP 967 → 1056 and 934 → 1083 Mbit/s, medians
+/// of 4 A/B runs each, docs/bench-net.md).
 const RX_REFILL_EVERY: u32 = 64;
 const ETH_HLEN: usize = 14;
 /// The longest Ethernet header: with one VLAN tag.
