@@ -521,8 +521,10 @@ EXPORT_SYMBOL(napi_complete_done);
  * one would) what comes next -- as in the kernel, where the stack above
  * runs in the poll and paces it. Dropping here instead cost host -> guest
  * TCP a retransmission per ~40 segments in the lab. The budget itself stays
- * the instance's weight: with budgets cut to the buffers on hand, e100
- * stopped receiving for good in 2 of 11 transfers (docs/bench-net.md).
+ * the instance's weight, the one budget the kernel ever passes. (Budgets cut
+ * to the buffers on hand were dropped when e100 stalled with them; it stalls
+ * with full budgets too, and in-kernel, when its ring runs out:
+ * docs/bench-net.md.)
  */
 enum us_net_rx us_net_rx_action(void)
 {
