@@ -521,7 +521,7 @@ EXPORT_SYMBOL(napi_complete_done);
  * one would) what comes next -- as in the kernel, where the stack above
  * runs in the poll and paces it. Dropping here instead cost host -> guest
  * TCP a retransmission per ~40 segments in the lab. The budget itself stays
- * the instance's weight, the one budget the kernel ever passes. (Budgets cut
+ * the instance's weight, as the kernel's net_rx_action passes it. (Budgets cut
  * to the buffers on hand were dropped when e100 stalled with them; it stalls
  * with full budgets too, and in-kernel, when its ring runs out:
  * docs/bench-net.md.)
