@@ -430,12 +430,21 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
 
 # -- leak-check ----------------------------------------------------------------
 
+# Samples of the daemon's fd count, 100 ms apart, of which the check takes the
+# fewest: a leaked fd is in every sample, while one the daemon holds for a
+# moment (the CLI's connection it has yet to close, the multicast list it
+# reads five times a second) is not.
+FD_SAMPLES = 5
+
+
 def daemon_resources(guest: Guest, daemon: understudy.Daemon, bdf: str) -> dict:
     """The daemon's memory, fds and threads (from /proc) and the pool's free buffers."""
     pid = guest.run("pgrep -o -x understudyd", check=True).out.strip()
     fields = dict(line.split(":", 1) for line in
                   guest.read_file(f"/proc/{pid}/status").decode().splitlines() if ":" in line)
-    fds = int(guest.run(f"ls /proc/{pid}/fd | wc -l", check=True).out)
+    counts = guest.run(f"for i in $(seq {FD_SAMPLES}); do ls /proc/{pid}/fd | wc -l; sleep 0.1; done",
+                       check=True).out.split()
+    fds = min(int(n) for n in counts)
     st = daemon.status()[bdf]
     return {"vm_rss_kib": int(fields["VmRSS"].split()[0]), "vm_data_kib": int(fields["VmData"].split()[0]),
             "threads": int(fields["Threads"]), "fds": fds,
