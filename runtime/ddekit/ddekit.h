@@ -68,6 +68,12 @@ int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
  */
 int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
 			unsigned long *handle);
+/*
+ * The calling thread runs what interrupt and softirq context run in the
+ * kernel (the IRQ handler, NAPI polls, transmission): it gets a larger share
+ * of the CPU than the application threads it competes with.
+ */
+void ddekit_thread_runs_interrupts(void);
 /* Waits up to timeout_ns for the thread to return; 0 or -errno. */
 int ddekit_thread_join(unsigned long handle, unsigned long long timeout_ns);
 /* One pointer of thread-local storage for the kernel half (its task). */

@@ -42,6 +42,7 @@ static void irq_thread(void *arg)
 {
 	struct us_irq *desc = arg;
 
+	ddekit_thread_runs_interrupts();
 	for (;;) {
 		irqreturn_t ret;
 

@@ -260,6 +260,7 @@ restart:
 
 static void softirq_thread(void *unused)
 {
+	ddekit_thread_runs_interrupts();
 	us_cpu_enter();
 	softirq_task = current;
 	strscpy(current->comm, "ksoftirqd/0", sizeof(current->comm));

@@ -41,6 +41,12 @@ def e1000_stat(d: understudy.Daemon, bdf: str, name: str) -> int:
     return int(found.group(1))
 
 
+def thread_nice(g: Guest, pid: int) -> dict[str, int]:
+    """A process's threads' nice values, by thread name."""
+    rows = g.run(["ps", "-L", "-o", "ni=,comm=", "-p", str(pid)], check=True).out.splitlines()
+    return {comm: int(ni) for ni, comm in (row.split(None, 1) for row in rows)}
+
+
 def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_leftover_qemu, bins):
     with Guest(devices=["e1000"]) as g:
         bdf, ko = understudy.hand_over(g, "nic0", "e1000")
@@ -54,6 +60,15 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
         assert MAC in g.run("ip link show us0", check=True).out
         assert understudy.carrier(g, "us0")
+
+        # The threads that do interrupt and softirq work get a larger share of
+        # the CPU; the driver's own task threads keep the default.
+        driver_nice = thread_nice(g, opened["pid"])
+        print("driver threads' nice", driver_nice)
+        assert {driver_nice[t] for t in ("irq", "ksoftirqd/0", "understudy-tx")} == {-10}, driver_nice
+        assert driver_nice["understudy-driv"] == driver_nice["kworker/0"] == 0, driver_nice
+        daemon_pid = int(g.run(["pgrep", "-x", "understudyd"], check=True).out)
+        assert thread_nice(g, daemon_pid)[f"dev-{bdf}"[:15]] == -10
 
         p = net.ping(g, count=100, interval=0.02)
         print("ping", p)
