@@ -12,9 +12,11 @@ change in one guest:
 Per run it takes, besides Mbit/s, the CPU of every guest thread (which stage
 of the path works how hard), of QEMU's threads and of the whole host (the lab
 runs under TCG: guest, device model and the peer share the host's cores), the
-NIC's interrupts, the peer TCP's retransmissions and the bridge's drops
-towards the guest. Prints per-mode medians as a table (or --json), CPU as
-milliseconds per megabyte moved.
+NIC's interrupts, the segments the guest's TCP sent (its ACKs), each guest
+thread's sleeps (voluntary context switches), the peer TCP's retransmissions
+and the bridge's drops towards the guest. Prints per-mode medians as a table (or --json), CPU as
+milliseconds per megabyte moved. docs/bench-net.md ("What limits receive")
+has what it found.
 """
 from __future__ import annotations
 
@@ -148,10 +150,11 @@ GROUPS = {"guest_threads": "ms/MB", "guest_sleeps_per_mb": "sleeps/MB", "qemu_th
 
 def summarise(runs: list[dict]) -> dict:
     """Medians of every figure; per-thread figures over the threads with at least 0.5 (ms or sleeps) per MB."""
-    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if not isinstance(runs[0][k], dict)}
+    out = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]
+           if not isinstance(runs[0][k], dict)}
     for group in GROUPS:
         names = {n for r in runs for n in r[group]}
-        med = {n: statistics.median(r[group].get(n, 0) for r in runs) for n in names}
+        med = {n: round(statistics.median(r[group].get(n, 0) for r in runs), 3) for n in names}
         out[group] = dict(sorted(((n, v) for n, v in med.items() if v >= 0.5), key=lambda kv: -kv[1]))
     return out
 

@@ -256,15 +256,16 @@ int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
 }
 
 /*
- * The nice value of the interrupt-running threads. In the kernel, interrupts
- * and softirqs preempt any task; here they are threads, and a stage of the
- * receive path that waits behind an application thread for a CPU leaves the
- * NIC's ring full, so the sender's frames are dropped at the wire. With
- * these threads and the daemon's device thread at -10, e1000 host -> guest
- * TCP in the lab: +5 % (5 of 6 A/B rounds) and +9 % (8 of 8, reniced by
- * hand); docs/bench-net.md.
- * A weight, not SCHED_FIFO: a driver spinning in one of these threads must
- * not take a CPU from everything else.
+ * The nice value of the IRQ and softirq threads. In the kernel, interrupts
+ * and softirqs preempt any task; here they are threads, and a NAPI poll
+ * that waits behind an application thread for a CPU leaves the NIC's ring
+ * full. Only these: transmission runs in the sender's context in the kernel,
+ * at the sender's priority, and a TX thread (or a daemon) that preempts the
+ * sending application at every frame takes the frames one at a time. e1000
+ * in the lab, A/B: host -> guest +12 %, guest -> host unchanged; with the TX
+ * thread and the daemon raised as well, guest -> host lost a quarter
+ * (docs/bench-net.md). A weight, not SCHED_FIFO: a driver spinning in one
+ * of these threads must not take a CPU from everything else.
  */
 #define INTERRUPT_THREAD_NICE (-10)
 

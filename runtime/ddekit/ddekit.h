@@ -70,8 +70,8 @@ int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
 			unsigned long *handle);
 /*
  * The calling thread runs what interrupt and softirq context run in the
- * kernel (the IRQ handler, NAPI polls, transmission): it gets a larger share
- * of the CPU than the application threads it competes with.
+ * kernel (the IRQ handler, NAPI polls, timers): it gets a larger share of
+ * the CPU than the application threads it competes with.
  */
 void ddekit_thread_runs_interrupts(void);
 /* Waits up to timeout_ns for the thread to return; 0 or -errno. */

@@ -252,7 +252,6 @@ static void tx_thread(void *unused)
 {
 	struct us_ring *tx = rings.ring[US_RING_TX];
 
-	ddekit_thread_runs_interrupts();
 	for (;;) {
 		struct ddekit_tx_frame batch[DDEKIT_TX_BATCH];
 		struct us_ring_entry e;

@@ -49,11 +49,6 @@ pub fn spawn(binary: &Path, fds: &DriverFds) -> io::Result<DriverProcess> {
             // A driver never outlives its daemon: the daemon holds its device.
             // (The signal follows the thread that forked: the device's supervisor.)
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            // Not the raised priority of the device thread that forks: the
-            // driver raises its interrupt threads' own (ddekit_thread_runs_interrupts).
-            if libc::setpriority(libc::PRIO_PROCESS, 0, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
             Ok(())
         });
     }

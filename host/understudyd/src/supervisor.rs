@@ -167,23 +167,6 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
     mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-/// The nice value of a device's thread. Its writes to the TAP run the
-/// stack's receive path, which in the kernel runs in softirq context, ahead
-/// of any task; as a thread that waits behind the application for a CPU it
-/// leaves the driver without receive buffers and the NIC's ring full
-/// (measured with the driver's interrupt threads, which get the same:
-/// runtime/ddekit/ddekit.c, INTERRUPT_THREAD_NICE). Driver processes
-/// started from this thread do not inherit it (process::spawn).
-const DEVICE_THREAD_NICE: libc::c_int = -10;
-
-fn raise_priority() {
-    // SAFETY: plain syscalls; PRIO_PROCESS with a thread id sets that thread's nice value.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, DEVICE_THREAD_NICE) } < 0 {
-        warn!("cannot raise the device thread's priority (nice {DEVICE_THREAD_NICE}): {}; \
-               receiving may drop more under load", io::Error::last_os_error());
-    }
-}
-
 /// Starts the device's thread; returns once the device is taken, the
 /// interface exists and the driver process runs, or with why not (and then
 /// nothing is left behind: every resource is dropped on the way out).
@@ -192,18 +175,15 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
     let name = format!("dev-{}", setup.device);
     let thread = std::thread::Builder::new()
         .name(name)
-        .spawn(move || {
-            raise_priority();
-            match Supervisor::new(setup) {
-                Ok(mut s) => {
-                    let stop = s.stop.try_clone().expect("dup of an eventfd");
-                    let wake = s.wake.try_clone().expect("dup of an eventfd");
-                    let _ = tx.send(Ok((s.status.clone(), stop, s.command_sender.clone(), wake)));
-                    s.run();
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
+        .spawn(move || match Supervisor::new(setup) {
+            Ok(mut s) => {
+                let stop = s.stop.try_clone().expect("dup of an eventfd");
+                let wake = s.wake.try_clone().expect("dup of an eventfd");
+                let _ = tx.send(Ok((s.status.clone(), stop, s.command_sender.clone(), wake)));
+                s.run();
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
             }
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
