@@ -1,4 +1,4 @@
-"""Where a host -> guest transfer spends the machine: the in-kernel driver and understudy side by side.
+"""Where a transfer through a NIC spends the machine: the in-kernel driver and understudy side by side.
 
 Boots a lab guest with one NIC on the bridged TAP (as `bench net`) and, round
 after round, runs the same iperf3 transfer (5 s, host -> guest unless --tx)
@@ -14,9 +14,9 @@ of the path works how hard), of QEMU's threads and of the whole host (the lab
 runs under TCG: guest, device model and the peer share the host's cores), the
 NIC's interrupts, the segments the guest's TCP sent (its ACKs), each guest
 thread's sleeps (voluntary context switches), the peer TCP's retransmissions
-and the bridge's drops towards the guest. Prints per-mode medians as a table (or --json), CPU as
-milliseconds per megabyte moved. docs/bench-net.md ("What limits receive")
-has what it found.
+and the bridge's drops towards the guest. Prints per-mode medians as a
+table (or --json), CPU as milliseconds per megabyte moved.
+docs/bench-net.md ("What limits receive") has what it found.
 """
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def host_busy_ticks() -> int:
 
 
 def qemu_thread_ticks(pid: int) -> dict[str, int]:
-    """QEMU's threads by name (its vCPUs are "CPU n/TCG"), same-named ones summed."""
+    """QEMU's threads' CPU by thread name, same-named ones summed (without
+    `-name debug-threads=on` they all carry the process's name)."""
     ticks: dict[str, int] = collections.Counter()
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -176,7 +177,8 @@ def print_table(report: dict) -> None:
           f"{report['command']})")
 
 
-def parse_variant(text: str) -> tuple[str, dict, str | None]:
+def parse_variant(text: str) -> tuple[str, str, str | None]:
+    """NAME=[UNDERSTUDYD][:DRIVER] -> (name, daemon path or "", driver path or None)."""
     name, _, paths = text.partition("=")
     daemon, _, driver = paths.partition(":")
     if not name or not (daemon or driver):
@@ -185,8 +187,8 @@ def parse_variant(text: str) -> tuple[str, dict, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m lab.experiments.rx_profile",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m lab.experiments.rx_profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--driver", default="e1000", help="the NIC's driver (default: e1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode (default: 3)")
     parser.add_argument("--tx", action="store_true", help="guest -> host instead of host -> guest")
