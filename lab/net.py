@@ -210,8 +210,21 @@ def sender_figures(iperf_json: dict) -> dict:
             "retransmits": s.get("retransmits")}
 
 
+USER_HZ = 100
+
+
+def busy_ticks(proc_stat: str) -> int:
+    """CPU time spent not idle, all CPUs, in USER_HZ ticks, from a /proc/stat text."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, proc_stat.split(None, 9)[1:9])
+    return user + nice + system + irq + softirq + steal
+
+
 def cpu_busy_seconds(guest: Guest) -> float:
-    """Guest CPU time spent not idle, all CPUs, from /proc/stat (USER_HZ = 100)."""
-    fields = guest.read_file("/proc/stat").decode().splitlines()[0].split()[1:]
-    user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[:8])
-    return (user + nice + system + irq + softirq + steal) / 100.0
+    """Guest CPU time spent not idle, all CPUs, from /proc/stat."""
+    return busy_ticks(guest.read_file("/proc/stat").decode()) / USER_HZ
+
+
+def tcp_counter(proc_net_snmp: str, name: str) -> int:
+    """One of the TCP MIB's counters (OutSegs, RetransSegs...) from a /proc/net/snmp text."""
+    names, values = (line.split()[1:] for line in proc_net_snmp.splitlines() if line.startswith("Tcp:"))
+    return int(dict(zip(names, values))[name])

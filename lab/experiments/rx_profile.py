@@ -10,7 +10,7 @@ change in one guest:
     python3 -m lab.experiments.rx_profile --variant refill8=/tmp/understudyd:/tmp/understudy-driver
 
 Per run it takes, besides Mbit/s, the CPU of every guest thread (which stage
-of the path works how hard), of QEMU's threads and of the whole host (the lab
+of the path works how hard), of QEMU and of the whole host (the lab
 runs under TCG: guest, device model and the peer share the host's cores), the
 NIC's interrupts, the segments the guest's TCP sent (its ACKs), each guest
 thread's sleeps (voluntary context switches), the peer TCP's retransmissions
@@ -35,12 +35,10 @@ from ..guest import Guest
 from ..netns import LabNetwork
 
 SECONDS = 5
-CLK_TCK = 100
 
 # Every guest thread's CPU ticks (utime + stime) and voluntary context switches
 # (sleeps, each ended by a wake-up), keyed "pid/tid comm"; not this script's own
-# (a python3 start under TCG costs about a second). And the segments the
-# guest's TCP sent: host -> guest, its ACKs.
+# (a python3 start under TCG costs about a second).
 THREAD_TICKS = """
 import glob, json, os
 out = {}
@@ -56,39 +54,24 @@ for task in glob.glob('/proc/[0-9]*/task/[0-9]*'):
     fields = text[text.rindex(')') + 2:].split()
     pid, tid = task.split('/')[2], task.split('/')[4]
     out[pid + '/' + tid + ' ' + comm] = [int(fields[11]) + int(fields[12]), int(sleeps[0].split()[1])]
-tcp = [l.split()[1:] for l in open('/proc/net/snmp') if l.startswith('Tcp:')]
-print(json.dumps({'threads': out, 'tcp_out_segs': int(dict(zip(*tcp))['OutSegs'])}))
+print(json.dumps(out))
 """
 
 
-def host_busy_ticks() -> int:
-    user, nice, system, idle, iowait, irq, softirq, steal = map(
-        int, Path("/proc/stat").read_text().splitlines()[0].split()[1:9])
-    return user + nice + system + irq + softirq + steal
-
-
-def qemu_thread_ticks(pid: int) -> dict[str, int]:
-    """QEMU's threads' CPU by thread name, same-named ones summed (without
-    `-name debug-threads=on` they all carry the process's name)."""
-    ticks: dict[str, int] = collections.Counter()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            text = (task / "stat").read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1:text.rindex(")")]
-        fields = text[text.rindex(")") + 2:].split()
-        ticks[comm] += int(fields[11]) + int(fields[12])
-    return ticks
+def process_ticks(pid: int) -> int:
+    """A host process's CPU ticks (utime + stime, all its threads)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def peer_counters(network: LabNetwork) -> dict[str, int]:
     """The peer TCP's retransmitted segments and what the bridge's ports dropped."""
+    # /proc/net is the reader's network namespace's.
     snmp = subprocess.run(["ip", "netns", "exec", network.name, "cat", "/proc/net/snmp"],
-                          capture_output=True, text=True, check=True).stdout.splitlines()
-    tcp = [line.split()[1:] for line in snmp if line.startswith("Tcp:")]
+                          capture_output=True, text=True, check=True).stdout
     links = json.loads(network.ip("-j", "-s", "link", "show"))
-    return {"retrans": int(dict(zip(*tcp))["RetransSegs"]),
+    return {"retrans": net.tcp_counter(snmp, "RetransSegs"),
             "tap_tx_dropped": sum(link["stats64"]["tx"]["dropped"] for link in links
                                   if link["ifname"] != "lo")}
 
@@ -109,44 +92,55 @@ def thread_role(name: str, driver_pids: set[str]) -> str:
     return comm
 
 
+def thread_ticks(g: Guest) -> dict[str, list[int]]:
+    return json.loads(g.run(["python3", "-c", THREAD_TICKS], check=True).out)
+
+
+def counters(g: Guest, network: LabNetwork, bdf: str) -> dict[str, int]:
+    """The counters measure() takes the difference of, besides the threads'."""
+    return {"guest_busy": net.busy_ticks(g.read_file("/proc/stat").decode()),
+            "guest_tcp_out": net.tcp_counter(g.read_file("/proc/net/snmp").decode(), "OutSegs"),
+            "host_busy": net.busy_ticks(Path("/proc/stat").read_text()),
+            "qemu": process_ticks(g.qemu.pid), "irqs": nic_interrupts(g, bdf), **peer_counters(network)}
+
+
 def measure(g: Guest, network: LabNetwork, bdf: str, reverse: bool,
             driver_exe: str | None) -> dict:
-    threads0 = json.loads(g.run(["python3", "-c", THREAD_TICKS], check=True).out)
-    busy0 = net.cpu_busy_seconds(g)
-    qemu0, host0 = qemu_thread_ticks(g.qemu.pid), host_busy_ticks()
-    peer0, irqs0 = peer_counters(network), nic_interrupts(g, bdf)
+    # The thread scan goes outside the counters' window: its python3 costs
+    # the guest (and so the host) about a second of CPU under TCG.
+    threads0 = thread_ticks(g)
+    before = counters(g, network, bdf)
     t0 = time.monotonic()
     mbps = net.iperf3(g, reverse=reverse, seconds=SECONDS, network=network)
     elapsed = time.monotonic() - t0
-    busy1 = net.cpu_busy_seconds(g)
-    threads1 = json.loads(g.run(["python3", "-c", THREAD_TICKS], check=True).out)
-    qemu1, host1 = qemu_thread_ticks(g.qemu.pid), host_busy_ticks()
-    peer1, irqs1 = peer_counters(network), nic_interrupts(g, bdf)
+    after = counters(g, network, bdf)
+    threads1 = thread_ticks(g)
+    delta = {k: after[k] - before[k] for k in after}
     mbytes = mbps * SECONDS / 8
-    per_mb = lambda ticks: round(ticks * 1000 / CLK_TCK / mbytes, 2)  # noqa: E731 ms per MB
+    per_mb = lambda ticks: round(ticks * 1000 / net.USER_HZ / mbytes, 2)  # noqa: E731 ms per MB
     drivers = set(map(str, understudy.driver_pids(g, driver_exe))) if driver_exe else set()
     guest: dict[str, int] = collections.Counter()
     sleeps: dict[str, int] = collections.Counter()
-    for name, (ticks, slept) in threads1["threads"].items():
-        before = threads0["threads"].get(name, (0, 0))
-        guest[thread_role(name, drivers)] += ticks - before[0]
-        sleeps[thread_role(name, drivers)] += slept - before[1]
+    for name, (ticks, slept) in threads1.items():
+        ticks0, slept0 = threads0.get(name, (0, 0))
+        role = thread_role(name, drivers)
+        guest[role] += ticks - ticks0
+        sleeps[role] += slept - slept0
     # Threads that ended in between (iperf3's) are in the total only.
-    guest["(ended)"] = max(0, round((busy1 - busy0) * CLK_TCK) - sum(guest.values()))
+    guest["(ended)"] = max(0, delta["guest_busy"] - sum(guest.values()))
     return {"mbps": round(mbps, 1),
-            "guest_ms_per_mb": per_mb((busy1 - busy0) * CLK_TCK),
-            "host_busy_cores": round((host1 - host0) / CLK_TCK / elapsed, 2),
-            "host_ms_per_mb": per_mb(host1 - host0),
-            "irqs_per_s": round((irqs1 - irqs0) / elapsed),
-            "guest_tcp_segs_out_per_mb": round((threads1["tcp_out_segs"] - threads0["tcp_out_segs"]) / mbytes, 1),
-            **{k: peer1[k] - peer0[k] for k in peer1},
+            "guest_ms_per_mb": per_mb(delta["guest_busy"]),
+            "host_busy_cores": round(delta["host_busy"] / net.USER_HZ / elapsed, 2),
+            "host_ms_per_mb": per_mb(delta["host_busy"]),
+            "qemu_ms_per_mb": per_mb(delta["qemu"]),
+            "irqs_per_s": round(delta["irqs"] / elapsed),
+            "guest_tcp_segs_out_per_mb": round(delta["guest_tcp_out"] / mbytes, 1),
+            "retrans": delta["retrans"], "tap_tx_dropped": delta["tap_tx_dropped"],
             "guest_threads": {k: per_mb(v) for k, v in guest.items() if v},
-            "guest_sleeps_per_mb": {k: round(v / mbytes, 1) for k, v in sleeps.items() if v},
-            "qemu_threads": {k: per_mb(v - qemu0.get(k, 0)) for k, v in qemu1.items()
-                             if v - qemu0.get(k, 0)}}
+            "guest_sleeps_per_mb": {k: round(v / mbytes, 1) for k, v in sleeps.items() if v}}
 
 
-GROUPS = {"guest_threads": "ms/MB", "guest_sleeps_per_mb": "sleeps/MB", "qemu_threads": "ms/MB"}
+GROUPS = {"guest_threads": "ms/MB", "guest_sleeps_per_mb": "sleeps/MB"}
 
 
 def summarise(runs: list[dict]) -> dict:
