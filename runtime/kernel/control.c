@@ -10,8 +10,6 @@
 #include <linux/netdevice.h>
 #include <linux/etherdevice.h>
 #include <linux/if_vlan.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/ethtool.h>
 #include <linux/rtnetlink.h>
@@ -426,30 +424,13 @@ out:
 }
 EXPORT_SYMBOL_GPL(us_net_xmit);
 
-/* Whether the driver's features cover the checksum an skb leaves to it. */
-static bool csum_offloadable(const struct net_device *dev, const struct sk_buff *skb)
-{
-	u8 l4;
-
-	if (dev->features & NETIF_F_HW_CSUM)
-		return true;
-	if (skb->protocol == htons(ETH_P_IP) && (dev->features & NETIF_F_IP_CSUM))
-		l4 = ip_hdr(skb)->protocol;
-	else if (skb->protocol == htons(ETH_P_IPV6) && (dev->features & NETIF_F_IPV6_CSUM))
-		l4 = ipv6_hdr(skb)->nexthdr;
-	else
-		return false;
-	return l4 == IPPROTO_TCP || l4 == IPPROTO_UDP;
-}
-
 /*
  * Puts what the host asks of the driver for a frame (the TAP's
  * virtio_net_hdr, docs/protocol.md) on its skb the way the stack hands it
  * to a driver: protocol and header offsets, CHECKSUM_PARTIAL with the
- * checksum's start and offset, gso_size/type/segs. What the driver's
- * features do not cover is done here, as validate_xmit_skb() does: a
- * checksum is computed in software; a GSO frame is refused (the host offers
- * GSO only to a driver that registered with TSO). 0 or -errno.
+ * checksum's start and offset, gso_size/type/segs. A checksum the driver's
+ * features do not cover is computed here, as validate_xmit_skb() does; a
+ * GSO frame they do not cover is left for segment_if_needed(). 0 or -errno.
  */
 static int apply_offloads(struct net_device *dev, struct sk_buff *skb,
 			  const struct ddekit_tx_frame *f)
@@ -458,7 +439,6 @@ static int apply_offloads(struct net_device *dev, struct sk_buff *skb,
 	unsigned int l3 = eth_type_vlan(eth->h_proto) ? VLAN_ETH_HLEN : ETH_HLEN;
 	struct skb_shared_info *shinfo = skb_shinfo(skb);
 	unsigned int gso = f->flags & (DDEKIT_TX_GSO_TCPV4 | DDEKIT_TX_GSO_TCPV6);
-	netdev_features_t needed;
 	unsigned int l4_end;
 
 	skb_reset_mac_header(skb);
@@ -475,7 +455,7 @@ static int apply_offloads(struct net_device *dev, struct sk_buff *skb,
 	skb->csum_offset = f->csum_offset;
 	skb_set_transport_header(skb, f->csum_start);
 	if (!gso)
-		return csum_offloadable(dev, skb) ? 0 : skb_checksum_help(skb);
+		return us_csum_covered(dev->features, skb) ? 0 : skb_checksum_help(skb);
 	if (gso == (DDEKIT_TX_GSO_TCPV4 | DDEKIT_TX_GSO_TCPV6) || !f->gso_size ||
 	    f->csum_start + sizeof(struct tcphdr) > skb->len)
 		return -EINVAL;
@@ -483,13 +463,8 @@ static int apply_offloads(struct net_device *dev, struct sk_buff *skb,
 	if (l4_end >= skb->len)
 		return -EINVAL;
 	shinfo->gso_type = gso == DDEKIT_TX_GSO_TCPV4 ? SKB_GSO_TCPV4 : SKB_GSO_TCPV6;
-	needed = gso == DDEKIT_TX_GSO_TCPV4 ? NETIF_F_TSO : NETIF_F_TSO6;
-	if (f->flags & DDEKIT_TX_GSO_ECN) {
+	if (f->flags & DDEKIT_TX_GSO_ECN)
 		shinfo->gso_type |= SKB_GSO_TCP_ECN;
-		needed |= NETIF_F_TSO_ECN;
-	}
-	if ((dev->features & needed) != needed)
-		return -EOPNOTSUPP;
 	shinfo->gso_size = f->gso_size;
 	shinfo->gso_segs = DIV_ROUND_UP(skb->len - l4_end, f->gso_size);
 	return 0;
@@ -501,15 +476,54 @@ static void pool_skb_done(struct sk_buff *skb)
 }
 
 /*
+ * The segments of a GSO frame the driver cannot send whole, as
+ * validate_xmit_skb() cuts them (gso.c); NULL if it can, or an ERR_PTR.
+ */
+static struct sk_buff *segment_if_needed(struct net_device *dev, struct sk_buff *skb)
+{
+	if (!netif_needs_gso(skb, dev->features))
+		return NULL;
+	return __skb_gso_segment(skb, dev->features, true);
+}
+
+/*
+ * Sends one frame's segments, xmit_more on all but the last unless more.
+ * Once the driver has taken one the frame counts as sent: a later segment
+ * it refuses (the link went down meanwhile) is dropped, as the kernel drops
+ * what a stopped device's queue held, and TCP sends it again.
+ */
+static int xmit_segments(struct net_device *dev, struct sk_buff *segs, bool more)
+{
+	bool sent = false;
+	int ret = NETDEV_TX_OK;
+
+	while (segs) {
+		struct sk_buff *seg = segs;
+
+		segs = seg->next;
+		seg->next = NULL;
+		ret = xmit_one(dev, seg, true, segs || more);
+		if (ret != NETDEV_TX_OK) {
+			kfree_skb(seg);
+			kfree_skb_list(segs);
+			break;
+		}
+		sent = true;
+	}
+	return sent ? NETDEV_TX_OK : ret;
+}
+
+/*
  * Zero-copy transmit of a batch of frames, each at the start of a host pool
  * buffer, with one entry into the CPU for all of them and xmit_more set on
  * all but the last one the driver gets. Each frame's status: 0 the driver
- * has it, and ddekit_net_tx_done(buffer) follows when its skb is freed;
- * otherwise -errno and the buffer was not used.
+ * has it, and ddekit_net_tx_done(buffer) follows when its skb is freed (for
+ * a frame sent as segments, copies, as soon as they are sent); otherwise
+ * -errno and the buffer was not used.
  */
 void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n)
 {
-	struct sk_buff *skbs[DDEKIT_TX_BATCH];
+	struct sk_buff *skbs[DDEKIT_TX_BATCH], *segs[DDEKIT_TX_BATCH];
 	struct net_device *dev;
 	unsigned int i, last = 0;
 
@@ -521,7 +535,7 @@ void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n)
 	for (i = 0; i < n; i++) {
 		struct ddekit_tx_frame *f = &frames[i];
 
-		skbs[i] = NULL;
+		skbs[i] = segs[i] = NULL;
 		f->status = -ENETDOWN;
 		if (!dev)
 			continue;
@@ -533,6 +547,10 @@ void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n)
 		if (!skbs[i])
 			continue;
 		f->status = apply_offloads(dev, skbs[i], f);
+		if (!f->status) {
+			segs[i] = segment_if_needed(dev, skbs[i]);
+			f->status = PTR_ERR_OR_ZERO(segs[i]);
+		}
 		if (f->status) {
 			kfree_skb(skbs[i]);
 			skbs[i] = NULL;
@@ -547,9 +565,15 @@ void us_net_xmit_buffers(struct ddekit_tx_frame *frames, unsigned int n)
 
 		if (!skb)
 			continue;
-		ret = xmit_one(dev, skb, true, i < last);
-		if (ret == NETDEV_TX_OK)
+		if (segs[i])
+			ret = xmit_segments(dev, segs[i], i < last);
+		else
+			ret = xmit_one(dev, skb, true, i < last);
+		if (ret == NETDEV_TX_OK) {
+			if (segs[i])
+				consume_skb(skb);	/* copied: its buffers go back now */
 			continue;
+		}
 		skb->destructor = NULL;	/* not taken: the caller reports the drop */
 		kfree_skb(skb);
 		frames[i].status = ret < 0 ? ret : -EBUSY;

@@ -8,6 +8,7 @@
 
 #include <linux/types.h>
 #include <linux/sched.h>
+#include <linux/netdev_features.h>
 
 #include "../ddekit/ddekit.h"
 
@@ -105,5 +106,8 @@ int us_netdev_stop(struct net_device *dev);
 void us_net_announce(void);
 void us_net_deliver(struct sk_buff *skb);
 struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room);
+
+/* gso.c: whether features cover the checksum a CHECKSUM_PARTIAL skb leaves to the device. */
+bool us_csum_covered(netdev_features_t features, const struct sk_buff *skb);
 
 #endif /* UNDERSTUDY_KERNEL_INTERNAL_H */

@@ -183,19 +183,18 @@ void dev_addr_mod(struct net_device *dev, unsigned int offset, const void *addr,
 }
 EXPORT_SYMBOL(dev_addr_mod);
 
-/* What of the stack's work the host may leave to this driver (ddekit.h). */
+/*
+ * What of the stack's work the host may leave to this driver process
+ * (ddekit.h): every tx offload, since what the driver's features do not
+ * cover the runtime completes in software (checksums in apply_offloads(),
+ * segmentation in gso.c), as the kernel's validate_xmit_skb() would; and
+ * whether the device checks received checksums.
+ */
 static unsigned int offloads_of(netdev_features_t features)
 {
-	unsigned int offloads = 0;
+	unsigned int offloads = DDEKIT_OFFLOAD_CSUM | DDEKIT_OFFLOAD_TSO4 |
+				DDEKIT_OFFLOAD_TSO6 | DDEKIT_OFFLOAD_TSO_ECN;
 
-	if (features & (NETIF_F_HW_CSUM | NETIF_F_IP_CSUM))
-		offloads |= DDEKIT_OFFLOAD_CSUM;
-	if (features & NETIF_F_TSO)
-		offloads |= DDEKIT_OFFLOAD_TSO4;
-	if (features & NETIF_F_TSO6)
-		offloads |= DDEKIT_OFFLOAD_TSO6;
-	if (features & NETIF_F_TSO_ECN)
-		offloads |= DDEKIT_OFFLOAD_TSO_ECN;
 	if (features & NETIF_F_RXCSUM)
 		offloads |= DDEKIT_OFFLOAD_RX_CSUM;
 	return offloads;

@@ -178,6 +178,18 @@ void consume_skb(struct sk_buff *skb)
 }
 EXPORT_SYMBOL(consume_skb);
 
+/* A list linked through ->next, as __skb_gso_segment() returns. */
+void kfree_skb_list_reason(struct sk_buff *segs, enum skb_drop_reason reason)
+{
+	while (segs) {
+		struct sk_buff *next = segs->next;
+
+		kfree_skb_reason(segs, reason);
+		segs = next;
+	}
+}
+EXPORT_SYMBOL(kfree_skb_list_reason);
+
 void napi_consume_skb(struct sk_buff *skb, int budget)
 {
 	consume_skb(skb);

@@ -11,8 +11,8 @@ import pytest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
-SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "printk",
-             "warn"]
+SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
+             "gso", "printk", "warn"]
 
 
 @pytest.fixture(scope="module")

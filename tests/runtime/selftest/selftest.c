@@ -18,7 +18,11 @@
 #include <linux/slab.h>
 #include <linux/ip.h>
 #include <linux/udp.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/err.h>
 #include <net/checksum.h>
+#include <net/ip6_checksum.h>
 
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("understudy: self-tests of the driver-process kernel runtime");
@@ -475,6 +479,190 @@ static void test_checksum(void)
 	kfree_skb(skb);
 }
 
+/* The one's complement sum the RFC 1071 way: 16-bit words, a last odd byte low. */
+static u16 reference_sum(const u8 *p, int len, u32 sum)
+{
+	for (; len > 1; len -= 2, p += 2)
+		sum += p[0] | p[1] << 8;
+	if (len)
+		sum += p[0];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return sum;
+}
+
+/*
+ * The runtime's memcpy, memset and csum_partial work a word at a time:
+ * they agree with byte-wise references at every length and alignment,
+ * including sums whose 64-bit accumulator carries.
+ */
+static void test_strings(void)
+{
+	static u8 src[96], dst[112];
+
+	for (int i = 0; i < sizeof(src); i++)
+		src[i] = 0xf0 ^ (i * 37);
+	for (int off = 0; off < 8; off++) {
+		for (int len = 0; len <= 80; len++) {
+			u32 seed = len * 0x10001;
+
+			memset(dst, 0x5a, sizeof(dst));
+			CHECK(memcpy(dst + off, src + off, len) == dst + off);
+			CHECK(memcmp(dst + off, src + off, len) == 0);
+			CHECK(dst[off + len] == 0x5a && (off == 0 || dst[off - 1] == 0x5a));
+			CHECK(memset(dst + off, 0xc3, len) == dst + off);
+			CHECK(len == 0 || (dst[off] == 0xc3 && dst[off + len - 1] == 0xc3));
+			CHECK(dst[off + len] == 0x5a);
+			CHECK(csum_fold(csum_partial(src + off, len, (__force __wsum)seed)) ==
+			      (__force __sum16)(u16)~reference_sum(src + off, len, seed));
+		}
+	}
+	memset(src, 0xff, sizeof(src));
+	CHECK(csum_fold(csum_partial(src, sizeof(src), 0)) == 0);
+}
+
+/* ---- software segmentation (GSO) --------------------------------------- */
+
+#define GSO_MSS 1000
+
+/* A TCP frame of payload bytes as the host's TAP hands it over for TSO. */
+static struct sk_buff *gso_frame(bool v4, unsigned int payload)
+{
+	unsigned int nh_len = v4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+	unsigned int l4 = ETH_HLEN + nh_len, len = l4 + sizeof(struct tcphdr) + payload;
+	struct sk_buff *skb = alloc_skb(len, GFP_KERNEL);
+	struct tcphdr *th;
+	u8 *data;
+
+	if (!skb)
+		return NULL;
+	data = memset(skb_put(skb, len), 0, len);
+	for (unsigned int i = 0; i < payload; i++)
+		data[len - payload + i] = i * 7 + i / 251;
+	skb_reset_mac_header(skb);
+	skb_set_network_header(skb, ETH_HLEN);
+	skb_set_transport_header(skb, l4);
+	if (v4) {
+		struct iphdr *ip = ip_hdr(skb);
+
+		skb->protocol = htons(ETH_P_IP);
+		ip->version = 4;
+		ip->ihl = 5;
+		ip->ttl = 64;
+		ip->id = htons(0xfffe);	/* wraps */
+		ip->protocol = IPPROTO_TCP;
+		ip->saddr = htonl(0x0a00020f);
+		ip->daddr = htonl(0x0a000202);
+	} else {
+		struct ipv6hdr *ip6 = ipv6_hdr(skb);
+
+		skb->protocol = htons(ETH_P_IPV6);
+		ip6->version = 6;
+		ip6->nexthdr = IPPROTO_TCP;
+		ip6->hop_limit = 64;
+		ip6->saddr.s6_addr[0] = 0xfd;
+		ip6->saddr.s6_addr[15] = 0x0f;
+		ip6->daddr.s6_addr[0] = 0xfd;
+		ip6->daddr.s6_addr[15] = 0x02;
+	}
+	((struct ethhdr *)data)->h_proto = skb->protocol;
+	th = tcp_hdr(skb);
+	th->seq = htonl(0xfffffc00);	/* wraps too */
+	th->doff = sizeof(*th) / 4;
+	th->ack = th->psh = th->fin = th->cwr = 1;
+	skb->ip_summed = CHECKSUM_PARTIAL;
+	skb->csum_start = skb_headroom(skb) + l4;
+	skb->csum_offset = offsetof(struct tcphdr, check);
+	skb_shinfo(skb)->gso_size = GSO_MSS;
+	skb_shinfo(skb)->gso_type = v4 ? SKB_GSO_TCPV4 : SKB_GSO_TCPV6;
+	return skb;
+}
+
+/* Whether a segment's TCP checksum verifies as a receiver checks it. */
+static bool tcp_checksum_ok(struct sk_buff *seg, bool v4)
+{
+	unsigned int len = seg->len - skb_transport_offset(seg);
+	__wsum sum = csum_partial(tcp_hdr(seg), len, 0);
+
+	if (v4)
+		return csum_tcpudp_magic(ip_hdr(seg)->saddr, ip_hdr(seg)->daddr, len,
+					 IPPROTO_TCP, sum) == 0;
+	return csum_ipv6_magic(&ipv6_hdr(seg)->saddr, &ipv6_hdr(seg)->daddr, len,
+			       IPPROTO_TCP, sum) == 0;
+}
+
+/*
+ * A frame of 3.5 MSS becomes four segments, each a wire-ready frame:
+ * headers copied, IP lengths, IPv4 id and sequence numbers advanced (both
+ * wrapping), CWR on the first only, PSH and FIN on the last only, the
+ * payload in order; checksums complete without checksum features, left
+ * to the device (pseudo-header sum in the field) with them.
+ */
+static void check_segments(bool v4, netdev_features_t features)
+{
+	unsigned int payload = 3 * GSO_MSS + GSO_MSS / 2, hdr_len, offset = 0, n = 0;
+	struct sk_buff *skb = gso_frame(v4, payload), *segs, *seg;
+	const u8 *sent;
+
+	CHECK(skb);
+	hdr_len = skb->len - payload;
+	sent = skb->data + hdr_len;
+	segs = skb_gso_segment(skb, features);
+	CHECK(!IS_ERR_OR_NULL(segs));
+	for (seg = segs; seg; seg = seg->next, n++) {
+		unsigned int len = min(GSO_MSS, payload - offset);
+		struct tcphdr *th = tcp_hdr(seg);
+		bool last = !seg->next;
+
+		CHECK(seg->len == hdr_len + len && !skb_is_nonlinear(seg));
+		CHECK(skb_network_offset(seg) == ETH_HLEN && skb_transport_offset(seg) == hdr_len - sizeof(*th));
+		if (v4) {
+			CHECK(ntohs(ip_hdr(seg)->tot_len) == seg->len - ETH_HLEN);
+			CHECK(ntohs(ip_hdr(seg)->id) == (u16)(0xfffe + n));
+			CHECK(ip_fast_csum(ip_hdr(seg), 5) == 0);
+		} else {
+			CHECK(ntohs(ipv6_hdr(seg)->payload_len) == len + sizeof(*th));
+		}
+		CHECK(ntohl(th->seq) == 0xfffffc00 + offset);
+		CHECK(th->cwr == (n == 0) && th->psh == last && th->fin == last && th->ack);
+		CHECK(memcmp(seg->data + hdr_len, sent + offset, len) == 0);
+		if (features) {
+			CHECK(seg->ip_summed == CHECKSUM_PARTIAL);
+			CHECK(skb_checksum_start_offset(seg) == skb_transport_offset(seg));
+			CHECK(skb_checksum_help(seg) == 0);
+		}
+		CHECK(seg->ip_summed == CHECKSUM_NONE && tcp_checksum_ok(seg, v4));
+		offset += len;
+	}
+	CHECK(n == 4 && offset == payload);
+	kfree_skb_list(segs);
+	kfree_skb(skb);
+}
+
+/* What the host's TAP offers every driver is cut for one without TSO. */
+static void test_gso(void)
+{
+	long live = us_skb_live();
+	unsigned long mem = us_mem_in_use();
+	struct sk_buff *skb;
+
+	check_segments(true, 0);
+	check_segments(true, NETIF_F_IP_CSUM);
+	check_segments(false, 0);
+	check_segments(false, NETIF_F_HW_CSUM);
+	CHECK(us_skb_live() == live);
+	/* Only TCP is segmented; a frame whose headers are not what it says is refused. */
+	skb = gso_frame(true, 2 * GSO_MSS);
+	CHECK(skb);
+	skb_shinfo(skb)->gso_type = SKB_GSO_UDP_L4;
+	CHECK(PTR_ERR(skb_gso_segment(skb, 0)) == -EPROTONOSUPPORT);
+	skb_shinfo(skb)->gso_type = SKB_GSO_TCPV6;
+	CHECK(PTR_ERR(skb_gso_segment(skb, 0)) == -EINVAL);
+	kfree_skb(skb);
+	CHECK(us_skb_live() == live);
+	CHECK(us_mem_in_use() == mem);
+}
+
 /* ---- vmalloc ---------------------------------------------------------------- */
 
 /*
@@ -549,6 +737,8 @@ static int __init selftest_init(void)
 	run("receive", test_receive);
 	run("vmalloc", test_vmalloc);
 	run("checksum", test_checksum);
+	run("strings", test_strings);
+	run("gso", test_gso);
 	run("printk", test_printk);
 	run("warn", test_warn);
 	return failed ? -EINVAL : 0;
