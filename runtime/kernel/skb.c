@@ -155,11 +155,16 @@ static void release_data(struct sk_buff *skb)
 	free_head(skb);
 }
 
+/*
+ * The destructor last, unlike the kernel: a pool skb's destructor hands its
+ * buffers back to the host, which may fill them with its next frame at
+ * once, skb_shared_info (read by release_data) included.
+ */
 static void free_skb(struct sk_buff *skb)
 {
+	release_data(skb);
 	if (skb->destructor)
 		skb->destructor(skb);
-	release_data(skb);
 	kfree(skb);
 	live_skbs--;
 }
