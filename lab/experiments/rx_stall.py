@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {run + 1}: {mbps:.0f} Mbit/s", flush=True)
         finally:
             if daemon:
-                daemon.stop()
+                daemon.proc.kill(15)
+                res = daemon.proc.wait(30)
+                # A driver that died says why: its PANIC event (stdout) and the daemon's log.
+                print("\n".join(line for line in (res.out + res.err).splitlines()
+                                 if "PANIC" in line or "died" in line))
     print(f"no stall in {args.runs} runs")
     return 0
 
