@@ -58,7 +58,18 @@ static void (*rx_handler)(const void *frame, unsigned int len);
 static void (*event_observer)(const char *line);
 
 static pthread_mutex_t cpu_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cpu_wakeup;
+/*
+ * Each waiting thread sleeps on its own condition, linked in a ring while it
+ * waits (under cpu_lock): a wakeup for one thread does not make the others
+ * run, find nothing and take the lock to sleep again.
+ */
+struct cpu_waiter {
+	pthread_cond_t cond;
+	struct cpu_waiter *next, *prev;	/* NULL while not waiting */
+	bool ready;
+};
+static struct cpu_waiter cpu_waiters = { .next = &cpu_waiters, .prev = &cpu_waiters };
+static __thread struct cpu_waiter self_waiter;
 /* For the heartbeat (ddekit_cpu_await_progress): who has the CPU, and how often it changed hands. */
 static bool cpu_held;
 static unsigned long cpu_entries;
@@ -122,14 +133,19 @@ void ddekit_spin_ns(unsigned long long ns)
 
 /* ---- the CPU lock ------------------------------------------------------- */
 
-static void __attribute__((constructor)) init_cpu_wakeup(void)
+void *ddekit_cpu_waiter(void)
 {
+	struct cpu_waiter *me = &self_waiter;
 	pthread_condattr_t attr;
 
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&cpu_wakeup, &attr);
-	pthread_condattr_destroy(&attr);
+	if (!me->ready) {
+		pthread_condattr_init(&attr);
+		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+		pthread_cond_init(&me->cond, &attr);
+		pthread_condattr_destroy(&attr);
+		me->ready = true;
+	}
+	return me;
 }
 
 static void cpu_taken(void)
@@ -152,16 +168,24 @@ void ddekit_cpu_unlock(void)
 
 void ddekit_cpu_wait(unsigned long long deadline_ns)
 {
+	struct cpu_waiter *me = ddekit_cpu_waiter();
 	struct timespec ts;
 
+	me->next = &cpu_waiters;
+	me->prev = cpu_waiters.prev;
+	cpu_waiters.prev->next = me;
+	cpu_waiters.prev = me;
 	__atomic_store_n(&cpu_held, false, __ATOMIC_RELEASE);
 	if (!deadline_ns) {
-		pthread_cond_wait(&cpu_wakeup, &cpu_lock);
+		pthread_cond_wait(&me->cond, &cpu_lock);
 	} else {
 		ts.tv_sec = deadline_ns / 1000000000ULL;
 		ts.tv_nsec = deadline_ns % 1000000000ULL;
-		pthread_cond_timedwait(&cpu_wakeup, &cpu_lock, &ts);
+		pthread_cond_timedwait(&me->cond, &cpu_lock, &ts);
 	}
+	me->prev->next = me->next;
+	me->next->prev = me->prev;
+	me->next = me->prev = NULL;
 	cpu_taken();
 }
 
@@ -184,7 +208,16 @@ void ddekit_cpu_await_progress(void)
 
 void ddekit_cpu_wake_all(void)
 {
-	pthread_cond_broadcast(&cpu_wakeup);
+	for (struct cpu_waiter *w = cpu_waiters.next; w != &cpu_waiters; w = w->next)
+		pthread_cond_signal(&w->cond);
+}
+
+void ddekit_cpu_wake(void *waiter)
+{
+	struct cpu_waiter *w = waiter;
+
+	if (w->next)
+		pthread_cond_signal(&w->cond);
 }
 
 int ddekit_setup_percpu(void *block)

@@ -44,8 +44,11 @@ void ddekit_spin_ns(unsigned long long ns);	/* busy wait, keeps the CPU */
 
 /*
  * One lock: a thread runs kernel code only while it holds it. Waiting
- * releases it, like a sleeping task gives up its CPU; every change a waiter
- * might be waiting for is announced with ddekit_cpu_wake_all().
+ * releases it, like a sleeping task gives up its CPU. A change only one
+ * thread waits for (its queue woke, a timer for the softirq thread, work
+ * for the worker) is announced to that thread with ddekit_cpu_wake(); any
+ * other change, to all waiters with ddekit_cpu_wake_all(). Both are called
+ * with the CPU held.
  */
 void ddekit_cpu_lock(void);
 void ddekit_cpu_unlock(void);
@@ -54,6 +57,9 @@ void ddekit_cpu_wait(unsigned long long deadline_ns);
 /* Returns once the CPU is free or has changed hands: the heartbeat's check. */
 void ddekit_cpu_await_progress(void);
 void ddekit_cpu_wake_all(void);
+/* The calling thread, as ddekit_cpu_wake() names it (valid while it lives). */
+void *ddekit_cpu_waiter(void);
+void ddekit_cpu_wake(void *waiter);
 
 /* The per-cpu block every thread's GS base points to. */
 void *ddekit_percpu_block(void);

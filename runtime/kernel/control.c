@@ -97,6 +97,7 @@ int us_netdev_stop(struct net_device *dev)
 	if (!netif_running(dev))
 		return 0;
 	clear_bit(__LINK_STATE_START, &dev->state);
+	us_net_wake_tx_waiter();
 	if (dev->netdev_ops->ndo_tx_timeout)
 		timer_delete_sync(&dev->watchdog_timer);
 	if (dev->netdev_ops->ndo_stop)
@@ -376,9 +377,8 @@ static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait, bool
 	skb->protocol = eth_hdr(skb)->h_proto;
 	skb_set_queue_mapping(skb, 0);
 	/* A stopped queue holds frames back until the driver wakes it. */
-	while (wait && netif_xmit_frozen_or_stopped(txq) && netif_running(dev) &&
-	       netif_carrier_ok(dev))
-		us_wait(0);
+	if (wait)
+		us_net_wait_tx_queue(dev, txq);
 	if (!netif_running(dev) || !netif_carrier_ok(dev))
 		return -ENETDOWN;
 	local_bh_disable();

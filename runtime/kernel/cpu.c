@@ -66,6 +66,7 @@ static struct us_task *new_task(const char *comm)
 	t->task.pid = next_pid++;
 	t->task.tgid = 1;
 	t->saved_preempt_count = PREEMPT_ENABLED;
+	t->waiter = ddekit_cpu_waiter();
 	return t;
 }
 
@@ -127,6 +128,12 @@ void us_wait(u64 deadline_ns)
 void us_wake(void)
 {
 	ddekit_cpu_wake_all();
+}
+
+void us_wake_task(struct task_struct *task)
+{
+	if (task)
+		ddekit_cpu_wake(container_of(task, struct us_task, task)->waiter);
 }
 
 void us_panic_print(const char *fmt, ...)

@@ -21,6 +21,7 @@
 struct us_task {
 	struct task_struct task;	/* first: current == &us_task->task */
 	int saved_preempt_count;
+	void *waiter;			/* its thread, for us_wake_task() */
 };
 
 void us_cpu_enter(void);
@@ -30,7 +31,10 @@ void us_cpu_leave(void);
  * (CLOCK_MONOTONIC, 0: none); the caller re-checks its condition.
  */
 void us_wait(u64 deadline_ns);
+/* Wakes every waiter: for a change anyone might be waiting for. */
 void us_wake(void);
+/* Wakes one task (NULL: none), for a change only it waits for. */
+void us_wake_task(struct task_struct *task);
 /* Refreshes jiffies from the monotonic clock. */
 void us_update_jiffies(void);
 u64 us_jiffies_to_deadline(unsigned long expires);
@@ -101,6 +105,9 @@ struct sk_buff;
 struct net_device *us_first_netdev(void);
 struct netdev_queue;
 void us_net_tx_queue_check(struct netdev_queue *txq);
+/* Waits (the TX thread) until txq may be used or the link is gone. */
+void us_net_wait_tx_queue(struct net_device *dev, struct netdev_queue *txq);
+void us_net_wake_tx_waiter(void);
 int us_netdev_stop(struct net_device *dev);
 /* Reports the registered net_device to the host again (REGISTERED, carrier). */
 void us_net_announce(void);

@@ -272,8 +272,29 @@ void netif_carrier_off(struct net_device *dev)
 	if (!test_and_set_bit(__LINK_STATE_NOCARRIER, &dev->state) &&
 	    dev->reg_state == NETREG_REGISTERED)
 		ddekit_net_carrier(dev->name, 0);
+	us_net_wake_tx_waiter();
 }
 EXPORT_SYMBOL(netif_carrier_off);
+
+/*
+ * The TX thread, while it waits for the driver to wake its stopped queue
+ * (or for the link to go): woken alone by the changes it waits for.
+ */
+static struct task_struct *tx_waiter;
+
+void us_net_wait_tx_queue(struct net_device *dev, struct netdev_queue *txq)
+{
+	while (netif_xmit_frozen_or_stopped(txq) && netif_running(dev) && netif_carrier_ok(dev)) {
+		tx_waiter = current;
+		us_wait(0);
+		tx_waiter = NULL;
+	}
+}
+
+void us_net_wake_tx_waiter(void)
+{
+	us_wake_task(tx_waiter);
+}
 
 /*
  * Whether the host was told the queue stopped. The driver stops it inline
@@ -292,12 +313,12 @@ void us_net_tx_queue_check(struct netdev_queue *txq)
 	}
 }
 
-/* The TX thread waits for this (us_wait) when the queue is stopped. */
+/* The TX thread waits for this (us_net_wait_tx_queue) when the queue is stopped. */
 void netif_tx_wake_queue(struct netdev_queue *dev_queue)
 {
 	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state)) {
 		us_net_tx_queue_check(dev_queue);
-		us_wake();
+		us_net_wake_tx_waiter();
 	}
 }
 EXPORT_SYMBOL(netif_tx_wake_queue);
@@ -305,7 +326,7 @@ EXPORT_SYMBOL(netif_tx_wake_queue);
 void netif_schedule_queue(struct netdev_queue *txq)
 {
 	if (!(txq->state & QUEUE_STATE_ANY_XOFF))
-		us_wake();
+		us_net_wake_tx_waiter();
 }
 EXPORT_SYMBOL(netif_schedule_queue);
 

@@ -21,6 +21,12 @@ static unsigned long softirq_thread_handle;
 static bool softirq_parking;
 static bool net_rx_raised;
 static enum us_net_rx net_rx_left;
+/*
+ * Until when the softirq thread sleeps (0 while it runs): a timer due
+ * sooner wakes it; and whether timers changed since it last ran them.
+ */
+static u64 softirq_sleeps_until;
+static bool timers_changed;
 
 /*
  * How long the softirq thread waits before it polls again when the host
@@ -55,7 +61,9 @@ int mod_timer(struct timer_list *timer, unsigned long expires)
 
 	timer->expires = expires;
 	hlist_add_head(&timer->entry, &pending_timers);
-	us_wake();
+	timers_changed = true;
+	if (softirq_sleeps_until && us_jiffies_to_deadline(expires) < softirq_sleeps_until)
+		us_wake_task(softirq_task);
 	return was_pending;
 }
 EXPORT_SYMBOL(mod_timer);
@@ -207,7 +215,7 @@ void us_raise_net_rx(void)
 	 * context switches per interrupt.
 	 */
 	if (!in_hardirq())
-		us_wake();
+		us_wake_task(softirq_task);
 }
 
 /*
@@ -269,6 +277,7 @@ static void softirq_thread(void *unused)
 
 		us_update_jiffies();
 		next_timer = run_timers();
+		timers_changed = false;
 		if (net_rx_raised) {
 			net_rx_raised = false;
 			__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
@@ -283,7 +292,11 @@ static void softirq_thread(void *unused)
 			us_wait(net_rx_left == US_NET_RX_NO_ROOM ? now + NET_RX_ROOM_POLL_NS : now);
 			continue;
 		}
+		if (timers_changed)	/* by NET_RX: next_timer may be late */
+			continue;
+		softirq_sleeps_until = next_timer ?: U64_MAX;
 		us_wait(next_timer);
+		softirq_sleeps_until = 0;
 	}
 	softirq_task = NULL;
 	us_cpu_leave();

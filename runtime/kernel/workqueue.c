@@ -41,7 +41,7 @@ static bool worker_parking;
 static void enqueue(struct work_struct *work)
 {
 	list_add_tail(&work->entry, &queued_work);
-	us_wake();
+	us_wake_task(worker_task);	/* nobody else waits for new work */
 }
 
 bool queue_work_on(int cpu, struct workqueue_struct *wq, struct work_struct *work)
