@@ -206,6 +206,11 @@ void ddekit_cpu_await_progress(void)
 		nanosleep(&tick, NULL);
 }
 
+unsigned long ddekit_cpu_entries(void)
+{
+	return __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED);
+}
+
 void ddekit_cpu_wake_all(void)
 {
 	for (struct cpu_waiter *w = cpu_waiters.next; w != &cpu_waiters; w = w->next)

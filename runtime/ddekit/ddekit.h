@@ -56,6 +56,8 @@ void ddekit_cpu_unlock(void);
 void ddekit_cpu_wait(unsigned long long deadline_ns);
 /* Returns once the CPU is free or has changed hands: the heartbeat's check. */
 void ddekit_cpu_await_progress(void);
+/* How often the CPU was taken, waking included (the heartbeat's and the tests' count). */
+unsigned long ddekit_cpu_entries(void);
 void ddekit_cpu_wake_all(void);
 /* The calling thread, as ddekit_cpu_wake() names it (valid while it lives). */
 void *ddekit_cpu_waiter(void);

@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
-SELFTESTS = ["percpu", "timers", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
+SELFTESTS = ["percpu", "timers", "wakeups", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
              "gso", "printk", "warn"]
 
 

@@ -37,6 +37,7 @@ void ddekit_event(const char *line);
 int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
 void *ddekit_percpu_block(void);
 void ddekit_spin_ns(unsigned long long ns);
+unsigned long ddekit_cpu_entries(void);
 
 static bool failed;
 static const char *current_test;
@@ -136,6 +137,58 @@ static void test_percpu(void)
 	CHECK(p.phase == 3);
 	CHECK(p.preempt_after_reentry == SOFTIRQ_DISABLE_OFFSET);
 	CHECK(preempt_count() == 0);
+}
+
+/* ---- wakeups: a change one thread waits for wakes that thread alone ------- */
+
+static DEFINE_MUTEX(bystander_lock);
+static struct timer_list far_timer;
+static bool bystander_done;
+
+/* Waits for bystander_lock, which the test holds: any wakeup is for nothing. */
+static void bystander(void *unused)
+{
+	us_cpu_enter();
+	mutex_lock(&bystander_lock);
+	bystander_done = true;
+	mutex_unlock(&bystander_lock);
+	us_cpu_leave();
+}
+
+static void far_timer_fn(struct timer_list *t)
+{
+}
+
+#define REARMS 50
+
+/*
+ * Re-arming a timer wakes the softirq thread only when it is due sooner
+ * than the one the thread sleeps for, and nobody else: not a thread that
+ * waits for a mutex. The test gives up the CPU after each re-arm, so each
+ * thread woken takes it once more (ddekit_cpu_entries); a broadcast would
+ * add two entries a round, the bystander's and the softirq thread's.
+ */
+static void test_wakeups(void)
+{
+	unsigned long before, woken;
+
+	timer_setup(&far_timer, far_timer_fn, 0);
+	mutex_lock(&bystander_lock);
+	CHECK(ddekit_thread_create(bystander, NULL, "bystander") == 0);
+	msleep(20);	/* it runs and waits for the lock */
+	before = ddekit_cpu_entries();
+	for (int i = 0; i < REARMS; i++) {
+		mod_timer(&far_timer, jiffies + 3600 * HZ);
+		msleep(1);
+	}
+	woken = ddekit_cpu_entries() - before;
+	timer_delete_sync(&far_timer);
+	mutex_unlock(&bystander_lock);
+	for (int i = 0; i < 100 && !READ_ONCE(bystander_done); i++)
+		msleep(10);
+	CHECK(bystander_done);
+	/* This thread's own REARMS returns from msleep, a few timer wakeups. */
+	CHECK(woken >= REARMS && woken <= REARMS + 5);
 }
 
 /* ---- timers --------------------------------------------------------------- */
@@ -731,6 +784,7 @@ static int __init selftest_init(void)
 		return do_crash();
 	run("percpu", test_percpu);
 	run("timers", test_timers);
+	run("wakeups", test_wakeups);
 	run("workqueues", test_workqueues);
 	run("napi", test_napi);
 	run("skb", test_skb);
