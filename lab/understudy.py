@@ -160,9 +160,11 @@ class Daemon:
         return self.proc.poll() is None
 
     def stop(self) -> str:
-        """SIGTERM: the daemon stops every driver and removes the interfaces; returns its log."""
+        """SIGTERM: the daemon stops every driver and removes the interfaces; returns its
+        output: the drivers' event lines (PANIC ...), which it forwards to stdout, then its log."""
         self.proc.kill(15)
-        return self.proc.wait(30).err
+        res = self.proc.wait(30)
+        return res.out + res.err
 
 
 def driver_pids(g: Guest, executable: Path | str) -> list[int]:

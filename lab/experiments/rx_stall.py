@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
         daemon = None if args.kernel else understudy.Daemon(g, bins)
+        stalled = False
         try:
             if daemon:
                 bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, dev.driver), network)
@@ -110,15 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                 except (LabError, TimeoutError) as e:
                     print(f"run {run + 1}: stalled ({e})", flush=True)
                     describe_stall(g, daemon, bdf, dev.driver)
+                    stalled = True
                     return 1
                 print(f"run {run + 1}: {mbps:.0f} Mbit/s", flush=True)
         finally:
-            if daemon:
-                daemon.proc.kill(15)
-                res = daemon.proc.wait(30)
-                # A driver that died says why: its PANIC event (stdout) and the daemon's log.
-                print("\n".join(line for line in (res.out + res.err).splitlines()
-                                 if "PANIC" in line or "died" in line))
+            log = daemon.stop() if daemon else ""
+            if stalled:
+                # A driver that died says why: its PANIC event and the daemon's line.
+                print("\n".join(line for line in log.splitlines() if "PANIC" in line or "died" in line))
     print(f"no stall in {args.runs} runs")
     return 0
 
