@@ -13,8 +13,8 @@
 //! work, or the driver process's runtime does it in software where the
 //! driver has none (it takes them all). Received frames the device
 //! checksummed are written with VIRTIO_NET_HDR_F_DATA_VALID, so the stack
-//! does not check them again, and
-//! TCP segments merged by coalesce.rs as one GSO frame. The TAP's own
+//! does not check them again, and TCP segments merged by coalesce.rs as one
+//! GSO frame. The TAP's own
 //! MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
 //! and has no ioctl to change them, so an MTU outside the driver's range is
 //! undone by the daemon after the fact (see shadow.rs).
