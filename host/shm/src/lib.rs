@@ -138,9 +138,12 @@ pub struct TxFrame {
     pub offload: TxOffload,
 }
 
-/// A received frame's metadata (the bytes were copied out).
+/// A received frame: `len` bytes at the start of buffer `buf`, which the
+/// host holds (`rx_buffer`) until it gives it back with `put_free`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RxFrame {
+    pub buf: u32,
+    pub len: u32,
     /// The device checked the L4 checksum (`US_RX_CSUM_VALID`).
     pub csum_valid: bool,
 }
@@ -254,7 +257,7 @@ impl SharedMemory {
         if large { self.free_slots.pop() } else { self.free.pop() }
     }
 
-    /// Gives back what `take_free` returned, or a completed frame's buffers.
+    /// Gives back what `take_free` or `take_rx` returned, or a completed frame's buffers.
     pub fn put_free(&mut self, buf: u32) {
         debug_assert_eq!(self.owners[buf as usize], Owner::Host);
         if buf >= self.slots_start { self.free_slots.push(buf) } else { self.free.push(buf) }
@@ -353,7 +356,9 @@ impl SharedMemory {
         tx || fill
     }
 
-    /// Returns a buffer through `ring` after checking the driver held it for that ring.
+    /// Takes a buffer back through `ring` after checking the driver held it
+    /// for that ring: a completed frame's buffers are free again, a received
+    /// frame's buffer is the caller's.
     fn reclaim(&mut self, ring: usize, entry: RingEntry, expected: Owner) -> Result<(), ShmError> {
         let name = RING_NAMES[ring];
         let (buf, len) = (entry.buf, entry.len);
@@ -382,13 +387,14 @@ impl SharedMemory {
                     self.owners[b as usize] = Owner::Host;
                 }
                 self.lent.tx -= 1;
+                self.put_free(buf);
             }
             _ => {
+                // Held, not free: the caller frees it once it has read the frame.
                 self.owners[buf as usize] = Owner::Host;
                 self.lent.rx_fill -= 1;
             }
         }
-        self.put_free(buf);
         Ok(())
     }
 
@@ -403,9 +409,10 @@ impl SharedMemory {
         Ok(Some(TxDone { buf: entry.buf, dropped: flags & TX_DONE_DROPPED != 0 }))
     }
 
-    /// The next received frame, copied into `frame` (so a driver rewriting the
-    /// buffer afterwards changes nothing); its buffer is back in the host's hands.
-    pub fn take_rx(&mut self, frame: &mut Vec<u8>) -> Result<Option<RxFrame>, ShmError> {
+    /// The next received frame. Its buffer is back in the host's hands but not
+    /// free: the host reads the frame where it lies (`rx_buffer`), then frees
+    /// it (`put_free`).
+    pub fn take_rx(&mut self) -> Result<Option<RxFrame>, ShmError> {
         let Some(entry) = self.rx.pop(&self.rings)? else { return Ok(None) };
         let (buf, len, flags) = (entry.buf, entry.len, entry.flags);
         if flags & !RX_CSUM_VALID != 0 {
@@ -415,9 +422,22 @@ impl SharedMemory {
             return Err(ShmError::Violation(format!("rx ring: frame of {len} bytes in buffer {buf} is shorter than an Ethernet header")));
         }
         self.reclaim(RING_RX, entry, Owner::DriverRxFill)?;
-        frame.resize(len as usize, 0);
-        self.arena.read(self.buffer_offset(buf), frame);
-        Ok(Some(RxFrame { csum_valid: flags & RX_CSUM_VALID != 0 }))
+        Ok(Some(RxFrame { buf, len, csum_valid: flags & RX_CSUM_VALID != 0 }))
+    }
+
+    /// The bytes of a buffer `take_rx` returned and `put_free` has not.
+    ///
+    /// The driver no longer holds it, but nothing stops a broken one from
+    /// writing it still: the bytes are values read from a peer. A reader that
+    /// decides anything on them (a length, an offset) copies them first and
+    /// decides on its copy; bytes it only passes on (a payload to the TAP)
+    /// it may pass from here.
+    pub fn rx_buffer(&self, buf: u32) -> &[u8] {
+        assert_eq!(self.owners[buf as usize], Owner::Host, "buffer {buf} is lent to the driver");
+        // SAFETY: in bounds (a pool buffer), and no &mut to a buffer the host
+        // holds outlives the call that made it (`host_buffer`'s caller reads
+        // a frame into a buffer it took with `take_free`, never one of these).
+        unsafe { self.arena.slice(self.buffer_offset(buf), self.geometry.buffer_size as usize) }
     }
 
     /// Frames the driver received but had no `rx_fill` buffer for, since the

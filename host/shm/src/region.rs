@@ -14,7 +14,8 @@ pub struct SharedRegion {
 }
 
 // SAFETY: the mapping is plain memory; every access through it goes through
-// raw-pointer copies and atomics, never through references that alias.
+// raw-pointer copies and atomics, or through slices of ranges the protocol
+// gives this side (`slice`, `slice_mut`).
 unsafe impl Send for SharedRegion {}
 
 impl SharedRegion {
@@ -69,6 +70,16 @@ impl SharedRegion {
         assert!(offset.checked_add(src.len()).is_some_and(|end| end <= self.len), "write outside the region");
         // SAFETY: bounds checked above.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(offset), src.len()) }
+    }
+
+    /// A slice of the region, for bytes the host reads where they lie.
+    ///
+    /// # Safety
+    /// No `&mut` to that range may exist meanwhile; the other process may
+    /// still write it, so the bytes are to be treated as changing under the reader.
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "slice outside the region");
+        std::slice::from_raw_parts(self.base().add(offset), len)
     }
 
     /// A mutable slice of the region, for `read(2)` straight into a buffer.

@@ -14,6 +14,11 @@
 //! checksum to the stack's offload path (`NEEDS_CSUM`, as GRO's
 //! CHECKSUM_PARTIAL), so a forwarded frame is cut up again correctly.
 //! Anything else goes through unchanged, in order.
+//!
+//! Nothing but headers is copied: a merged frame is the first segment's
+//! headers, fixed up, followed by every segment's payload where the driver
+//! received it (the TAP gathers them in one writev), and any other frame is
+//! written from where it lies.
 
 /// What the TAP must be told about a frame (its virtio_net_hdr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,122 +32,161 @@ pub enum RxMeta {
     Tcp4 { segments: u32, gso_size: u16, csum_start: u16, hdr_len: u16 },
 }
 
+/// Bytes `start..start + len` of the received frame `from` (the caller's
+/// handle for it: a pool buffer in the daemon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<H> {
+    pub from: H,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// A frame ready for the TAP: `head`, which the coalescer owns, then the
+/// `pieces`, which stay where the frames were received. Every frame pushed
+/// is the source of exactly one piece of one emitted frame, so once that
+/// frame is written its buffer can be reused.
+#[derive(Debug)]
+pub struct Frame<'a, H> {
+    pub head: &'a [u8],
+    pub pieces: &'a [Piece<H>],
+}
+
 const ETH_HLEN: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const IPPROTO_TCP: u8 = 6;
 const TCP_ACK: u8 = 0x10;
 const TCP_PSH: u8 = 0x08;
 const IP_HLEN: usize = 20;
+/// The longest headers a mergeable segment has: Ethernet, IPv4 without
+/// options, TCP with 40 bytes of options.
+const MAX_HLEN: usize = ETH_HLEN + IP_HLEN + 60;
 /// An IPv4 packet's length is 16 bits.
 const MAX_IP_LEN: usize = 65535;
+/// Segments merged at most: a NAPI budget's worth, and far below the 1024
+/// pieces one writev(2) takes.
+pub const MAX_SEGMENTS: usize = 64;
 
-/// The parts of a mergeable segment the rules look at.
-struct Segment<'a> {
-    frame: &'a [u8],
-    tcp_hlen: usize,
+/// The parts of a mergeable segment the rules look at, parsed from a private
+/// copy of its headers: a driver that rewrites the frame meanwhile can change
+/// the payload the TAP gets (as it could by forging the frame), never what
+/// the daemon decided on.
+struct Segment {
+    /// Ethernet, IP and TCP header bytes.
+    hlen: usize,
+    /// Payload bytes, from `hlen` (an Ethernet pad after them is left out).
     payload: usize,
     seq: u32,
     psh: bool,
 }
 
-impl Segment<'_> {
-    fn parse(frame: &[u8]) -> Option<Segment<'_>> {
-        let ip = frame.get(ETH_HLEN..)?;
-        if u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV4 || ip.len() < IP_HLEN {
+impl Segment {
+    fn parse(headers: &[u8], frame_len: usize) -> Option<Segment> {
+        let ip = headers.get(ETH_HLEN..ETH_HLEN + IP_HLEN)?;
+        if u16::from_be_bytes([headers[12], headers[13]]) != ETHERTYPE_IPV4 {
             return None;
         }
         // Version 4, no options; not a fragment (DF may be set); TCP.
         let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
         if ip[0] != 0x45 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 || ip[9] != IPPROTO_TCP
-            || total > ip.len() || total < IP_HLEN + 20 {
+            || ETH_HLEN + total > frame_len || total < IP_HLEN + 20 {
             return None;
         }
-        let tcp = &ip[IP_HLEN..total];
+        let tcp = headers.get(ETH_HLEN + IP_HLEN..ETH_HLEN + IP_HLEN + 20)?;
         let tcp_hlen = (tcp[12] >> 4) as usize * 4;
         let flags = tcp[13];
-        if tcp_hlen < 20 || tcp_hlen >= tcp.len() || flags & !TCP_PSH != TCP_ACK {
+        let hlen = ETH_HLEN + IP_HLEN + tcp_hlen;
+        if tcp_hlen < 20 || hlen > headers.len() || IP_HLEN + tcp_hlen >= total || flags & !TCP_PSH != TCP_ACK {
             return None;
         }
         Some(Segment {
-            frame: &frame[..ETH_HLEN + total],
-            tcp_hlen,
-            payload: tcp.len() - tcp_hlen,
+            hlen,
+            payload: ETH_HLEN + total - hlen,
             seq: u32::from_be_bytes(tcp[4..8].try_into().unwrap()),
             psh: flags & TCP_PSH != 0,
         })
     }
 
-    fn headers(&self) -> &[u8] {
-        &self.frame[..ETH_HLEN + IP_HLEN + self.tcp_hlen]
-    }
-
-    /// The TCP checksum over the pseudo header and the segment checks out.
-    fn checksum_ok(&self) -> bool {
+    /// The TCP checksum over the pseudo header, the TCP header and the
+    /// payload checks out.
+    fn checksum_ok(&self, headers: &[u8], payload: &[u8]) -> bool {
         let (ip, tcp) = (ETH_HLEN, ETH_HLEN + IP_HLEN);
-        let tcp_len = (self.frame.len() - tcp) as u32;
-        fold(sum(&self.frame[tcp..], sum(&self.frame[ip + 12..ip + 20], (IPPROTO_TCP as u32 + tcp_len) as u64))) == 0xffff
+        let tcp_len = (self.hlen - tcp + payload.len()) as u32;
+        let pseudo = sum(&headers[ip + 12..ip + 20], (IPPROTO_TCP as u32 + tcp_len) as u64);
+        // The TCP header's length is a multiple of 4, so the payload starts
+        // on a 16-bit word of the segment, as `sum` needs.
+        fold(sum(payload, sum(&headers[tcp..self.hlen], pseudo))) == 0xffff
     }
 }
 
-/// The merge under way: the first segment's headers and every payload so far.
-pub struct Coalescer {
-    frame: Vec<u8>,
-    /// Header bytes of the merged frame (Ethernet, IP, TCP).
-    hlen: usize,
-    segments: u32,
+/// The merge under way: the first segment's headers, and every segment's
+/// payload where it was received.
+pub struct Coalescer<H> {
+    head: Vec<u8>,
+    pieces: Vec<Piece<H>>,
+    /// The merged IP packet's length so far.
+    ip_len: usize,
     gso_size: usize,
     next_seq: u32,
     /// A PSH or a short segment ended it: the next frame starts anew.
     closed: bool,
 }
 
-impl Default for Coalescer {
+impl<H> Default for Coalescer<H> {
     fn default() -> Self {
-        Coalescer { frame: Vec::with_capacity(MAX_IP_LEN + ETH_HLEN), hlen: 0, segments: 0, gso_size: 0, next_seq: 0, closed: false }
+        Coalescer { head: Vec::with_capacity(MAX_HLEN), pieces: Vec::with_capacity(MAX_SEGMENTS), ip_len: 0, gso_size: 0,
+                    next_seq: 0, closed: false }
     }
 }
 
-impl Coalescer {
-    /// Takes the next received frame; `emit` gets every frame that is
-    /// complete, in the order received.
-    pub fn push<E>(&mut self, frame: &[u8], csum_valid: bool, emit: &mut impl FnMut(&[u8], RxMeta) -> Result<(), E>)
-                   -> Result<(), E> {
-        let segment = Segment::parse(frame).filter(|s| s.payload > 0 && (csum_valid || s.checksum_ok()));
+impl<H: Copy> Coalescer<H> {
+    /// Takes the next received frame, `frame` its bytes and `from` the
+    /// caller's handle for them; `emit` gets every frame that is complete,
+    /// in the order received. The bytes are read during this call only;
+    /// the pieces name them by `from` until emitted.
+    pub fn push<E>(&mut self, frame: &[u8], from: H, csum_valid: bool,
+                   emit: &mut impl FnMut(Frame<H>, RxMeta) -> Result<(), E>) -> Result<(), E> {
+        let mut copy = [0u8; MAX_HLEN];
+        let headers = &mut copy[..frame.len().min(MAX_HLEN)];
+        headers.copy_from_slice(&frame[..headers.len()]);
+        let segment = Segment::parse(headers, frame.len()).filter(|s| {
+            s.payload > 0 && (csum_valid || s.checksum_ok(headers, &frame[s.hlen..s.hlen + s.payload]))
+        });
         let Some(segment) = segment else {
             self.flush(emit)?;
-            return emit(frame, RxMeta::Plain { csum_valid });
+            let whole = [Piece { from, start: 0, len: frame.len() }];
+            return emit(Frame { head: &[], pieces: &whole }, RxMeta::Plain { csum_valid });
         };
-        if self.segments > 0 && !self.continues(&segment) {
+        if !self.pieces.is_empty() && !self.continues(headers, &segment) {
             self.flush(emit)?;
         }
-        if self.segments == 0 {
-            self.frame.clear();
-            self.frame.extend_from_slice(segment.frame);
-            self.hlen = segment.headers().len();
+        if self.pieces.is_empty() {
+            self.head.clear();
+            self.head.extend_from_slice(&headers[..segment.hlen]);
+            self.ip_len = segment.hlen - ETH_HLEN;
             self.gso_size = segment.payload;
-        } else {
-            self.frame.extend_from_slice(&segment.frame[segment.headers().len()..]);
-            if segment.psh {
-                self.frame[ETH_HLEN + IP_HLEN + 13] |= TCP_PSH;
-            }
+        } else if segment.psh {
+            self.head[ETH_HLEN + IP_HLEN + 13] |= TCP_PSH;
         }
-        self.segments += 1;
+        self.pieces.push(Piece { from, start: segment.hlen, len: segment.payload });
+        self.ip_len += segment.payload;
         self.next_seq = segment.seq.wrapping_add(segment.payload as u32);
         self.closed = segment.psh || segment.payload < self.gso_size;
         Ok(())
     }
 
-    /// Whether `s` is the next segment of the held flow, as GRO decides it.
-    fn continues(&self, s: &Segment) -> bool {
-        let held = &self.frame[..self.hlen];
+    /// Whether the segment with `headers` is the next of the held flow, as
+    /// GRO decides it.
+    fn continues(&self, headers: &[u8], s: &Segment) -> bool {
+        let held = &self.head[..];
         let ip = ETH_HLEN;
         let tcp = ip + IP_HLEN;
-        let same = |a: usize, b: usize| held[a..b] == s.frame[a..b];
+        let same = |a: usize, b: usize| held[a..b] == headers[a..b];
         !self.closed
-            && s.headers().len() == self.hlen
+            && self.pieces.len() < MAX_SEGMENTS
+            && s.hlen == held.len()
             && s.seq == self.next_seq
             && s.payload <= self.gso_size
-            && self.frame.len() - ETH_HLEN + s.payload <= MAX_IP_LEN
+            && self.ip_len + s.payload <= MAX_IP_LEN
             && same(0, 14)                  // MACs and type
             && same(ip + 1, ip + 2)         // TOS
             && same(ip + 8, ip + 10)        // TTL, protocol
@@ -150,31 +194,44 @@ impl Coalescer {
             && same(tcp, tcp + 4)           // ports
             && same(tcp + 8, tcp + 12)      // acknowledgement
             && same(tcp + 14, tcp + 16)     // window
-            && same(tcp + 20, self.hlen)    // options (timestamps included)
+            && same(tcp + 20, held.len())   // options (timestamps included)
     }
 
     /// Ends the merge under way, if any: one segment goes as received,
     /// several as one GSO frame with fixed-up lengths and checksums.
-    pub fn flush<E>(&mut self, emit: &mut impl FnMut(&[u8], RxMeta) -> Result<(), E>) -> Result<(), E> {
-        let segments = std::mem::take(&mut self.segments);
-        if segments == 0 {
-            return Ok(());
-        }
-        if segments == 1 {
-            return emit(&self.frame, RxMeta::Plain { csum_valid: true });
-        }
-        let (ip, tcp) = (ETH_HLEN, ETH_HLEN + IP_HLEN);
-        let ip_len = self.frame.len() - ETH_HLEN;
-        self.frame[ip + 2..ip + 4].copy_from_slice(&(ip_len as u16).to_be_bytes());
-        self.frame[ip + 10..ip + 12].fill(0);
-        let ip_sum = !fold(sum(&self.frame[ip..tcp], 0));
-        self.frame[ip + 10..ip + 12].copy_from_slice(&ip_sum.to_be_bytes());
-        // The pseudo header's sum, uncomplemented: what the stack leaves in
-        // the field of a CHECKSUM_PARTIAL frame.
-        let tcp_len = (ip_len - IP_HLEN) as u32;
-        let pseudo = fold(sum(&self.frame[ip + 12..ip + 20], (IPPROTO_TCP as u32 + tcp_len) as u64));
-        self.frame[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());
-        emit(&self.frame, RxMeta::Tcp4 { segments, gso_size: self.gso_size as u16, csum_start: tcp as u16, hdr_len: self.hlen as u16 })
+    pub fn flush<E>(&mut self, emit: &mut impl FnMut(Frame<H>, RxMeta) -> Result<(), E>) -> Result<(), E> {
+        let segments = self.pieces.len() as u32;
+        let emitted = match segments {
+            0 => return Ok(()),
+            1 => emit(self.held(), RxMeta::Plain { csum_valid: true }),
+            _ => {
+                let (ip, tcp) = (ETH_HLEN, ETH_HLEN + IP_HLEN);
+                let head = &mut self.head;
+                head[ip + 2..ip + 4].copy_from_slice(&(self.ip_len as u16).to_be_bytes());
+                head[ip + 10..ip + 12].fill(0);
+                let ip_sum = !fold(sum(&head[ip..tcp], 0));
+                head[ip + 10..ip + 12].copy_from_slice(&ip_sum.to_be_bytes());
+                // The pseudo header's sum, uncomplemented: what the stack leaves in
+                // the field of a CHECKSUM_PARTIAL frame.
+                let tcp_len = (self.ip_len - IP_HLEN) as u32;
+                let pseudo = fold(sum(&head[ip + 12..ip + 20], (IPPROTO_TCP as u32 + tcp_len) as u64));
+                head[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());
+                let hdr_len = head.len() as u16;
+                emit(self.held(), RxMeta::Tcp4 { segments, gso_size: self.gso_size as u16, csum_start: tcp as u16, hdr_len })
+            }
+        };
+        self.pieces.clear();
+        emitted
+    }
+
+    fn held(&self) -> Frame<'_, H> {
+        Frame { head: &self.head, pieces: &self.pieces }
+    }
+
+    /// Forgets the merge under way without emitting it: its frames' buffers
+    /// are no longer the caller's (a driver died and they were reclaimed).
+    pub fn discard(&mut self) {
+        self.pieces.clear();
     }
 }
 
@@ -254,17 +311,31 @@ mod tests {
         f
     }
 
+    /// The frame as the TAP gets it, from its head and pieces of `frames`.
+    fn gather(f: &Frame<usize>, frames: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = f.head.to_vec();
+        for p in f.pieces {
+            out.extend_from_slice(&frames[p.from][p.start..p.start + p.len]);
+        }
+        out
+    }
+
+    /// Pushes every frame (its handle: its index) and flushes; checks that
+    /// each frame is the source of exactly one piece, in order.
     fn run(frames: &[(Vec<u8>, bool)]) -> Vec<(Vec<u8>, RxMeta)> {
-        let mut out = Vec::new();
+        let bytes: Vec<Vec<u8>> = frames.iter().map(|(f, _)| f.clone()).collect();
+        let (mut out, mut sources) = (Vec::new(), Vec::new());
         let mut c = Coalescer::default();
-        let mut emit = |f: &[u8], m: RxMeta| -> Result<(), ()> {
-            out.push((f.to_vec(), m));
+        let mut emit = |f: Frame<usize>, m: RxMeta| -> Result<(), ()> {
+            out.push((gather(&f, &bytes), m));
+            sources.extend(f.pieces.iter().map(|p| p.from));
             Ok(())
         };
-        for (f, valid) in frames {
-            c.push(f, *valid, &mut emit).unwrap();
+        for (i, (f, valid)) in frames.iter().enumerate() {
+            c.push(f, i, *valid, &mut emit).unwrap();
         }
         c.flush(&mut emit).unwrap();
+        assert_eq!(sources, (0..frames.len()).collect::<Vec<_>>());
         out
     }
 
@@ -384,5 +455,16 @@ mod tests {
         ack_only.truncate(ETH_HLEN + IP_HLEN + 32);
         let out = run(&[(arp.clone(), false), (ack_only.clone(), true)]);
         assert_eq!(out, vec![(arp, RxMeta::Plain { csum_valid: false }), (ack_only, RxMeta::Plain { csum_valid: true })]);
+    }
+
+    #[test]
+    fn a_merge_holds_at_most_a_budget_of_segments() {
+        let n = MAX_SEGMENTS + 3;
+        let frames: Vec<_> = (0..n).map(|i| (segment(1000 + (i * 100) as u32, 100, 0, TCP_ACK), true)).collect();
+        let out = run(&frames);
+        assert_eq!(out.iter().map(|(_, m)| *m).collect::<Vec<_>>(), vec![
+            RxMeta::Tcp4 { segments: MAX_SEGMENTS as u32, gso_size: 100, csum_start: 34, hdr_len: 66 },
+            RxMeta::Tcp4 { segments: 3, gso_size: 100, csum_start: 34, hdr_len: 66 },
+        ]);
     }
 }

@@ -20,10 +20,10 @@ use log::{error, info, warn};
 use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, StartKind};
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6,
                           RX_MODE_ALLMULTI, RX_MODE_PROMISC};
-use understudy_shm::{Geometry, SharedMemory, ShmError, TxFrame};
+use understudy_shm::{Geometry, RxFrame, SharedMemory, ShmError, TxFrame};
 use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Vfio, VfioError};
 
-use crate::coalesce::{Coalescer, RxMeta};
+use crate::coalesce::{Coalescer, Frame, RxMeta, MAX_SEGMENTS};
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
 use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
@@ -32,7 +32,7 @@ use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
 use crate::recovery::{keep_record, phase_ms, round_ms, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
-use crate::tap::Tap;
+use crate::tap::{Tap, MAX_FRAME_PARTS};
 use crate::template::{self, SpawnError, Template};
 use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
 
@@ -44,7 +44,7 @@ const KEEP_FOR_TX: usize = 512;
 /// NIC's ring filling, for as long as the host took to merge and write the
 /// batch (e1000 host → guest TCP 967 → 1056 and 934 → 1083 Mbit/s, medians
 /// of 4 A/B runs each, docs/bench-net.md).
-const RX_REFILL_EVERY: u32 = 64;
+const RX_REFILL_EVERY: usize = 64;
 const ETH_HLEN: usize = 14;
 /// The longest Ethernet header: with one VLAN tag.
 const VLAN_ETH_HLEN: usize = 18;
@@ -288,9 +288,13 @@ struct Supervisor {
     tx_stopped: bool,
     /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
     tap_offloads: u32,
-    frame: Vec<u8>,
-    /// Received TCP segments merged into GSO frames for the TAP (LRO).
-    coalescer: Coalescer,
+    /// Received TCP segments merged into GSO frames for the TAP (LRO), named
+    /// by their pool buffers.
+    coalescer: Coalescer<u32>,
+    /// Received frames taken from the ring, to be written.
+    rx_batch: Vec<RxFrame>,
+    /// Buffers of received frames the TAP has taken, to be freed.
+    rx_written: Vec<u32>,
     driver_binary: PathBuf,
     probe: Request,
     restarts: RestartBudget,
@@ -411,7 +415,8 @@ impl Supervisor {
             tx_stopped: false,
             tap_offloads: 0,
             coalescer: Coalescer::default(),
-            frame: Vec::with_capacity(MSG_MAX),
+            rx_batch: Vec::with_capacity(RX_REFILL_EVERY),
+            rx_written: Vec::with_capacity(RX_REFILL_EVERY + MAX_SEGMENTS),
             driver_binary: setup.driver_binary.clone(),
             probe: Request::Probe {
                 pci_address: setup.device.to_string(),
@@ -1008,36 +1013,7 @@ impl Supervisor {
         }
         loop {
             self.reap_tx_done(&mut counters, &mut completed, &mut sent)?;
-            let mut frame = std::mem::take(&mut self.frame);
-            let mut got = false;
-            // Written as the coalescer completes them; a full TAP queue drops
-            // a frame, and its segments are not counted as received.
-            let (tap, mut undelivered) = (&self.tap, 0u64);
-            let mut write = |f: &[u8], meta: RxMeta| -> Result<(), Fault> {
-                if !tap.write_frame(f, meta).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
-                    undelivered += match meta {
-                        RxMeta::Tcp4 { segments, .. } => segments as u64,
-                        RxMeta::Plain { .. } => 1,
-                    };
-                }
-                Ok(())
-            };
-            let mut taken = 0u32;
-            while let Some(rx) = self.shm.take_rx(&mut frame).map_err(violation)? {
-                got = true;
-                counters.rx_packets += 1;
-                counters.rx_bytes += frame.len() as u64;
-                self.coalescer.push(&frame, rx.csum_valid, &mut write)?;
-                taken += 1;
-                if taken.is_multiple_of(RX_REFILL_EVERY) {
-                    self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
-                }
-            }
-            self.coalescer.flush(&mut write)?;
-            counters.rx_packets -= undelivered;
-            counters.rx_dropped += undelivered + self.shm.take_rx_dropped();
-            self.frame = frame;
-            self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
+            let got = self.receive_frames(&mut counters)?;
             // Completions are asked for when the driver holds many buffers, or
             // when a restart waits for its first frame.
             let want_tx_done = self.shm.tx_done_urgent(large) || self.recovery.is_some();
@@ -1071,6 +1047,58 @@ impl Supervisor {
             s.counters.rx_dropped += counters.rx_dropped;
         });
         Ok(())
+    }
+
+    /// Takes what the driver received and writes it to the TAP, merged where
+    /// the coalescer can, straight from the pool: a batch of frames at a time,
+    /// then the buffers written are freed and `rx_fill` is topped up. Returns
+    /// whether there was any.
+    fn receive_frames(&mut self, counters: &mut Counters) -> Result<bool, Fault> {
+        let violation = |e: ShmError| Fault::Violation(e.to_string());
+        let mut got = false;
+        loop {
+            self.rx_batch.clear();
+            while self.rx_batch.len() < RX_REFILL_EVERY {
+                let Some(rx) = self.shm.take_rx().map_err(violation)? else { break };
+                self.rx_batch.push(rx);
+            }
+            let last = self.rx_batch.len() < RX_REFILL_EVERY;
+            got |= !self.rx_batch.is_empty();
+            // A full TAP queue drops a frame, and its segments are not
+            // counted as received.
+            let mut undelivered = 0u64;
+            let (tap, shm, written) = (&self.tap, &self.shm, &mut self.rx_written);
+            let mut write = |f: Frame<u32>, meta: RxMeta| -> Result<(), Fault> {
+                let mut parts: [&[u8]; MAX_FRAME_PARTS] = [&[]; MAX_FRAME_PARTS];
+                parts[0] = f.head;
+                for (part, p) in parts[1..].iter_mut().zip(f.pieces) {
+                    *part = &shm.rx_buffer(p.from)[p.start..p.start + p.len];
+                }
+                if !tap.write_frame(&parts[..1 + f.pieces.len()], meta).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
+                    undelivered += f.pieces.len() as u64;
+                }
+                written.extend(f.pieces.iter().map(|p| p.from));
+                Ok(())
+            };
+            for rx in &self.rx_batch {
+                counters.rx_packets += 1;
+                counters.rx_bytes += rx.len as u64;
+                self.coalescer.push(&shm.rx_buffer(rx.buf)[..rx.len as usize], rx.buf, rx.csum_valid, &mut write)?;
+            }
+            if last {
+                self.coalescer.flush(&mut write)?;
+            }
+            counters.rx_packets -= undelivered;
+            counters.rx_dropped += undelivered;
+            for buf in self.rx_written.drain(..) {
+                self.shm.put_free(buf);
+            }
+            self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
+            if last {
+                counters.rx_dropped += self.shm.take_rx_dropped();
+                return Ok(got);
+            }
+        }
     }
 
     /// The TAP leaves to the driver the offloads it takes (REGISTERED's).
@@ -1168,6 +1196,9 @@ impl Supervisor {
         let report = self.vfio.stop_device();
         let device_stopped = Instant::now();
         let mut uncompleted = self.shm.reclaim_all();
+        // The frames a fault left unwritten: their buffers were just reclaimed.
+        self.coalescer.discard();
+        self.rx_written.clear();
         self.pending.clear();
         self.watchdog = Watchdog::new(self.watchdog.detection(), seen_dead);
         self.tx_progress = TxProgress::new(seen_dead);

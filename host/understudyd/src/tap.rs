@@ -28,7 +28,11 @@ use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_
                           TX_GSO_TCPV4, TX_GSO_TCPV6};
 use understudy_shm::TxOffload;
 
-use crate::coalesce::RxMeta;
+use crate::coalesce::{RxMeta, MAX_SEGMENTS};
+
+/// The most parts a received frame is written from: a merge's headers and
+/// its segments' payloads.
+pub const MAX_FRAME_PARTS: usize = 1 + MAX_SEGMENTS;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETCARRIER: libc::c_ulong = 0x4004_54e2; // _IOW('T', 226, int), Linux >= 5.0
@@ -228,10 +232,11 @@ impl Tap {
         Ok(Some((frame, hdr.tx_offload())))
     }
 
-    /// Hands one received frame to the stack, with what it needs to know
-    /// (a checksum the device checked; merged segments). A full queue drops
-    /// it, as a NIC would.
-    pub fn write_frame(&self, frame: &[u8], meta: RxMeta) -> io::Result<bool> {
+    /// Hands one received frame to the stack, gathered from `parts` (at
+    /// most `MAX_FRAME_PARTS`), with what it needs to know (a checksum the
+    /// device checked; merged segments). A full queue drops it, as a NIC would.
+    pub fn write_frame(&self, parts: &[&[u8]], meta: RxMeta) -> io::Result<bool> {
+        assert!(parts.len() <= MAX_FRAME_PARTS, "a frame of {} parts", parts.len());
         let mut hdr = match meta {
             RxMeta::Plain { csum_valid } => {
                 VnetHdr { flags: if csum_valid { VIRTIO_NET_HDR_F_DATA_VALID } else { 0 }, ..Default::default() }
@@ -246,12 +251,13 @@ impl Tap {
             },
         };
         let hdr_bytes = hdr.as_bytes_mut();
-        let iov = [
-            libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() },
-            libc::iovec { iov_base: frame.as_ptr() as *mut libc::c_void, iov_len: frame.len() },
-        ];
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 1 + MAX_FRAME_PARTS];
+        iov[0] = libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() };
+        for (v, part) in iov[1..].iter_mut().zip(parts) {
+            *v = libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() };
+        }
         // SAFETY: the iovecs point to live memory; writev only reads it.
-        if unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 2) } < 0 {
+        if unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 1 + parts.len() as libc::c_int) } < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::WouldBlock { Ok(false) } else { Err(e) };
         }
