@@ -12,6 +12,7 @@ killed and a new one takes the device over.
 """
 import re
 import signal
+import subprocess
 import time
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from lab import net, scenario, understudy
 from lab.bench import understudy_up
 from lab.guest import SLIRP_GATEWAY, Guest
-from lab.netns import LabNetwork
+from lab.netns import LabNetwork, guest_address
 
 pytestmark = pytest.mark.lab
 
@@ -110,6 +111,43 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         assert d.alive()
         log = d.stop()
         assert "driver died" in log, log
+
+
+def softirq_sleeps(g: Guest, pid: int) -> int:
+    """How often the driver process's softirq thread has gone to sleep."""
+    script = (f"for t in /proc/{pid}/task/*; do grep -q '^ksoftirqd/0$' $t/comm && "
+              "sed -n 's/^voluntary_ctxt_switches:\\s*//p' $t/status; done; true")
+    return int(g.run(["sh", "-c", script], check=True).out)
+
+
+def test_an_interface_that_sends_nothing_is_lent_receive_buffers_at_open(no_leftover_qemu, bins):
+    """us0 up with no address and IPv6 off: the stack sends nothing, so no frame
+    through the TAP wakes the daemon. The driver gets its receive buffers when it
+    opens all the same (until they came with the first frame moved, it polled
+    for them every 100 µs meanwhile, and received nothing), and the ARP requests
+    of a host pinging the guest's address reach us0."""
+    with LabNetwork() as network, Guest(devices=["e1000"], netdev=network) as g:
+        bdf = g.pci_address("nic0")
+        understudy.prepare(g)
+        d = understudy.Daemon(g, bins)
+        understudy.bind_vfio(g, bdf)
+        d.run(bdf, [understudy.module_path(g, "e1000")], "us0")
+        d.wait_state(bdf, "registered", timeout=120)
+        g.run("sysctl -qw net.ipv6.conf.us0.disable_ipv6=1 && ip link set us0 up", check=True)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
+        time.sleep(1)
+        idle = d.status()[bdf]
+        assert idle["counters"]["tx_packets"] == 0, idle["counters"]
+        assert idle["pool_free"] == idle["pool_buffers"] - 512, "the 512 receive buffers are lent at open"
+        before = softirq_sleeps(g, opened["pid"])
+        time.sleep(2)
+        slept = softirq_sleeps(g, opened["pid"]) - before
+        assert slept < 100, f"the softirq thread woke {slept} times in 2 s of silence"
+        network.spawn(["ping", "-c", "3", "-W", "1", guest_address(1).split("/")[0]],
+                      stdout=subprocess.DEVNULL).wait(timeout=30)
+        heard = d.status()[bdf]["counters"]
+        assert heard["rx_packets"] >= 2 and heard["tx_packets"] == 0, heard
+        d.stop()
 
 
 def test_a_stalled_daemon_makes_the_nic_hold_frames_and_the_driver_drop_none(no_leftover_qemu, bins):

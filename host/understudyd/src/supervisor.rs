@@ -542,7 +542,7 @@ impl Supervisor {
             if outcome.is_ok() && ready(control) {
                 outcome = self.handle_control();
             }
-            if outcome.is_ok() && (ready(notify) || ready(tap)) {
+            if outcome.is_ok() && (ready(notify) || ready(tap) || self.open_without_rx_buffers()) {
                 if ready(notify) {
                     drain_eventfd(self.notify.as_fd());
                 }
@@ -574,6 +574,14 @@ impl Supervisor {
                 self.end_driver(&why, true);
             }
         }
+    }
+
+    /// The driver is open and holds no receive buffers: just opened, or
+    /// reopened by a restart's replay. They are lent now, not when the first
+    /// frame moves: an interface that sends nothing would receive nothing,
+    /// and the driver would poll for the buffers meanwhile.
+    fn open_without_rx_buffers(&self) -> bool {
+        self.shm.lent().rx_fill == 0 && self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open)
     }
 
     /// A process that closed its control socket while exiting has exited
