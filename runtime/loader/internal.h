@@ -183,6 +183,6 @@ int relocations_apply(struct ko_context *ctx, struct loaded_module *m);
 
 /* sections.c */
 int special_sections_parse(struct ko_context *ctx, struct loaded_module *m);
-int fentry_calls_patch(struct ko_context *ctx, struct loaded_module *m);
+int code_sites_patch(struct ko_context *ctx, struct loaded_module *m);
 
 #endif /* UNDERSTUDY_LOADER_INTERNAL_H */

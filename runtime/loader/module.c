@@ -193,7 +193,7 @@ static int place_and_relocate(struct ko_context *ctx, struct loaded_module *m)
 	    relocations_apply(ctx, m) ||
 	    exports_parse(ctx, m) ||
 	    special_sections_parse(ctx, m) ||
-	    fentry_calls_patch(ctx, m) ||
+	    code_sites_patch(ctx, m) ||
 	    layout_protect(ctx, m) ||
 	    exports_prepare_commit(ctx, m)) {
 		window_rollback(ctx, window_used);

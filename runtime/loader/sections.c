@@ -4,8 +4,10 @@
  * kernel to act on. The loader parses each one after relocation into a plain
  * array of absolute addresses (struct ko_module) and checks that every code
  * address lies in the module's text, so the runtime can use them blindly.
- * It acts on one itself: the "call __fentry__" at each __mcount_loc site
- * becomes a 5-byte NOP, as Linux does at boot without ftrace enabled.
+ * It acts on three itself, as Linux does at boot on a CPU that needs no
+ * mitigation and without ftrace: the "call __fentry__" at each __mcount_loc
+ * site becomes a 5-byte NOP, each jump to the return thunk a plain return,
+ * each call or jump through a retpoline a plain indirect one.
  *
  * Entry layouts are those of 6.1 x86_64 with Debian's configuration
  * (relative pointers everywhere: CONFIG_HAVE_ARCH_PREL32_RELOCATIONS,
@@ -13,7 +15,9 @@
  * CONFIG_DEBUG_BUGVERBOSE=y). A field "relative" holds target - &field.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -359,7 +363,7 @@ int special_sections_parse(struct ko_context *ctx, struct loaded_module *m)
  * Turns every "call __fentry__" into a 5-byte NOP. Each site is checked to be
  * exactly that call first: patching anything else would corrupt code.
  */
-int fentry_calls_patch(struct ko_context *ctx, struct loaded_module *m)
+static int fentry_calls_patch(struct ko_context *ctx, struct loaded_module *m)
 {
 	const struct ko_import *fentry = NULL;
 
@@ -385,6 +389,102 @@ int fentry_calls_patch(struct ko_context *ctx, struct loaded_module *m)
 	for (size_t i = 0; i < m->pub.mcount_sites.count; i++)
 		memcpy((void *)m->pub.mcount_sites.entries[i], nop5, sizeof(nop5));
 	m->pub.mcount_patched = true;
+	return 0;
+}
+
+/* Where a symbol the module imports or defines (and exports) is; 0 if neither. */
+static uint64_t symbol_address(const struct loaded_module *m, const char *name)
+{
+	for (size_t i = 0; i < m->pub.imports.count; i++)
+		if (m->pub.imports.entries[i].resolved && !strcmp(m->pub.imports.entries[i].name, name))
+			return m->pub.imports.entries[i].value.value;
+	for (size_t i = 0; i < m->pub.exports.count; i++)
+		if (!strcmp(m->pub.exports.entries[i].name, name))
+			return m->pub.exports.entries[i].value.value;
+	return 0;
+}
+
+/* The target of the jmp or call rel32 at site, or 0 if it is neither. */
+static uint64_t rel32_target(const uint8_t *site, uint8_t *opcode)
+{
+	*opcode = site[0];
+	if (*opcode != 0xe8 && *opcode != 0xe9)
+		return 0;
+	return (uint64_t)site + 5 + read_s32(site + 1);
+}
+
+/*
+ * The thunks' code (runtime/kernel/thunks.S) is already a plain return and
+ * plain indirect jumps -- the driver process is an ordinary user process,
+ * and speculation hardening is the host kernel's business -- so this changes
+ * no behaviour. It saves a jump per return and per indirect call, which the
+ * lab's TCG runs as a block of its own each time. A site that is not a
+ * 5-byte jmp or call to the thunk (a conditional jump, say) keeps going
+ * through it, which is as correct; the kernel leaves such sites alone too.
+ */
+static void return_sites_patch(const struct loaded_module *m)
+{
+	static const uint8_t ret_int3[5] = { 0xc3, 0xcc, 0xcc, 0xcc, 0xcc };
+	uint64_t thunk = symbol_address(m, "__x86_return_thunk");
+	uint8_t op;
+
+	for (size_t i = 0; thunk && i < m->pub.return_sites.count; i++) {
+		uint8_t *site = (uint8_t *)m->pub.return_sites.entries[i];
+
+		if (rel32_target(site, &op) == thunk && op == 0xe9)
+			memcpy(site, ret_int3, sizeof(ret_int3));
+	}
+}
+
+/* Register numbers in ModRM order, as the thunks are named. */
+static const char *const thunk_regs[16] = {
+	"rax", "rcx", "rdx", "rbx", NULL, "rbp", "rsi", "rdi",
+	"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+};
+
+static void retpoline_sites_patch(const struct loaded_module *m)
+{
+	uint64_t thunks[16] = { 0 };
+	char name[40];
+
+	for (int r = 0; r < 16; r++) {
+		if (!thunk_regs[r])
+			continue;
+		snprintf(name, sizeof(name), "__x86_indirect_thunk_%s", thunk_regs[r]);
+		thunks[r] = symbol_address(m, name);
+	}
+	for (size_t i = 0; i < m->pub.retpoline_sites.count; i++) {
+		uint8_t *site = (uint8_t *)m->pub.retpoline_sites.entries[i];
+		uint8_t op, insn[5], n = 0;
+		uint64_t target = rel32_target(site, &op);
+		int r;
+
+		for (r = 0; r < 16 && !(target && thunks[r] == target); r++)
+			;
+		if (r == 16)
+			continue;
+		if (r >= 8)
+			insn[n++] = 0x41;			/* REX.B */
+		insn[n++] = 0xff;
+		insn[n++] = (op == 0xe8 ? 0xd0 : 0xe0) | (r & 7);	/* call/jmp *%reg */
+		if (n == 2) {					/* 3-byte NOP */
+			insn[n++] = 0x0f;
+			insn[n++] = 0x1f;
+			insn[n++] = 0x00;
+		} else {					/* 2-byte NOP */
+			insn[n++] = 0x66;
+			insn[n++] = 0x90;
+		}
+		memcpy(site, insn, sizeof(insn));
+	}
+}
+
+int code_sites_patch(struct ko_context *ctx, struct loaded_module *m)
+{
+	if (fentry_calls_patch(ctx, m))
+		return -1;
+	return_sites_patch(m);
+	retpoline_sites_patch(m);
 	return 0;
 }
 

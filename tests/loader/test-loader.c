@@ -4,7 +4,8 @@
  * per-cpu offsets (module exports and runtime symbols, reached through %gs
  * with PC32 and 32S), exception-table and bug-table lookups driven by real
  * SIGSEGV/SIGILL as the runtime's handlers will be, init/exit entry points,
- * __param, __fentry__ patching, CRC mismatches and missing imports.
+ * __param, __fentry__, return-thunk and retpoline patching, CRC mismatches
+ * and missing imports.
  *
  *	test-loader FIXTURE_DIR
  *
@@ -44,6 +45,22 @@ static void fentry_stub(void)
 {
 }
 
+/* The runtime's thunks (runtime/kernel/thunks.S), as the resolver hands them out. */
+__asm__(".text\n"
+	"test_return_thunk: ret\n"
+	"test_thunk_rax: jmp *%rax\n"
+	"test_thunk_r11: jmp *%r11\n");
+extern char test_return_thunk[], test_thunk_rax[], test_thunk_r11[];
+
+static const struct {
+	const char *name;
+	const void *code;
+} thunks[] = {
+	{ "__x86_return_thunk", test_return_thunk },
+	{ "__x86_indirect_thunk_rax", test_thunk_rax },
+	{ "__x86_indirect_thunk_r11", test_thunk_r11 },
+};
+
 static int resolve(void *arg, const char *name, struct ko_symbol *out)
 {
 	(void)arg;
@@ -51,6 +68,13 @@ static int resolve(void *arg, const char *name, struct ko_symbol *out)
 		out->value = (uint64_t)fentry_stub;
 		out->percpu = false;
 		return 0;
+	}
+	for (size_t i = 0; i < sizeof(thunks) / sizeof(thunks[0]); i++) {
+		if (!strcmp(name, thunks[i].name)) {
+			out->value = (uint64_t)thunks[i].code;
+			out->percpu = false;
+			return 0;
+		}
 	}
 	if (!strcmp(name, "param_ops_int")) {
 		out->value = (uint64_t)&param_ops_int;
@@ -247,6 +271,40 @@ static void test_module_records(const struct ko_module *provider,
 	      "relocation counts: 32S 1, PC32 %lu, PLT32 1", user->relocs[2]);
 }
 
+static long forty_one(void)
+{
+	return 41;
+}
+
+static long identity(long x)
+{
+	return x;
+}
+
+static void test_thunk_sites(const struct ko_module *provider)
+{
+	static const uint8_t ret_int3[5] = { 0xc3, 0xcc, 0xcc, 0xcc, 0xcc };
+	static const uint8_t call_rax[5] = { 0xff, 0xd0, 0x0f, 0x1f, 0x00 };	/* + 3-byte NOP */
+	static const uint8_t jmp_r11[5] = { 0x41, 0xff, 0xe3, 0x66, 0x90 };	/* + 2-byte NOP */
+	long (*call_plus_one)(long (*)(void)) = (void *)export_value("fixture_call_plus_one");
+	long (*tail_call)(long, long (*)(long)) = (void *)export_value("fixture_tail_call");
+	long (*is_nonzero)(long) = (void *)export_value("fixture_is_nonzero");
+	const uint8_t *const *ret = (const uint8_t *const *)provider->return_sites.entries;
+	const uint8_t *const *ind = (const uint8_t *const *)provider->retpoline_sites.entries;
+
+	CHECK(provider->return_sites.count == 3 && !memcmp(ret[0], ret_int3, 5) &&
+	      !memcmp(ret[2], ret_int3, 5),
+	      "jmp __x86_return_thunk patched to ret; int3");
+	CHECK(provider->return_sites.count == 3 && ret[1][0] == 0x0f && ret[1][1] == 0x84,
+	      "a conditional jump to the return thunk left as it is");
+	CHECK(provider->retpoline_sites.count == 2 && !memcmp(ind[0], call_rax, 5) &&
+	      !memcmp(ind[1], jmp_r11, 5),
+	      "retpolines patched to call *%%rax and jmp *%%r11");
+	CHECK(call_plus_one(forty_one) == 42 && tail_call(0, identity) == 0 &&
+	      tail_call(7, identity) == 7 && is_nonzero(0) == 0 && is_nonzero(9) == 1,
+	      "patched and unpatched sites run");
+}
+
 static void test_failures(const char *dir, const struct ko_module *provider)
 {
 	const struct ko_error *e;
@@ -297,6 +355,7 @@ int main(int argc, char **argv)
 	test_percpu(provider);
 	test_fault_tables(provider);
 	test_module_records(provider, user);
+	test_thunk_sites(provider);
 	test_failures(argv[1], provider);
 	ko_context_destroy(ctx);
 	printf("%d failed\n", failures);
