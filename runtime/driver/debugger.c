@@ -11,11 +11,19 @@
  * whole list.  Each entry is a copy of the .ko whose allocated sections'
  * sh_addr is set to where the loader put them; gdb takes a section's address
  * from sh_addr, so every symbol of the module lands where its code runs.
+ *
+ * perf has no such interface: it names code in anonymous memory from
+ * /tmp/perf-PID.map, a text file JIT compilers write ("START SIZE name" per
+ * function, in hex). With UNDERSTUDY_PERF_MAP=1 in the environment (the
+ * daemon passes its own on) every module's functions go there too; not by
+ * default, because the file outlives the process.
  */
 #include <elf.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../loader/loader.h"
 #include "driver.h"
@@ -70,6 +78,74 @@ static const struct ko_section *placed(const struct ko_module *m, const char *na
 	return NULL;
 }
 
+static bool perf_map_wanted(void)
+{
+	const char *v = getenv("UNDERSTUDY_PERF_MAP");
+
+	return v && *v && strcmp(v, "0");
+}
+
+static void perf_map_path(char *buf, size_t len, pid_t pid)
+{
+	snprintf(buf, len, "/tmp/perf-%d.map", (int)pid);
+}
+
+/* Appends the functions of placed sections (sh_addr set) to this process's perf map. */
+static void write_perf_map(const char *elf, size_t size, const Elf64_Ehdr *eh, const Elf64_Shdr *sh)
+{
+	static FILE *map;
+	char path[64];
+
+	if (!map) {
+		perf_map_path(path, sizeof(path), getpid());
+		map = fopen(path, "w");
+		if (!map) {
+			fprintf(stderr, "understudy-driver: perf map %s: %s\n", path, strerror(errno));
+			return;
+		}
+	}
+	for (unsigned int i = 0; i < eh->e_shnum; i++) {
+		const Elf64_Shdr *names;
+		const Elf64_Sym *syms;
+
+		if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum ||
+		    sh[i].sh_offset > size || sh[i].sh_size > size - sh[i].sh_offset)
+			continue;
+		names = &sh[sh[i].sh_link];
+		if (names->sh_offset > size || names->sh_size > size - names->sh_offset)
+			continue;
+		syms = (const Elf64_Sym *)(elf + sh[i].sh_offset);
+		for (size_t k = 0; k < sh[i].sh_size / sizeof(*syms); k++) {
+			const Elf64_Sym *sym = &syms[k];
+			const char *name = elf + names->sh_offset + sym->st_name;
+
+			if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_shndx == SHN_UNDEF ||
+			    sym->st_shndx >= eh->e_shnum || !sh[sym->st_shndx].sh_addr ||
+			    !(sh[sym->st_shndx].sh_flags & SHF_EXECINSTR) || sym->st_name >= names->sh_size)
+				continue;
+			fprintf(map, "%llx %llx %.*s\n",
+				(unsigned long long)(sh[sym->st_shndx].sh_addr + sym->st_value),
+				(unsigned long long)sym->st_size,
+				(int)strnlen(name, names->sh_size - sym->st_name), name);
+		}
+	}
+	fflush(map);
+}
+
+void debugger_follow_fork(pid_t parent)
+{
+	char from[64], to[64];
+
+	if (!perf_map_wanted())
+		return;
+	/* Same modules at the same addresses: the same map, under the fork's pid. */
+	perf_map_path(from, sizeof(from), parent);
+	perf_map_path(to, sizeof(to), getpid());
+	unlink(to);
+	if (link(from, to))
+		fprintf(stderr, "understudy-driver: perf map %s: %s\n", to, strerror(errno));
+}
+
 /*
  * The loader has already validated the file (it is the one just loaded), so
  * only what this copy needs is checked: that the section table is in range.
@@ -103,6 +179,8 @@ void debugger_register_module(const struct ko_module *m)
 		if (s && !(s->flags & KO_SEC_PERCPU))
 			sh[i].sh_addr = s->addr;
 	}
+	if (perf_map_wanted())
+		write_perf_map(elf, size, eh, sh);
 	entry = calloc(1, sizeof(*entry));
 	if (!entry)
 		goto bad;

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define ETH_GSTRING_LEN	32
 
@@ -50,9 +51,14 @@ extern struct kernel_api kernel;
  */
 int start_runtime(const char *runtime, const char *const *modules, int n_modules,
 		  const char *const *params, int n_params, int *init_status);
-/* Tells gdb (JIT interface) where a loaded module's sections are. */
+/*
+ * Tells gdb (JIT interface) where a loaded module's sections are, and perf
+ * (/tmp/perf-PID.map) where its functions are if UNDERSTUDY_PERF_MAP is set.
+ */
 struct ko_module;
 void debugger_register_module(const struct ko_module *m);
+/* In a fork of the template: the template's perf map becomes the fork's too. */
+void debugger_follow_fork(pid_t parent);
 
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);

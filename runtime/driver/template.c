@@ -74,13 +74,14 @@ static int take(void)
 }
 
 /* In the fork: its own control socket, then the device back from its reset. */
-static void become_driver(int template_control, int child_control)
+static void become_driver(int template_control, int child_control, pid_t template_pid)
 {
 	int err;
 
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != template.daemon)
 		_exit(1);	/* the daemon is gone: nobody to drive the device for */
 	close(template_control);
+	debugger_follow_fork(template_pid);
 	/* A driver, not a template: its copy of the copy is of no use. */
 	template.taken = false;
 	free(template.copy);
@@ -98,6 +99,7 @@ static void become_driver(int template_control, int child_control)
 
 int template_spawn(int template_control, int child_control)
 {
+	pid_t template_pid = getpid();
 	long pid;
 	int err;
 
@@ -110,7 +112,7 @@ int template_spawn(int template_control, int child_control)
 	}
 	pid = syscall(SYS_clone, CLONE_PARENT, NULL, NULL, NULL, 0);
 	if (pid == 0) {
-		become_driver(template_control, child_control);
+		become_driver(template_control, child_control, template_pid);
 		return 0;
 	}
 	close(child_control);
