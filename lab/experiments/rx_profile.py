@@ -12,7 +12,8 @@ change in one guest:
 Per run it takes, besides Mbit/s, the CPU of every guest thread (which stage
 of the path works how hard), of QEMU and of the whole host (the lab
 runs under TCG: guest, device model and the peer share the host's cores), the
-NIC's interrupts, the segments the guest's TCP sent (its ACKs), each guest
+NIC's interrupts, the segments the guest's TCP sent (its ACKs), the switches
+between address spaces (each a flush of TCG's software TLB), each guest
 thread's sleeps (voluntary context switches), the peer TCP's retransmissions
 and the bridge's drops towards the guest. Prints per-mode medians as a
 table (or --json), CPU as milliseconds per megabyte moved.
@@ -82,6 +83,24 @@ def nic_interrupts(g: Guest, bdf: str) -> int:
     return sum(int(f) for f in line[1:1 + g.cpus]) if line else 0
 
 
+# Every switch between two processes' address spaces writes CR3, and TCG (no
+# PCID) then flushes the whole software TLB of that vCPU: the kernel's
+# tlb_flush tracepoint with reason 0 ("flush on task switch") counts them.
+# A hist trigger keeps the count in the kernel; reading it costs a cat.
+TLB_FLUSH_EVENT = "/sys/kernel/tracing/events/tlb/tlb_flush"
+
+
+def count_mm_switches(g: Guest) -> None:
+    g.run("mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing; "
+          f"echo hist:keys=reason > {TLB_FLUSH_EVENT}/trigger", check=True)
+
+
+def mm_switches(g: Guest) -> int:
+    hist = g.read_file(f"{TLB_FLUSH_EVENT}/hist").decode()
+    return sum(int(line.split("hitcount:")[1]) for line in hist.splitlines()
+               if line.startswith("{") and line.split("}")[0].split(":")[1].strip() == "0")
+
+
 def thread_role(name: str, driver_pids: set[str]) -> str:
     """A thread's part in the transfer: its name, the driver process's tagged as such."""
     pid, comm = name.split("/", 1)[0], name.split(" ", 1)[1]
@@ -101,7 +120,8 @@ def counters(g: Guest, network: LabNetwork, bdf: str) -> dict[str, int]:
     return {"guest_busy": net.busy_ticks(g.read_file("/proc/stat").decode()),
             "guest_tcp_out": net.tcp_counter(g.read_file("/proc/net/snmp").decode(), "OutSegs"),
             "host_busy": net.busy_ticks(Path("/proc/stat").read_text()),
-            "qemu": process_ticks(g.qemu.pid), "irqs": nic_interrupts(g, bdf), **peer_counters(network)}
+            "qemu": process_ticks(g.qemu.pid), "irqs": nic_interrupts(g, bdf),
+            "mm_switches": mm_switches(g), **peer_counters(network)}
 
 
 def measure(g: Guest, network: LabNetwork, bdf: str, reverse: bool,
@@ -135,6 +155,7 @@ def measure(g: Guest, network: LabNetwork, bdf: str, reverse: bool,
             "qemu_ms_per_mb": per_mb(delta["qemu"]),
             "irqs_per_s": round(delta["irqs"] / elapsed),
             "guest_tcp_segs_out_per_mb": round(delta["guest_tcp_out"] / mbytes, 1),
+            "guest_mm_switches_per_mb": round(delta["mm_switches"] / mbytes, 1),
             "retrans": delta["retrans"], "tap_tx_dropped": delta["tap_tx_dropped"],
             "guest_threads": {k: per_mb(v) for k, v in guest.items() if v},
             "guest_sleeps_per_mb": {k: round(v / mbytes, 1) for k, v in sleeps.items() if v}}
@@ -204,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     with LabNetwork() as network, Guest(devices=[dev.name], netdev=network) as g:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
+        count_mm_switches(g)
         chain = understudy.module_chain(g, dev.driver)
         for r in range(args.rounds):
             for mode, build in modes.items():
