@@ -532,7 +532,11 @@ bool napi_complete_done(struct napi_struct *n, int work_done)
 EXPORT_SYMBOL(napi_complete_done);
 
 /*
- * NET_RX_SOFTIRQ: polls every scheduled instance once.
+ * NET_RX_SOFTIRQ, as the kernel's net_rx_action: polls the scheduled
+ * instances, an instance that used up its budget again at the back of the
+ * list, until NET_RX_BUDGET frames or NET_RX_BUDGET_NS have gone by (the
+ * kernel's netdev_budget and netdev_budget_usecs defaults), then returns so
+ * that the caller lets the process's other threads have the CPU.
  *
  * An instance is polled only when the host has lent buffers for a whole
  * budget: a poll then never takes more frames from the NIC than can go up
@@ -546,21 +550,31 @@ EXPORT_SYMBOL(napi_complete_done);
  * with full budgets too, and in-kernel, when its ring runs out:
  * docs/bench-net.md.)
  */
+#define NET_RX_BUDGET		300
+#define NET_RX_BUDGET_NS	(2 * NSEC_PER_MSEC)
+
 enum us_net_rx us_net_rx_action(void)
 {
-	enum us_net_rx left = US_NET_RX_DONE;
+	u64 deadline = ddekit_now_ns() + NET_RX_BUDGET_NS;
+	int budget = NET_RX_BUDGET;
 	LIST_HEAD(list);
+	LIST_HEAD(no_room);
+	enum us_net_rx left;
 
-	list_splice_init(&poll_list, &list);
-	while (!list_empty(&list)) {
-		struct napi_struct *n = list_first_entry(&list, struct napi_struct, poll_list);
+	for (;;) {
+		struct napi_struct *n;
 		int work = 0;
 
+		if (list_empty(&list)) {
+			if (list_empty(&poll_list) || budget <= 0 || ddekit_now_ns() >= deadline)
+				break;
+			list_splice_init(&poll_list, &list);
+		}
+		n = list_first_entry(&list, struct napi_struct, poll_list);
 		list_del_init(&n->poll_list);
 		if (ddekit_net_rx_room() < n->weight && !napi_disable_pending(n)) {
 			/* Still scheduled: polled again once there is room. */
-			list_add_tail(&n->poll_list, &poll_list);
-			left = US_NET_RX_NO_ROOM;
+			list_add_tail(&n->poll_list, &no_room);
 			continue;
 		}
 		if (test_bit(NAPI_STATE_SCHED, &n->state))
@@ -568,6 +582,7 @@ enum us_net_rx us_net_rx_action(void)
 		if (WARN_ONCE(work > n->weight, "%ps returned %d, exceeding its budget of %d\n",
 			      n->poll, work, n->weight))
 			work = n->weight;
+		budget -= work;
 		if (work < n->weight)
 			continue;
 		/* Budget used up: the instance stays scheduled. */
@@ -575,9 +590,11 @@ enum us_net_rx us_net_rx_action(void)
 			napi_complete(n);
 		else if (list_empty(&n->poll_list))
 			list_add_tail(&n->poll_list, &poll_list);
-		if (left == US_NET_RX_DONE)
-			left = US_NET_RX_MORE;
 	}
+	left = !list_empty(&no_room) ? US_NET_RX_NO_ROOM :
+	       !list_empty(&list) || !list_empty(&poll_list) ? US_NET_RX_MORE : US_NET_RX_DONE;
+	list_splice_tail_init(&list, &poll_list);
+	list_splice_tail_init(&no_room, &poll_list);
 	return left;
 }
 

@@ -304,12 +304,18 @@ static void test_workqueues(void)
 static struct napi_struct napi;
 static int napi_polls, napi_backlog;
 static bool napi_in_softirq = true;
+/* Polls that found the CPU taken since the one before: NET_RX rounds, roughly. */
+static unsigned long napi_cpu_entries;
+static int napi_rounds;
 
 static int napi_poll(struct napi_struct *n, int budget)
 {
 	int done = min(budget, napi_backlog);
 
 	napi_polls++;
+	if (ddekit_cpu_entries() != napi_cpu_entries)
+		napi_rounds++;
+	napi_cpu_entries = ddekit_cpu_entries();
 	napi_in_softirq &= !!in_serving_softirq();
 	napi_backlog -= done;
 	if (done < budget)
@@ -343,6 +349,18 @@ static void test_napi(void)
 	local_bh_enable();
 	msleep(50);
 	CHECK(napi_polls == 5);
+
+	/*
+	 * A NET_RX round polls again while there is work, up to 300 frames
+	 * (the kernel's netdev_budget), then lets other threads have the CPU:
+	 * 250 polls of 4 take at least 4 rounds, and far fewer than 250.
+	 */
+	napi_polls = napi_rounds = 0;
+	napi_backlog = 1000;
+	napi_schedule(&napi);
+	msleep(200);
+	CHECK(napi_polls == 251);	/* and one that finds nothing */
+	CHECK(napi_rounds >= 4 && napi_rounds <= 125);
 
 	napi_disable(&napi);
 	CHECK(!napi_schedule_prep(&napi));
