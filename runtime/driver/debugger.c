@@ -20,6 +20,7 @@
  */
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,10 +98,16 @@ static void write_perf_map(const char *elf, size_t size, const Elf64_Ehdr *eh, c
 	char path[64];
 
 	if (!map) {
+		int fd;
+
 		perf_map_path(path, sizeof(path), getpid());
-		map = fopen(path, "w");
+		/* A predictable name in /tmp: never written through a link planted there. */
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+		map = fd < 0 ? NULL : fdopen(fd, "w");
 		if (!map) {
 			fprintf(stderr, "understudy-driver: perf map %s: %s\n", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
 			return;
 		}
 	}

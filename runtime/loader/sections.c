@@ -404,35 +404,50 @@ static uint64_t symbol_address(const struct loaded_module *m, const char *name)
 	return 0;
 }
 
-/* The target of the jmp or call rel32 at site, or 0 if it is neither. */
-static uint64_t rel32_target(const uint8_t *site, uint8_t *opcode)
+/*
+ * The target of the call or jmp rel32 at site, or 0 if it is neither. GCC
+ * puts a CS prefix on calls of the r8 - r15 retpolines (6 bytes: room for
+ * the kernel's lfence variant); *len says which.
+ */
+static uint64_t branch_target(const struct loaded_module *m, const uint8_t *site,
+			      uint8_t *opcode, unsigned int *len)
 {
-	*opcode = site[0];
-	if (*opcode != 0xe8 && *opcode != 0xe9)
+	unsigned int prefix = site[0] == 0x2e;
+
+	*opcode = site[prefix];
+	*len = 5 + prefix;
+	if ((*opcode != 0xe8 && *opcode != 0xe9) || !in_text(&m->pub, (uint64_t)site, *len))
 		return 0;
-	return (uint64_t)site + 5 + read_s32(site + 1);
+	return (uint64_t)site + *len + read_s32(site + prefix + 1);
 }
+
+/* NOPs of 1 to 4 bytes, to fill the rest of a patched site. */
+static const uint8_t nops[5][4] = {
+	{ 0 }, { 0x90 }, { 0x66, 0x90 }, { 0x0f, 0x1f, 0x00 }, { 0x0f, 0x1f, 0x40, 0x00 },
+};
 
 /*
  * The thunks' code (runtime/kernel/thunks.S) is already a plain return and
  * plain indirect jumps -- the driver process is an ordinary user process,
  * and speculation hardening is the host kernel's business -- so this changes
  * no behaviour. It saves a jump per return and per indirect call, which the
- * lab's TCG runs as a block of its own each time. A site that is not a
- * 5-byte jmp or call to the thunk (a conditional jump, say) keeps going
- * through it, which is as correct; the kernel leaves such sites alone too.
+ * lab's TCG runs as a block of its own each time. Debian's modules have only
+ * such sites; anything else (a conditional jump to a thunk, say) would keep
+ * going through the thunk, which is as correct.
  */
 static void return_sites_patch(const struct loaded_module *m)
 {
-	static const uint8_t ret_int3[5] = { 0xc3, 0xcc, 0xcc, 0xcc, 0xcc };
 	uint64_t thunk = symbol_address(m, "__x86_return_thunk");
+	unsigned int len;
 	uint8_t op;
 
 	for (size_t i = 0; thunk && i < m->pub.return_sites.count; i++) {
 		uint8_t *site = (uint8_t *)m->pub.return_sites.entries[i];
 
-		if (rel32_target(site, &op) == thunk && op == 0xe9)
-			memcpy(site, ret_int3, sizeof(ret_int3));
+		if (branch_target(m, site, &op, &len) == thunk && op == 0xe9) {
+			site[0] = 0xc3;				/* ret */
+			memset(site + 1, 0xcc, len - 1);	/* int3 */
+		}
 	}
 }
 
@@ -455,8 +470,9 @@ static void retpoline_sites_patch(const struct loaded_module *m)
 	}
 	for (size_t i = 0; i < m->pub.retpoline_sites.count; i++) {
 		uint8_t *site = (uint8_t *)m->pub.retpoline_sites.entries[i];
-		uint8_t op, insn[5], n = 0;
-		uint64_t target = rel32_target(site, &op);
+		unsigned int len, n = 0;
+		uint8_t op, insn[6];
+		uint64_t target = branch_target(m, site, &op, &len);
 		int r;
 
 		for (r = 0; r < 16 && !(target && thunks[r] == target); r++)
@@ -464,18 +480,11 @@ static void retpoline_sites_patch(const struct loaded_module *m)
 		if (r == 16)
 			continue;
 		if (r >= 8)
-			insn[n++] = 0x41;			/* REX.B */
+			insn[n++] = 0x41;				/* REX.B */
 		insn[n++] = 0xff;
 		insn[n++] = (op == 0xe8 ? 0xd0 : 0xe0) | (r & 7);	/* call/jmp *%reg */
-		if (n == 2) {					/* 3-byte NOP */
-			insn[n++] = 0x0f;
-			insn[n++] = 0x1f;
-			insn[n++] = 0x00;
-		} else {					/* 2-byte NOP */
-			insn[n++] = 0x66;
-			insn[n++] = 0x90;
-		}
-		memcpy(site, insn, sizeof(insn));
+		memcpy(insn + n, nops[len - n], len - n);
+		memcpy(site, insn, len);
 	}
 }
 

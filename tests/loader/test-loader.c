@@ -286,22 +286,25 @@ static void test_thunk_sites(const struct ko_module *provider)
 	static const uint8_t ret_int3[5] = { 0xc3, 0xcc, 0xcc, 0xcc, 0xcc };
 	static const uint8_t call_rax[5] = { 0xff, 0xd0, 0x0f, 0x1f, 0x00 };	/* + 3-byte NOP */
 	static const uint8_t jmp_r11[5] = { 0x41, 0xff, 0xe3, 0x66, 0x90 };	/* + 2-byte NOP */
+	static const uint8_t call_r11[6] = { 0x41, 0xff, 0xd3, 0x0f, 0x1f, 0x00 };
 	long (*call_plus_one)(long (*)(void)) = (void *)export_value("fixture_call_plus_one");
 	long (*tail_call)(long, long (*)(long)) = (void *)export_value("fixture_tail_call");
+	long (*call_via_r11)(long, long (*)(long)) = (void *)export_value("fixture_call_r11");
 	long (*is_nonzero)(long) = (void *)export_value("fixture_is_nonzero");
 	const uint8_t *const *ret = (const uint8_t *const *)provider->return_sites.entries;
 	const uint8_t *const *ind = (const uint8_t *const *)provider->retpoline_sites.entries;
 
-	CHECK(provider->return_sites.count == 3 && !memcmp(ret[0], ret_int3, 5) &&
-	      !memcmp(ret[2], ret_int3, 5),
+	CHECK(provider->return_sites.count == 4 && !memcmp(ret[0], ret_int3, 5) &&
+	      !memcmp(ret[2], ret_int3, 5) && !memcmp(ret[3], ret_int3, 5),
 	      "jmp __x86_return_thunk patched to ret; int3");
-	CHECK(provider->return_sites.count == 3 && ret[1][0] == 0x0f && ret[1][1] == 0x84,
+	CHECK(provider->return_sites.count == 4 && ret[1][0] == 0x0f && ret[1][1] == 0x84,
 	      "a conditional jump to the return thunk left as it is");
-	CHECK(provider->retpoline_sites.count == 2 && !memcmp(ind[0], call_rax, 5) &&
-	      !memcmp(ind[1], jmp_r11, 5),
-	      "retpolines patched to call *%%rax and jmp *%%r11");
+	CHECK(provider->retpoline_sites.count == 3 && !memcmp(ind[0], call_rax, 5) &&
+	      !memcmp(ind[1], jmp_r11, 5) && !memcmp(ind[2], call_r11, 6),
+	      "retpolines patched to call *%%rax, jmp *%%r11 and (CS-prefixed) call *%%r11");
 	CHECK(call_plus_one(forty_one) == 42 && tail_call(0, identity) == 0 &&
-	      tail_call(7, identity) == 7 && is_nonzero(0) == 0 && is_nonzero(9) == 1,
+	      tail_call(7, identity) == 7 && call_via_r11(5, identity) == 5 &&
+	      is_nonzero(0) == 0 && is_nonzero(9) == 1,
 	      "patched and unpatched sites run");
 }
 
