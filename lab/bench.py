@@ -77,8 +77,13 @@ def baseline(driver: str, runs: int, seconds: int) -> dict:
         for i in range(runs):
             log(f"{dev.driver}: run {i + 1}/{runs} (iperf3 {seconds} s each way, 100 pings, reload)")
             results.append(measure_kernel_run(guest, dev.driver, "nic0", seconds))
-    return {"driver": dev.driver, "device": dev.name, "abi": config.kernel().release,
+    return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "runs": runs, **medians(results), "per_run": results}
+
+
+def lab_identity() -> dict:
+    """What a figure was measured on: the guest kernel and the CPU TCG emulates."""
+    return {"abi": config.kernel().release, "guest_cpu": config.guest_defaults().cpu_model}
 
 
 def table(rows: list[dict], keys: list[str]) -> str:
@@ -175,7 +180,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
     kernel, under = medians(kernel_runs), medians(understudy_runs)
     ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
               for name, k in NET_RATIOS.items()}
-    return {"driver": dev.driver, "device": dev.name, "abi": config.kernel().release,
+    return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "network": network_kind, "runs": runs, "seconds": seconds, **ratios,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
             "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}

@@ -55,6 +55,7 @@ class KernelConfig:
 
 @dataclass(frozen=True)
 class GuestDefaults:
+    cpu_model: str  # QEMU -cpu under TCG (KVM always uses "host")
     memory_mib: int
     cpus: int
     boot_timeout_s: float
@@ -73,4 +74,4 @@ def kernel() -> KernelConfig:
 
 def guest_defaults() -> GuestDefaults:
     g = _load()["guest"]
-    return GuestDefaults(g["memory_mib"], g["cpus"], float(g["boot_timeout_s"]))
+    return GuestDefaults(g["cpu_model"], g["memory_mib"], g["cpus"], float(g["boot_timeout_s"]))

@@ -159,7 +159,7 @@ class Guest:
         accel = "kvm" if self.kvm else "tcg,thread=multi"
         argv = [
             "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
-            "-machine", "q35", "-accel", accel, "-cpu", "max" if not self.kvm else "host",
+            "-machine", "q35", "-accel", accel, "-cpu", "host" if self.kvm else config.guest_defaults().cpu_model,
             "-m", str(self.memory_mib), "-smp", str(self.cpus), "-no-reboot",
             "-device", "intel-iommu",
             "-kernel", str(k.vmlinuz), "-initrd", str(initramfs.build(k)), "-append", append,
