@@ -134,10 +134,11 @@ NETWORKS = {"tap": "a TAP on a bridge in a network namespace, the peer the host'
 
 
 def understudy_up(guest: Guest, daemon: understudy.Daemon, bdf: str, modules: list[str],
-                  network: LabNetwork | None = None) -> None:
-    """understudy runs the device's driver and us0 carries the slirp network (or `network`)."""
+                  network: LabNetwork | None = None, cpu: int | None = None) -> None:
+    """understudy runs the device's driver (on `cpu`, if given) and us0 carries the slirp
+    network (or `network`)."""
     understudy.bind_vfio(guest, bdf)
-    daemon.run(bdf, modules, "us0")
+    daemon.run(bdf, modules, "us0", cpu)
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)
@@ -148,6 +149,14 @@ def understudy_down(guest: Guest, daemon: understudy.Daemon, bdf: str) -> None:
     res = daemon.cli("stop", bdf)
     if res.returncode:
         raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
+
+
+def driver_cpu(guest: Guest) -> int:
+    """The vCPU a benchmark runs understudy's driver process on (`understudy run
+    --cpu`): the guest's last; the daemon's thread for the device gets the others.
+    Left to the scheduler, the two share a vCPU for much of a transfer while the
+    other idles (docs/bench-net.md, "What limits sending")."""
+    return guest.cpus - 1
 
 
 def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -> dict:
@@ -172,7 +181,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
                 net.bring_up(guest, "nic0", network=network)
                 kernel_runs.append(measure_traffic(guest, seconds, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
-                understudy_up(guest, daemon, bdf, modules, network)
+                understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
                 understudy_runs.append(measure_traffic(guest, seconds, network))
                 understudy_down(guest, daemon, bdf)
         finally:
@@ -181,7 +190,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
     ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
               for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
-            "network": network_kind, "runs": runs, "seconds": seconds, **ratios,
+            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest), **ratios,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
             "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}
 

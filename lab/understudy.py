@@ -130,9 +130,9 @@ class Daemon:
         return self.g.run([str(self.bins["understudy"]), "--socket", self.socket, *args],
                           timeout=timeout)
 
-    def run(self, bdf: str, modules: list[str], ifname: str = "us0") -> None:
-        """`understudy run`: the daemon takes the device and starts its driver."""
-        argv = ["run", "--device", bdf, "--ifname", ifname]
+    def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None) -> None:
+        """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if given)."""
+        argv = ["run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else [])]
         for m in modules:
             argv += ["--module", m]
         res = self.cli(*argv)

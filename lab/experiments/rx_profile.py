@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 daemon = understudy.Daemon(g, build[0], build[1])
                 try:
-                    bench.understudy_up(g, daemon, bdf, chain, network)
+                    bench.understudy_up(g, daemon, bdf, chain, network, bench.driver_cpu(g))
                     runs[mode].append(measure(g, network, bdf, not args.tx, build[1]))
                     bench.understudy_down(g, daemon, bdf)
                 finally:

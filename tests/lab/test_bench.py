@@ -47,6 +47,9 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert report["network"] == "tap" and report["driver"] == "e1000"
+    # What it ran on: the CPU TCG emulates, and the vCPU understudy's driver process had.
+    assert report["guest_cpu"] == config.guest_defaults().cpu_model
+    assert report["driver_cpu"] == config.guest_defaults().cpus - 1
     assert len(report["per_run"]["kernel"]) == len(report["per_run"]["understudy"]) == 1
     for ratio, figure in [("tx_ratio", "tx_mbps"), ("rx_ratio", "rx_mbps"),
                           ("rtt_ratio", "rtt_ms_median"), ("cpu_per_byte_ratio", "cpu_ns_per_byte")]:

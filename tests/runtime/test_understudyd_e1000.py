@@ -207,3 +207,37 @@ def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_lefto
         assert p["loss_pct"] == 0, p
         assert second.status()[bdf]["recovery_count"] == 0
         second.stop()
+
+
+def cpus_allowed(g: Guest, pid: int, comm_prefix: str = "") -> set[str]:
+    """The Cpus_allowed_list of a process's threads (those whose name starts with comm_prefix)."""
+    script = (f"for t in /proc/{pid}/task/*; do case $(cat $t/comm) in {comm_prefix}*) "
+              f"grep Cpus_allowed_list $t/status;; esac; done")
+    return {line.split()[-1] for line in g.run(["sh", "-c", script], check=True).out.splitlines()}
+
+
+def test_run_cpu_places_the_driver_process_and_keeps_the_daemon_thread_off_it(no_leftover_qemu, bins):
+    with Guest(devices=["e1000"], cpus=2) as g:
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
+        d = understudy.Daemon(g, bins, None, "--max-restarts", "1")
+        refused = d.cli("run", "--device", bdf, "--module", ko, "--cpu", "7")
+        assert refused.returncode != 0
+        assert "CPU 7 is not one the daemon may run on (allowed: 0-1)" in refused.err, refused.err
+        assert d.status() == {} and not understudy.interface_exists(g, "us0")
+
+        d.run(bdf, [ko], cpu=1)
+        first = d.wait_state(bdf, "registered", timeout=120)
+        assert first["cpu"] == 1, first
+        assert cpus_allowed(g, first["pid"]) == {"1"}
+        daemon_pid = int(g.run(["pgrep", "-x", "understudyd"], check=True).out.split()[0])
+        assert cpus_allowed(g, daemon_pid, "dev-") == {"0"}
+
+        # A restarted driver process (a template's fork or a fresh probe) runs there too.
+        g.run(["kill", "-9", str(first["pid"])], check=True)
+        deadline = time.monotonic() + 120
+        while (now := d.status()[bdf])["pid"] in (first["pid"], None) or now["state"] != "registered":
+            assert time.monotonic() < deadline, {k: now[k] for k in ("state", "pid", "death", "recovery_count")}
+            time.sleep(0.5)
+        assert now["recovery_count"] == 1, now
+        assert cpus_allowed(g, now["pid"]) == {"1"}
+        d.stop()

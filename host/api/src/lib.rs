@@ -10,7 +10,9 @@ pub const DEFAULT_SOCKET: &str = "/run/understudy/understudyd.sock";
 #[serde(tag = "request", rename_all = "snake_case")]
 pub enum Request {
     /// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
-    Run { device: String, modules: Vec<String>, ifname: Option<String> },
+    /// `cpu`: the CPU the driver process runs on, the daemon's thread for the
+    /// device kept off it (`understudy run --cpu`).
+    Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32> },
     Status,
     /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
     Ethtool { device: String, queries: EthtoolQueries },
@@ -151,6 +153,9 @@ pub struct DeviceStatus {
     pub modules: Vec<ModuleInfo>,
     pub driver_binary: String,
     pub pid: Option<u32>,
+    /// The CPU the driver process runs on, if `run` placed it.
+    #[serde(default)]
+    pub cpu: Option<u32>,
     pub state: DriverState,
     pub death: Option<String>,
     pub device_stop: Option<DeviceStop>,

@@ -45,6 +45,12 @@ enum Command {
         /// Name of the network interface to create (default: the first free usN).
         #[arg(long)]
         ifname: Option<String>,
+        /// Run the driver process on this CPU and the daemon's thread for the
+        /// device on the others (default: wherever the scheduler puts them).
+        /// The driver process is one CPU's worth of work; sharing a CPU with
+        /// the daemon's thread slows sending (docs/bench-net.md).
+        #[arg(long)]
+        cpu: Option<u32>,
     },
     /// Show every device: driver module and its sha256, process, uptime,
     /// counters, carrier, and why a driver died.
@@ -175,7 +181,7 @@ fn print_ethtool(r: &EthtoolReport) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (request, json) = match cli.command {
-        Command::Run { device, modules, ifname } => (Request::Run { device, modules, ifname }, false),
+        Command::Run { device, modules, ifname, cpu } => (Request::Run { device, modules, ifname, cpu }, false),
         Command::Status { json } => (Request::Status, json),
         Command::Ethtool { device, driver_info, link, stats, json } => {
             let all = !(driver_info || link || stats);

@@ -6,6 +6,7 @@
 //! pci = "0000:00:02.0"                                  # bound to vfio-pci
 //! modules = ["/lib/modules/6.1.0-28-amd64/kernel/drivers/net/ethernet/intel/e1000/e1000.ko"]
 //! ifname = "us0"                                        # optional: the first free usN
+//! cpu = 1                                               # optional: `understudy run --cpu`
 //!
 //! [recovery]                                            # optional; understudyd's options win
 //! on_exhausted = "retry"                                # or "down" (--on-exhausted)
@@ -47,6 +48,7 @@ pub struct DeviceConfig {
     /// Kernel modules, dependencies first, the driver last.
     pub modules: Vec<String>,
     pub ifname: Option<String>,
+    pub cpu: Option<u32>,
 }
 
 pub fn parse(text: &str) -> Result<Config, String> {
@@ -76,6 +78,7 @@ mod tests {
             pci = "0000:00:02.0"
             modules = ["/m/e1000.ko"]
             ifname = "us0"
+            cpu = 1
 
             [[device]]
             pci = "0000:00:03.0"
@@ -85,6 +88,7 @@ mod tests {
         assert_eq!(c.devices[0].ifname.as_deref(), Some("us0"));
         assert_eq!(c.devices[1].modules, ["/m/mii.ko", "/m/8139cp.ko"]);
         assert_eq!(c.devices[1].ifname, None);
+        assert_eq!((c.devices[0].cpu, c.devices[1].cpu), (Some(1), None));
     }
 
     #[test]

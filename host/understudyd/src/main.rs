@@ -11,6 +11,7 @@ mod config;
 mod ethtool_job;
 mod multicast;
 mod netlink;
+mod placement;
 mod policy;
 mod process;
 mod ratelimit;

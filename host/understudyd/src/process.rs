@@ -8,6 +8,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+use crate::placement::Placement;
+
 /// The fds a driver process inherits, by their command-line option.
 pub struct DriverFds<'a> {
     pub control: BorrowedFd<'a>,
@@ -24,7 +26,8 @@ pub struct DriverProcess {
     pub pidfd: OwnedFd,
 }
 
-pub fn spawn(binary: &Path, fds: &DriverFds) -> io::Result<DriverProcess> {
+/// Starts `binary` with `fds`, bound to `placement`'s CPU if given.
+pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io::Result<DriverProcess> {
     let named: [(&str, RawFd); 6] = [
         ("--control-fd", fds.control.as_raw_fd()),
         ("--device-fd", fds.device.as_raw_fd()),
@@ -49,6 +52,9 @@ pub fn spawn(binary: &Path, fds: &DriverFds) -> io::Result<DriverProcess> {
             // A driver never outlives its daemon: the daemon holds its device.
             // (The signal follows the thread that forked: the device's supervisor.)
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if let Some(p) = &placement {
+                p.place_driver_process()?;
+            }
             Ok(())
         });
     }

@@ -16,6 +16,7 @@ use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use crate::config::Config;
+use crate::placement::Placement;
 use crate::supervisor::{self, Handle, Setup};
 use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
@@ -54,7 +55,7 @@ pub fn serve(socket: &Path, driver: PathBuf, detection: Detection, restarts: Res
     let daemon = Arc::new(Daemon { driver, detection, restarts, agent, devices: Mutex::new(BTreeMap::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
-        match daemon.run(&d.pci, &d.modules, d.ifname) {
+        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu) {
             Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
             Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
                                    fix the cause and `understudy run` it", d.pci),
@@ -128,7 +129,7 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run { device, modules, ifname } => match self.run(&device, &modules, ifname) {
+            Request::Run { device, modules, ifname, cpu } => match self.run(&device, &modules, ifname, cpu) {
                 Ok(status) => Response::ok(vec![status]),
                 Err(e) => {
                     warn!("run {device}: refused: {e}");
@@ -160,8 +161,10 @@ impl Daemon {
         }
     }
 
-    fn run(&self, device: &str, modules: &[String], ifname: Option<String>) -> Result<understudy_api::DeviceStatus, String> {
+    fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>)
+           -> Result<understudy_api::DeviceStatus, String> {
         let addr: PciAddress = device.parse().map_err(|e: understudy_vfio::VfioError| e.to_string())?;
+        let placement = cpu.map(Placement::on).transpose()?;
         if modules.is_empty() || modules.len() > MAX_MODULES {
             return Err(format!("give 1 to {MAX_MODULES} modules (dependencies first), not {}", modules.len()));
         }
@@ -195,6 +198,7 @@ impl Daemon {
             modules: infos,
             ifname,
             driver_binary: self.driver.clone(),
+            placement,
             geometry: Geometry::default(),
             detection: self.detection,
             restarts: self.restarts,

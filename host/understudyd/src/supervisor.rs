@@ -27,6 +27,7 @@ use crate::coalesce::{Coalescer, Frame, RxMeta, MAX_SEGMENTS};
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
 use crate::multicast::read_multicast_list;
 use crate::netlink::{Events, LinkInfo, LinkMonitor};
+use crate::placement::Placement;
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
@@ -65,6 +66,7 @@ pub struct Setup {
     pub modules: Vec<ModuleInfo>,
     pub ifname: String,
     pub driver_binary: PathBuf,
+    pub placement: Option<Placement>,
     pub geometry: Geometry,
     pub detection: Detection,
     pub restarts: RestartPolicy,
@@ -296,6 +298,7 @@ struct Supervisor {
     /// Buffers of received frames the TAP has taken, to be freed.
     rx_written: Vec<u32>,
     driver_binary: PathBuf,
+    placement: Option<Placement>,
     probe: Request,
     restarts: RestartBudget,
     /// The restart under way, until the first frame through the fresh driver.
@@ -348,7 +351,10 @@ impl Supervisor {
         let (kick, notify, stop, wake) = (eventfd(), eventfd(), eventfd(), eventfd());
         let (kick, notify, stop, wake) = (kick.map_err(|e| e.to_string())?, notify.map_err(|e| e.to_string())?,
                                           stop.map_err(|e| e.to_string())?, wake.map_err(|e| e.to_string())?);
-        let (control, driver) = spawn_driver(&setup.driver_binary, &vfio, &shm, kick.as_fd(), notify.as_fd())?;
+        if let Some(p) = &setup.placement {
+            p.place_daemon_thread().map_err(|e| format!("cannot keep the device's thread off CPU {}: {e}", p.cpu))?;
+        }
+        let (control, driver) = spawn_driver(&setup.driver_binary, setup.placement, &vfio, &shm, kick.as_fd(), notify.as_fd())?;
         info!("{}: driver process {} started ({}), interface {}, IOMMU group {}, arena {} MiB at IOVA {:#x}",
               setup.device, driver.pid, setup.driver_binary.display(), setup.ifname, vfio.group_id(),
               g.arena_size >> 20, g.arena_iova);
@@ -359,6 +365,7 @@ impl Supervisor {
             modules: setup.modules.clone(),
             driver_binary: setup.driver_binary.display().to_string(),
             pid: Some(driver.pid as u32),
+            cpu: setup.placement.map(|p| p.cpu),
             state: DriverState::Starting,
             death: None,
             device_stop: None,
@@ -418,6 +425,7 @@ impl Supervisor {
             rx_batch: Vec::with_capacity(RX_REFILL_EVERY),
             rx_written: Vec::with_capacity(RX_REFILL_EVERY + MAX_SEGMENTS),
             driver_binary: setup.driver_binary.clone(),
+            placement: setup.placement,
             probe: Request::Probe {
                 pci_address: setup.device.to_string(),
                 modules: setup.modules.iter().map(|m| m.path.clone()).collect(),
@@ -1315,7 +1323,7 @@ impl Supervisor {
         let forked = self.fork_from_template();
         let cold = forked.is_none();
         let (control, driver) = match forked.map(Ok).unwrap_or_else(|| {
-            spawn_driver(&self.driver_binary, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd())
+            spawn_driver(&self.driver_binary, self.placement, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd())
         }) {
             Ok(started) => started,
             Err(e) => return Err((e, recovery.uncompleted)),
@@ -1588,8 +1596,8 @@ impl Drop for Supervisor {
 
 /// Starts a driver process on `vfio`'s device and `shm`; returns the host's
 /// end of its control socket and the process.
-fn spawn_driver(binary: &std::path::Path, vfio: &Vfio, shm: &SharedMemory, kick: BorrowedFd, notify: BorrowedFd)
-                -> Result<(OwnedFd, DriverProcess), String> {
+fn spawn_driver(binary: &std::path::Path, placement: Option<Placement>, vfio: &Vfio, shm: &SharedMemory,
+                kick: BorrowedFd, notify: BorrowedFd) -> Result<(OwnedFd, DriverProcess), String> {
     let (control, driver_control) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
     set_nonblocking(control.as_fd());
     let driver = process::spawn(binary, &DriverFds {
@@ -1599,7 +1607,7 @@ fn spawn_driver(binary: &std::path::Path, vfio: &Vfio, shm: &SharedMemory, kick:
         rings: shm.rings().region().as_fd(),
         kick,
         notify,
-    })
+    }, placement)
     .map_err(|e| e.to_string())?;
     Ok((control, driver))
 }

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Where a device's data path runs (`understudy run --cpu N`): the driver
+//! process on CPU N, the daemon's thread for the device on the other CPUs
+//! the daemon may use.
+//!
+//! Why: the runtime runs kernel code on one CPU at a time (its CPU lock), so
+//! a driver process is one CPU's worth of work, and its transmit thread,
+//! which also pays for the device's doorbell writes, is the slowest stage of
+//! sending. Left to the scheduler, the daemon's thread is woken onto the
+//! transmit thread's CPU and the two take turns on it while another CPU
+//! idles (docs/bench-net.md, "What limits sending"). The threads of the
+//! driver process inherit its CPU, and a template's forks the template's.
+
+use std::io;
+use std::mem;
+
+/// The CPU sets of one device's driver process and daemon thread.
+#[derive(Clone, Copy)]
+pub struct Placement {
+    pub cpu: u32,
+    driver: libc::cpu_set_t,
+    /// `None` when N is the daemon's only CPU: its thread stays there.
+    daemon: Option<libc::cpu_set_t>,
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Placement(cpu {})", self.cpu)
+    }
+}
+
+impl Placement {
+    /// The placement for CPU `cpu`, which must be one the daemon may run on.
+    pub fn on(cpu: u32) -> Result<Self, String> {
+        let allowed = own_affinity().map_err(|e| format!("cannot read the daemon's CPU affinity: {e}"))?;
+        Self::within(cpu, &allowed)
+    }
+
+    fn within(cpu: u32, allowed: &libc::cpu_set_t) -> Result<Self, String> {
+        let cpu_index = cpu as usize;
+        if !cpus(allowed).any(|c| c == cpu_index) {
+            return Err(format!("CPU {cpu} is not one the daemon may run on (allowed: {})", cpu_list(allowed)));
+        }
+        let driver = set_of([cpu_index]);
+        let daemon = set_of(cpus(allowed).filter(|&c| c != cpu_index));
+        let daemon = cpus(&daemon).next().is_some().then_some(daemon);
+        Ok(Placement { cpu, driver, daemon })
+    }
+
+    /// Moves the calling thread (the device's) off the driver's CPU.
+    pub fn place_daemon_thread(&self) -> io::Result<()> {
+        match &self.daemon {
+            Some(set) => set_affinity(set),
+            None => Ok(()),
+        }
+    }
+
+    /// Binds the calling process to the driver's CPU: called between fork
+    /// and exec, so it only makes the (async-signal-safe) system call.
+    pub fn place_driver_process(&self) -> io::Result<()> {
+        set_affinity(&self.driver)
+    }
+}
+
+/// The CPUs in `set`.
+fn cpus(set: &libc::cpu_set_t) -> impl Iterator<Item = usize> + '_ {
+    // SAFETY: every index is below CPU_SETSIZE, the set's size.
+    (0..libc::CPU_SETSIZE as usize).filter(move |&c| unsafe { libc::CPU_ISSET(c, set) })
+}
+
+/// The set of `cpus`, each below CPU_SETSIZE.
+fn set_of(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    for c in cpus {
+        assert!(c < libc::CPU_SETSIZE as usize, "CPU {c} outside a cpu_set_t");
+        // SAFETY: c is below CPU_SETSIZE (just checked).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
+}
+
+fn own_affinity() -> io::Result<libc::cpu_set_t> {
+    // SAFETY: a zeroed set is valid; the kernel fills it in.
+    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    if unsafe { libc::sched_getaffinity(0, mem::size_of_val(&set), &mut set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(set)
+}
+
+fn set_affinity(set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    if unsafe { libc::sched_setaffinity(0, mem::size_of_val(set), set) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// "0-1,3", as /proc's Cpus_allowed_list writes a set.
+fn cpu_list(set: &libc::cpu_set_t) -> String {
+    let cpus: Vec<usize> = cpus(set).collect();
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        ranges.push(if cpus[i] == start { start.to_string() } else { format!("{start}-{}", cpus[i]) });
+        i += 1;
+    }
+    ranges.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_thread_gets_every_other_allowed_cpu() {
+        let p = Placement::within(1, &set_of([0, 1, 2, 5])).unwrap();
+        assert_eq!(cpu_list(&p.driver), "1");
+        assert_eq!(cpu_list(&p.daemon.unwrap()), "0,2,5");
+    }
+
+    #[test]
+    fn the_only_cpu_is_shared() {
+        let p = Placement::within(3, &set_of([3])).unwrap();
+        assert!(p.daemon.is_none());
+    }
+
+    #[test]
+    fn a_cpu_outside_the_daemons_affinity_is_refused_with_the_allowed_list() {
+        let err = Placement::within(2, &set_of([0, 1])).unwrap_err();
+        assert_eq!(err, "CPU 2 is not one the daemon may run on (allowed: 0-1)");
+        assert!(Placement::within(100_000, &set_of([0])).is_err());
+    }
+}
