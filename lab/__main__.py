@@ -17,6 +17,8 @@ from .errors import LabError
 
 EXIT_LAB_ERROR, EXIT_GUEST_FAILED = 3, 4
 KVM_BOOT_TIMEOUT_S = 30
+# The demo's crash transfer (step 3) is paced to last about this long.
+CRASH_TRANSFER_S = 4
 
 
 def _sigterm_as_exit(*_):
@@ -108,9 +110,14 @@ def cmd_demo(args) -> int:
         traffic("us0")
         in_process = bench.measure_traffic(guest, seconds=3)
 
-        say("3. the driver process is killed (SIGKILL) in the middle of a TCP transfer:")
         nbytes = args.megabytes << 20
-        crash = scenario.crash_mid_transfer(guest, daemon, bdf, nbytes, kill_after=nbytes // 4)
+        # Paced to last a few seconds: unpaced, a small transfer can be over before
+        # the kill lands, and a restart nothing passes through never ends.
+        rate_mbps = round(nbytes * 8 / 1e6 / CRASH_TRANSFER_S, 1)
+        say(f"3. the driver process is killed (SIGKILL) in the middle of a TCP transfer "
+            f"(sent at {rate_mbps} Mbit/s, to last {CRASH_TRANSFER_S} s):")
+        crash = scenario.crash_mid_transfer(guest, daemon, bdf, nbytes, kill_after=nbytes // 4,
+                                            rate_mbps=rate_mbps)
         r = crash.recovery
         transfer = crash.transfer.summary()
         say(f"  daemon alive: {daemon.alive()}; cause: {r['cause']}; outcome: {r['outcome']}")

@@ -119,14 +119,14 @@ class HostBulk:
     the peer address of a LabNetwork (lab/netns.py) from inside its namespace."""
 
     def __init__(self, direction: str, nbytes: int, timeout: float = 120,
-                 network: LabNetwork | None = None):
+                 network: LabNetwork | None = None, rate_mbps: float | None = None):
         self.direction = direction
         wire = "from-client" if direction == "tx" else "to-client"
         self.wire = wire
         self.host = PEER_ADDRESS if network else SLIRP_GATEWAY
         argv = [*WORKLOAD, "bulk", "serve", "--direction", wire, "--bytes", str(nbytes),
                 "--bind", PEER_ADDRESS if network else "127.0.0.1",
-                "--timeout", str(timeout)]
+                "--timeout", str(timeout), *(["--rate-mbps", str(rate_mbps)] if rate_mbps else [])]
         start = network.spawn if network else subprocess.Popen
         self.proc = start(argv, cwd=config.REPO_DIR, stdout=subprocess.PIPE, text=True)
         first = self.proc.stdout.readline()

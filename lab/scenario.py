@@ -61,9 +61,10 @@ class Us0Transfer:
     (the guest's default route, or `network`'s bridge), running in the background."""
 
     def __init__(self, guest: Guest, nbytes: int, timeout: float = 120,
-                 gap_log_ms: float | None = None, network: LabNetwork | None = None):
+                 gap_log_ms: float | None = None, network: LabNetwork | None = None,
+                 rate_mbps: float | None = None):
         self.guest, self.nbytes = guest, nbytes
-        self.host = net.HostBulk("rx", nbytes, timeout=timeout, network=network)
+        self.host = net.HostBulk("rx", nbytes, timeout=timeout, network=network, rate_mbps=rate_mbps)
         argv = self.host.guest_args(nbytes)
         if gap_log_ms is not None:
             argv += ["--gap-log-ms", str(gap_log_ms)]
@@ -170,8 +171,12 @@ def wait_recovery(daemon: understudy.Daemon, bdf: str, count: int,
         if st["state"] == "dead":
             raise LabError(f"{bdf}: the driver was not restarted: {st['death']}")
         if time.monotonic() > deadline:
+            last = st["recoveries"][-1:]
+            idle = bool(last) and last[0]["replay_ms"] is not None and last[0]["first_packet_ms"] is None
             raise LabError(f"{bdf}: recovery {count} not over within {timeout:.0f} s: "
-                           f"state {st['state']}, {st['recoveries'][-1:]}")
+                           f"state {st['state']}, {last}"
+                           + ("; the fresh driver has its settings but no frame has passed through it "
+                              "(a restart ends at its first frame: was anything still being sent?)" if idle else ""))
         time.sleep(0.05)
 
 
@@ -193,16 +198,23 @@ class Crash:
 
 
 def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes: int,
-                       kill_after: int, restarted: bool = True, timeout: float = 120) -> Crash:
-    """Starts a hash-checked host → guest transfer of `nbytes` through us0, SIGKILLs
-    the driver once `kill_after` more bytes have passed, and waits for the verdict:
-    the recovery (then for the transfer's end) if `restarted`, else the death (the
-    transfer is then abandoned)."""
+                       kill_after: int, restarted: bool = True, timeout: float = 120,
+                       rate_mbps: float | None = None) -> Crash:
+    """Starts a hash-checked host → guest transfer of `nbytes` through us0 (sent at
+    most at `rate_mbps`), SIGKILLs the driver once `kill_after` more bytes have
+    passed, and waits for the verdict: the recovery (then for the transfer's end) if
+    `restarted`, else the death (the transfer is then abandoned). The kill must land
+    while bytes are still to come: a fresh driver that nothing is sent through never
+    sees the first frame that ends its recovery; a transfer too short to outlast the
+    lab's reaction (a status query, then the kill) is refused: make it longer or slower."""
     before = daemon.status()[bdf]
     drops = carrier_drops(guest)
-    with Us0Transfer(guest, nbytes, timeout=timeout) as transfer:
+    with Us0Transfer(guest, nbytes, timeout=timeout, rate_mbps=rate_mbps) as transfer:
         st = wait_received(daemon, bdf, before["counters"]["rx_bytes"] + kill_after, transfer)
         kill_driver(guest, st["pid"])
+        if not transfer.running():
+            raise LabError(f"the {nbytes >> 20} MiB transfer was over before the driver was killed",
+                           hint="give crash_mid_transfer more bytes or a lower rate_mbps")
         if not restarted:
             dead = daemon.wait_state(bdf, "dead", timeout=30)
             return Crash(st["pid"], dead, None, carrier_drops(guest) - drops)

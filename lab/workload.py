@@ -67,14 +67,17 @@ class Progress:
 
 
 def _pump(sock: socket.socket, direction_send: bool, total: int,
-          gap_log_s: float | None = None) -> dict:
-    """Sends `total` pseudo-random bytes, or receives until EOF; hashes either way."""
+          gap_log_s: float | None = None, rate_mbps: float | None = None) -> dict:
+    """Sends `total` pseudo-random bytes (at most `rate_mbps` on average, if
+    given), or receives until EOF; hashes either way."""
     prog, resets, error = Progress(gap_log_s), 0, None
     block = os.urandom(CHUNK * 16)
     try:
         if direction_send:
-            offset = 0
+            offset, started = 0, time.monotonic()
             while prog.bytes < total:
+                if rate_mbps:
+                    time.sleep(max(0.0, started + prog.bytes * 8 / (rate_mbps * 1e6) - time.monotonic()))
                 n = min(CHUNK, total - prog.bytes)
                 data = block[offset:offset + n]
                 offset = (offset + 4099) % (len(block) - CHUNK)   # vary the stream
@@ -93,7 +96,7 @@ def _pump(sock: socket.socket, direction_send: bool, total: int,
 
 
 def bulk_serve(bind: str, port: int, send: bool, total: int,
-               timeout: float) -> dict:
+               timeout: float, rate_mbps: float | None = None) -> dict:
     with socket.create_server((bind, port)) as srv:
         srv.settimeout(timeout)
         # The first line says where we listen (a caller asking for port 0 needs
@@ -102,7 +105,7 @@ def bulk_serve(bind: str, port: int, send: bool, total: int,
         conn, _ = srv.accept()
         with conn:
             conn.settimeout(timeout)
-            return _pump(conn, send, total)
+            return _pump(conn, send, total, rate_mbps=rate_mbps)
 
 
 def bulk_connect(host: str, port: int, send: bool, total: int, timeout: float,
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="which way the bytes flow")
     b.add_argument("--bytes", type=int, default=200 << 20, help="bytes to send (sender only)")
     b.add_argument("--timeout", type=float, default=120, help="I/O inactivity limit (s)")
+    b.add_argument("--rate-mbps", type=float,
+                   help="serve: send at most this many Mbit/s on average (default: as fast as TCP goes)")
     b.add_argument("--gap-log-ms", type=float,
                    help="connect: report every gap between received or sent chunks longer than "
                    "this (its wall-clock start and length) under \"gaps\"")
@@ -224,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "bulk":
         sends = (a.role == "serve") == (a.direction == "to-client")
         if a.role == "serve":
-            out = bulk_serve(a.bind, a.port, sends, a.bytes, a.timeout)
+            out = bulk_serve(a.bind, a.port, sends, a.bytes, a.timeout, a.rate_mbps)
         else:
             gap_log_s = a.gap_log_ms / 1000 if a.gap_log_ms is not None else None
             out = bulk_connect(a.host, a.port, sends, a.bytes, a.timeout, gap_log_s)

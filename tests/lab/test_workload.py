@@ -6,7 +6,7 @@ import threading
 
 from lab import config
 from lab.net import HostBulk
-from lab.workload import bulk_connect, percentile
+from lab.workload import CHUNK, bulk_connect, percentile
 
 
 def test_bulk_transfer_hashes_match_both_ways():
@@ -18,6 +18,16 @@ def test_bulk_transfer_hashes_match_both_ways():
         assert client["sha256"] == server["sha256"]
         assert client["bytes"] == server["bytes"] == 3 << 20
         assert client["resets"] == server["resets"] == 0
+
+
+def test_a_paced_sender_keeps_to_its_rate():
+    # Each chunk waits for its turn: the last starts (2 MiB - CHUNK) * 8 / 40 Mbit/s
+    # after the first, however fast loopback is.
+    host = HostBulk("rx", 2 << 20, rate_mbps=40)
+    client = bulk_connect("127.0.0.1", host.port, False, 2 << 20, timeout=30)
+    server = host.result(30)
+    assert client["sha256"] == server["sha256"] and client["bytes"] == 2 << 20
+    assert server["seconds"] >= ((2 << 20) - CHUNK) * 8 / 40e6, server
 
 
 def test_a_reset_connection_is_reported_as_a_reset():
