@@ -10,6 +10,7 @@ resumes the device (the default), and -- once the template is gone -- a new
 process that loads and probes the driver again.
 """
 import re
+import time
 
 import pytest
 
@@ -125,3 +126,43 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         assert r["link_ms"] is not None and r["link_ms"] > 0, r
         assert "its frames wait for its link" in log and "the fresh driver has its link" in log, log[-3000:]
         assert r["first_packet_ms"] >= r["stop_ms"] + r["start_ms"] + r["replay_ms"] + r["link_ms"] - 0.5, r
+
+
+def test_a_restart_nothing_passes_through_is_over_when_the_fresh_driver_serves(no_leftover_qemu, bins):
+    # us0 stays down: no frame can pass. The restart still ends (and another can be
+    # asked for); its first frame is timed when traffic comes. Once us0 is up the
+    # fresh driver's carrier shows, though the TAP had held the dead one's (off).
+    with Guest(devices=["e1000"]) as g:
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
+        d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
+        d.run(bdf, [ko])
+        d.wait_state(bdf, "registered", timeout=120)
+        # REGISTERED comes during the probe; the process that probed then becomes the template.
+        deadline = time.monotonic() + 30
+        while not d.status()[bdf]["template_pid"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        for kills in (1, 2):
+            pid = d.status()[bdf]["pid"]
+            if kills == 1:
+                g.run(["kill", "-9", str(pid)], check=True)
+            else:
+                res = d.cli("recover", bdf)
+                assert res.returncode == 0, res.err
+            st = d.wait_state(bdf, "registered", timeout=60, recovery_count=kills)
+            deadline = time.monotonic() + 30
+            while (r := d.status()[bdf]["recoveries"][-1])["outcome"] == "under way":
+                assert time.monotonic() < deadline, r
+                time.sleep(0.3)
+            assert r["outcome"] == "recovered" and r["first_packet_ms"] is None and r["downtime_ms"] is None, r
+            assert st["pid"] != pid
+        assert [r["first_packet_ms"] for r in d.status()[bdf]["recoveries"]] == [None, None]
+
+        net.bring_up_iface(g, "us0")
+        assert net.ping(g, count=5, interval=0.1)["loss_pct"] == 0
+        first, second = d.status()[bdf]["recoveries"]
+        assert first["first_packet_ms"] is None, first
+        # Timed from the death; no downtime, as no frame ever passed through the dead drivers.
+        assert second["first_packet_ms"] > second["stop_ms"] and second["downtime_ms"] is None, second
+        log = d.stop()
+        assert "the first frame through the fresh driver" in log, log[-3000:]

@@ -62,7 +62,7 @@ def test_a_driver_killed_at_every_restart_is_given_up_and_the_hook_runs(no_lefto
         recovered = wait_hook(g, "recovered")[0]
         assert recovered["UNDERSTUDY_DEVICE"] == bdf and recovered["UNDERSTUDY_IFNAME"] == "us0", recovered
         assert "killed by signal 9" in recovered["UNDERSTUDY_CAUSE"], recovered
-        assert float(recovered["UNDERSTUDY_DOWNTIME_MS"]) > 0
+        assert float(recovered["UNDERSTUDY_RESTART_MS"]) > 0
         killer = g.spawn(KILLER)
         try:
             dead = d.wait_state(bdf, "dead", timeout=120)

@@ -66,7 +66,8 @@ pub struct HookEvent<'a> {
     /// Why it was not recovered, if it was not.
     pub reason: Option<&'a str>,
     pub recovery_count: u32,
-    pub downtime_ms: Option<f64>,
+    /// For "recovered": from the death to the fresh driver serving.
+    pub restart_ms: Option<f64>,
     pub retry_in: Option<Duration>,
 }
 
@@ -82,8 +83,8 @@ impl HookEvent<'_> {
         if let Some(reason) = self.reason {
             env.push(("UNDERSTUDY_REASON", reason.to_string()));
         }
-        if let Some(ms) = self.downtime_ms {
-            env.push(("UNDERSTUDY_DOWNTIME_MS", format!("{ms:.1}")));
+        if let Some(ms) = self.restart_ms {
+            env.push(("UNDERSTUDY_RESTART_MS", format!("{ms:.1}")));
         }
         if let Some(wait) = self.retry_in {
             env.push(("UNDERSTUDY_RETRY_IN_MS", wait.as_millis().to_string()));
@@ -159,7 +160,7 @@ mod tests {
             cause: "the driver process 7 killed by signal 9 (Killed)",
             reason: Some("3 restart(s) within 300 s already"),
             recovery_count: 3,
-            downtime_ms: None,
+            restart_ms: None,
             retry_in: None,
         };
         let t0 = std::time::Instant::now();

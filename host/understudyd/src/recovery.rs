@@ -72,8 +72,6 @@ pub enum Step {
     /// at most CARRIER_HOLD) before it gets frames: without carrier it would
     /// drop them, as the kernel's stack would not even hand them over.
     LinkUp,
-    /// Back in passive mode; waiting for the first frame through the fresh driver.
-    FirstPacket,
 }
 
 /// One restart under way.
@@ -122,10 +120,27 @@ impl Recovery {
         round_ms(now.duration_since(self.seen_dead))
     }
 
-    /// The first frame through the fresh driver, at `now`: the restart is over.
-    pub fn first_packet(&mut self, now: Instant) {
-        self.record.first_packet_ms = Some(self.elapsed_ms(now));
+    /// The fresh driver serves (passive mode again): the restart is over. What
+    /// is left is to time its first frame, which an idle interface may never pass.
+    pub fn finish(mut self) -> FirstFrameWatch {
+        self.record.outcome = "recovered".into();
+        FirstFrameWatch { seen_dead: self.seen_dead, last_packet: self.last_packet, record: self.record }
+    }
+}
+
+/// A finished restart whose first frame has not passed yet: when it does, the
+/// record gets its first frame and the downtime (from the dead driver's last).
+pub struct FirstFrameWatch {
+    seen_dead: Instant,
+    last_packet: Option<Instant>,
+    pub record: RecoveryRecord,
+}
+
+impl FirstFrameWatch {
+    pub fn frame_passed(mut self, now: Instant) -> RecoveryRecord {
+        self.record.first_packet_ms = Some(round_ms(now.duration_since(self.seen_dead)));
         self.record.downtime_ms = self.last_packet.map(|t| round_ms(now.duration_since(t)));
+        self.record
     }
 }
 

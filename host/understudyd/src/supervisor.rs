@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, StartKind};
+use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, RecoveryRecord, StartKind};
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6,
                           RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 use understudy_shm::{Geometry, RxFrame, SharedMemory, ShmError, TxFrame};
@@ -31,7 +31,7 @@ use crate::placement::Placement;
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{keep_record, phase_ms, round_ms, Recovery, RestartBudget, RestartPolicy, Step};
+use crate::recovery::{keep_record, phase_ms, round_ms, FirstFrameWatch, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::{Tap, MAX_FRAME_PARTS};
 use crate::template::{self, SpawnError, Template};
@@ -301,8 +301,10 @@ struct Supervisor {
     placement: Option<Placement>,
     probe: Request,
     restarts: RestartBudget,
-    /// The restart under way, until the first frame through the fresh driver.
+    /// The restart under way, until the fresh driver serves.
     recovery: Option<Recovery>,
+    /// The last restart, until the first frame through the fresh driver.
+    first_frame: Option<FirstFrameWatch>,
     /// When a frame last went through the driver (for the downtime of a restart).
     last_packet: Option<Instant>,
     /// After a restart the TAP keeps the dead driver's carrier until the fresh
@@ -432,6 +434,7 @@ impl Supervisor {
             },
             restarts: RestartBudget::new(setup.restarts),
             recovery: None,
+            first_frame: None,
             last_packet: None,
             carrier_held_until: None,
             backoff: Backoff::new(setup.agent.retry_max),
@@ -491,7 +494,7 @@ impl Supervisor {
             let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
             // While a restart replays and waits for the fresh driver's link, the
             // TAP's frames wait: the dead driver's go first.
-            let replaying = self.recovery.as_ref().is_some_and(|r| r.step != Step::FirstPacket);
+            let replaying = self.recovery.is_some();
             // A driver holding all the tx buffers it may gets no more (can_send);
             // the completions it then owes wake this loop (tx_done_urgent).
             let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send(self.tap_frames_large()).unwrap_or(true);
@@ -967,17 +970,20 @@ impl Supervisor {
                 if self.carrier_held_until.is_some() {
                     info!("{dev}: restart: the fresh driver's carrier is {}", if on { "on" } else { "off" });
                     let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-                    if on && open {
-                        self.carrier_held_until = None;
-                        if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
-                            return self.give_frames();
-                        }
+                    if !(on && open) {
+                        return Ok(());
                     }
-                    return Ok(());
+                    // The hold is over. The TAP held the dead driver's carrier,
+                    // which was off if the interface was down when it died.
+                    self.carrier_held_until = None;
+                } else {
+                    info!("{dev}: carrier {}", if on { "on" } else { "off" });
                 }
-                info!("{dev}: carrier {}", if on { "on" } else { "off" });
                 self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
                 self.update(|s| s.carrier = on);
+                if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
+                    return self.give_frames();
+                }
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
@@ -1032,7 +1038,7 @@ impl Supervisor {
             let got = self.receive_frames(&mut counters)?;
             // Completions are asked for when the driver holds many buffers, or
             // when a restart waits for its first frame.
-            let want_tx_done = self.shm.tx_done_urgent(large) || self.recovery.is_some();
+            let want_tx_done = self.shm.tx_done_urgent(large) || self.recovery.is_some() || self.first_frame.is_some();
             if !got && self.shm.prepare_to_sleep(want_tx_done) {
                 break;
             }
@@ -1048,8 +1054,8 @@ impl Supervisor {
         if counters.rx_packets + sent > 0 {
             let now = Instant::now();
             self.last_packet = Some(now);
-            if self.recovery.as_ref().is_some_and(|r| r.step == Step::FirstPacket) {
-                self.end_recovery(now);
+            if let Some(watch) = self.first_frame.take() {
+                self.first_frame_passed(watch, now);
             }
         }
         let pool_free = self.shm.free_count();
@@ -1208,6 +1214,8 @@ impl Supervisor {
     fn after_death(&mut self, cause: String, restart: bool) {
         let seen_dead = Instant::now();
         self.carrier_held_until = None;
+        // A restart whose first frame never came keeps its record without one.
+        self.first_frame = None;
         let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
         let device_stopped = Instant::now();
@@ -1233,7 +1241,7 @@ impl Supervisor {
             previous.uncompleted.append(&mut uncompleted);
             uncompleted = std::mem::take(&mut previous.uncompleted);
             previous.record.outcome = format!("the fresh driver died too: {cause}");
-            self.publish(&previous);
+            self.publish(&previous.record);
             self.hook("failed", &previous.record.cause, Some(&previous.record.outcome), None, None);
         }
         if let Some(job) = self.ethtool.take() {
@@ -1477,12 +1485,11 @@ impl Supervisor {
         }
         recovery.record.tx_resubmitted = resubmitted;
         let waited = recovery.step == Step::LinkUp;
-        recovery.step = Step::FirstPacket;
         let state = state_of(shadow.phase());
         let (mtu, mac) = (shadow.mtu(), format_mac(&shadow.mac()));
         info!("{}: restart: the fresh driver {}; {resubmitted} frame(s) given again", self.vfio.address(),
               if waited { "has its link" } else { "has its predecessor's settings" });
-        self.publish_recovery();
+        self.finish_restart();
         self.update(|s| {
             s.state = state;
             s.mtu = Some(mtu);
@@ -1496,24 +1503,36 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The first frame went through the fresh driver: the restart is over.
-    fn end_recovery(&mut self, now: Instant) {
-        let mut recovery = self.recovery.take().expect("a restart under way");
-        recovery.first_packet(now);
-        recovery.record.outcome = "recovered".into();
-        let r = &recovery.record;
+    /// The fresh driver serves: the restart is over, whether or not a frame
+    /// ever passes (an idle interface may pass none); its first frame is
+    /// timed when it comes.
+    fn finish_restart(&mut self) {
+        let recovery = self.recovery.take().expect("a restart under way");
+        let restart_ms = recovery.elapsed_ms(Instant::now());
+        let watch = recovery.finish();
+        let r = &watch.record;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-        info!("{}: recovered from {}: stop {:.1} ms, {} {} ms, replay {} ms, first frame at {} ms, downtime {} ms, \
-               {} frame(s) given again",
+        info!("{}: recovered from {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {restart_ms:.1} ms \
+               after the death; {} frame(s) given again",
               self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms),
-              ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
-        self.publish(&recovery);
+              ms(r.link_ms), r.tx_resubmitted);
+        self.publish(&watch.record);
         self.backoff.reset();
-        self.hook("recovered", &recovery.record.cause, None, recovery.record.downtime_ms, None);
+        self.hook("recovered", &watch.record.cause, None, Some(restart_ms), None);
+        self.first_frame = Some(watch);
+    }
+
+    fn first_frame_passed(&mut self, watch: FirstFrameWatch, now: Instant) {
+        let record = watch.frame_passed(now);
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        info!("{}: the first frame through the fresh driver at {} ms after the death; downtime {} ms \
+               (the dead driver's last frame to it)",
+              self.vfio.address(), ms(record.first_packet_ms), ms(record.downtime_ms));
+        self.publish(&record);
     }
 
     /// Starts the administrator's hook (--recovery-hook) for a recovery outcome; not waited for.
-    fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, downtime_ms: Option<f64>,
+    fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, restart_ms: Option<f64>,
             retry_in: Option<Duration>) {
         let Some(path) = &self.agent.hook else { return };
         let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
@@ -1524,7 +1543,7 @@ impl Supervisor {
             cause,
             reason,
             recovery_count,
-            downtime_ms,
+            restart_ms,
             retry_in,
         });
     }
@@ -1561,13 +1580,13 @@ impl Supervisor {
 
     fn publish_recovery(&self) {
         if let Some(recovery) = &self.recovery {
-            self.publish(recovery);
+            self.publish(&recovery.record);
         }
     }
 
     /// The restart's record replaces its earlier version in `status`.
-    fn publish(&self, recovery: &Recovery) {
-        let record = recovery.record.clone();
+    fn publish(&self, record: &RecoveryRecord) {
+        let record = record.clone();
         self.update(|s| {
             if let Some(last) = s.recoveries.last_mut() {
                 *last = record;
