@@ -111,8 +111,8 @@ def cmd_demo(args) -> int:
         in_process = bench.measure_traffic(guest, seconds=3)
 
         nbytes = args.megabytes << 20
-        # Paced to last a few seconds: unpaced, a small transfer can be over before
-        # the kill lands, and a restart nothing passes through never ends.
+        # Paced: unpaced, a small transfer can be over before the kill lands, and
+        # then no frame follows the restart to time its downtime by.
         rate_mbps = round(nbytes * 8 / 1e6 / CRASH_TRANSFER_S, 1)
         say(f"3. the driver process is killed (SIGKILL) in the middle of a TCP transfer "
             f"(sent at {rate_mbps} Mbit/s, to last {CRASH_TRANSFER_S} s):")

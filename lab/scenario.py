@@ -206,9 +206,9 @@ def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes
     most at `rate_mbps`), SIGKILLs the driver once `kill_after` more bytes have
     passed, and waits for the verdict: the recovery (then for the transfer's end) if
     `restarted`, else the death (the transfer is then abandoned). The kill must land
-    while bytes are still to come: a fresh driver that nothing is sent through never
-    sees the first frame that ends its recovery; a transfer too short to outlast the
-    lab's reaction (a status query, then the kill) is refused: make it longer or slower."""
+    while bytes are still to come, as the verdict waits for the fresh driver's first
+    frame: a transfer too short to outlast the lab's reaction (a status query, then
+    the kill) is refused; make it longer or slower."""
     before = daemon.status()[bdf]
     drops = carrier_drops(guest)
     with Us0Transfer(guest, nbytes, timeout=timeout, rate_mbps=rate_mbps) as transfer:

@@ -227,12 +227,7 @@ def test_run_cpu_places_the_driver_process_and_keeps_the_daemon_thread_off_it(no
 
         d.run(bdf, [ko], cpu=1)
         d.wait_state(bdf, "registered", timeout=120)
-        # The netdev registers during the probe; once the probe is answered, the process
-        # that probed becomes the template and its fork takes the device.
-        deadline = time.monotonic() + 30
-        while not (first := d.status()[bdf])["template_pid"]:
-            assert time.monotonic() < deadline, first
-            time.sleep(0.3)
+        first = d.wait_template(bdf)
         assert first["cpu"] == 1, first
         assert cpus_allowed(g, first["template_pid"]) == {"1"}
         assert cpus_allowed(g, first["pid"]) == {"1"}
