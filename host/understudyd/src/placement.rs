@@ -12,15 +12,17 @@
 //! driver process inherit its CPU, and a template's forks the template's.
 
 use std::io;
-use std::mem;
+
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
 
 /// The CPU sets of one device's driver process and daemon thread.
 #[derive(Clone, Copy)]
 pub struct Placement {
     pub cpu: u32,
-    driver: libc::cpu_set_t,
+    driver: CpuSet,
     /// `None` when N is the daemon's only CPU: its thread stays there.
-    daemon: Option<libc::cpu_set_t>,
+    daemon: Option<CpuSet>,
 }
 
 impl std::fmt::Debug for Placement {
@@ -32,11 +34,12 @@ impl std::fmt::Debug for Placement {
 impl Placement {
     /// The placement for CPU `cpu`, which must be one the daemon may run on.
     pub fn on(cpu: u32) -> Result<Self, String> {
-        let allowed = own_affinity().map_err(|e| format!("cannot read the daemon's CPU affinity: {e}"))?;
+        let allowed = sched_getaffinity(Pid::from_raw(0))
+            .map_err(|e| format!("cannot read the daemon's CPU affinity: {e}"))?;
         Self::within(cpu, &allowed)
     }
 
-    fn within(cpu: u32, allowed: &libc::cpu_set_t) -> Result<Self, String> {
+    fn within(cpu: u32, allowed: &CpuSet) -> Result<Self, String> {
         let cpu_index = cpu as usize;
         if !cpus(allowed).any(|c| c == cpu_index) {
             return Err(format!("CPU {cpu} is not one the daemon may run on (allowed: {})", cpu_list(allowed)));
@@ -50,7 +53,7 @@ impl Placement {
     /// Moves the calling thread (the device's) off the driver's CPU.
     pub fn place_daemon_thread(&self) -> io::Result<()> {
         match &self.daemon {
-            Some(set) => set_affinity(set),
+            Some(set) => Ok(sched_setaffinity(Pid::from_raw(0), set)?),
             None => Ok(()),
         }
     }
@@ -58,48 +61,26 @@ impl Placement {
     /// Binds the calling process to the driver's CPU: called between fork
     /// and exec, so it only makes the (async-signal-safe) system call.
     pub fn place_driver_process(&self) -> io::Result<()> {
-        set_affinity(&self.driver)
+        Ok(sched_setaffinity(Pid::from_raw(0), &self.driver)?)
     }
 }
 
 /// The CPUs in `set`.
-fn cpus(set: &libc::cpu_set_t) -> impl Iterator<Item = usize> + '_ {
-    // SAFETY: every index is below CPU_SETSIZE, the set's size.
-    (0..libc::CPU_SETSIZE as usize).filter(move |&c| unsafe { libc::CPU_ISSET(c, set) })
+fn cpus(set: &CpuSet) -> impl Iterator<Item = usize> + '_ {
+    (0..CpuSet::count()).filter(move |&c| set.is_set(c).unwrap_or(false))
 }
 
-/// The set of `cpus`, each below CPU_SETSIZE.
-fn set_of(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+/// The set of `cpus`, each below CpuSet::count().
+fn set_of(cpus: impl IntoIterator<Item = usize>) -> CpuSet {
+    let mut set = CpuSet::new();
     for c in cpus {
-        assert!(c < libc::CPU_SETSIZE as usize, "CPU {c} outside a cpu_set_t");
-        // SAFETY: c is below CPU_SETSIZE (just checked).
-        unsafe { libc::CPU_SET(c, &mut set) };
+        set.set(c).unwrap_or_else(|_| panic!("CPU {c} outside a cpu_set_t"));
     }
     set
 }
 
-fn own_affinity() -> io::Result<libc::cpu_set_t> {
-    // SAFETY: a zeroed set is valid; the kernel fills it in.
-    let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_getaffinity(0, mem::size_of_val(&set), &mut set) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(set)
-}
-
-fn set_affinity(set: &libc::cpu_set_t) -> io::Result<()> {
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_setaffinity(0, mem::size_of_val(set), set) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// "0-1,3", as /proc's Cpus_allowed_list writes a set.
-fn cpu_list(set: &libc::cpu_set_t) -> String {
+fn cpu_list(set: &CpuSet) -> String {
     let cpus: Vec<usize> = cpus(set).collect();
     let mut ranges = Vec::new();
     let mut i = 0;
