@@ -156,17 +156,6 @@ class Daemon:
                 raise LabError(f"{bdf} never reached {state} {fields or ''}: {d}")
             time.sleep(0.3)
 
-    def wait_template(self, bdf: str, timeout: float = 30) -> dict:
-        """Waits until the post-probe template is in place (REGISTERED comes during
-        the probe; then the process that probed becomes the template, and its fork
-        drives the device); returns the device's status."""
-        deadline = time.monotonic() + timeout
-        while not (d := self.status()[bdf])["template_pid"]:
-            if time.monotonic() > deadline:
-                raise LabError(f"{bdf}: no post-probe template after {timeout:.0f} s: {d}")
-            time.sleep(0.3)
-        return d
-
     def alive(self) -> bool:
         return self.proc.poll() is None
 

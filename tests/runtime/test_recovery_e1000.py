@@ -137,7 +137,6 @@ def test_a_restart_nothing_passes_through_is_over_when_the_fresh_driver_serves(n
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
         d.run(bdf, [ko])
         d.wait_state(bdf, "registered", timeout=120)
-        d.wait_template(bdf)
         for kills in (1, 2):
             pid = d.status()[bdf]["pid"]
             if kills == 1:

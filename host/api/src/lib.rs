@@ -68,7 +68,8 @@ pub enum DriverState {
     /// Spawned, HELLO/PROBE under way.
     Starting,
     /// Registered its net_device, not opened yet: the interface has not been
-    /// set up (`ip link set IFNAME up` opens it).
+    /// set up (`ip link set IFNAME up` opens it). Shown once the probe is
+    /// answered: with a post-probe template, `pid` is then the template's fork.
     Registered,
     /// Opened (ndo_open): packets flow.
     Open,

@@ -863,8 +863,14 @@ impl Supervisor {
                 return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
             }
             Purpose::Startup => {
-                if matches!(request, Request::Probe { .. }) && self.recovery.is_none() && self.restarts.policy().template {
-                    self.take_template()?;
+                if matches!(request, Request::Probe { .. }) && self.recovery.is_none() {
+                    if self.restarts.policy().template {
+                        self.take_template()?;
+                    }
+                    // The process that drives the device is settled: `status` shows its pid.
+                    if let Some(state) = self.shadow.as_ref().map(|s| state_of(s.phase())) {
+                        self.update(|s| s.state = state);
+                    }
                 }
             }
             Purpose::Replay if status < 0 => {
@@ -952,8 +958,14 @@ impl Supervisor {
                     link.mtu = Some(r.mtu);
                 }
                 self.shadow = Some(NetShadow::registered(r.clone()));
+                // During the probe the process that probed may still hand the
+                // device to its fork (the template's): "registered" waits for
+                // PROBE's reply, which settles whose pid `status` shows.
+                let probing = self.pending.values().any(|(request, _)| matches!(request, Request::Probe { .. }));
                 self.update(|s| {
-                    s.state = DriverState::Registered;
+                    if !probing {
+                        s.state = DriverState::Registered;
+                    }
                     s.mac = Some(format_mac(&r.dev_addr));
                     s.mtu = Some(r.mtu);
                     s.min_mtu = Some(r.min_mtu);
