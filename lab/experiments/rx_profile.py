@@ -3,8 +3,9 @@
 Boots a lab guest with one NIC on the bridged TAP (as `bench net`) and, round
 after round, runs the same iperf3 transfer (5 s, host -> guest unless --tx)
 through the in-kernel driver and through understudy (its driver process on
-the last vCPU, as `bench net` runs it), and through each --variant: another understudyd and/or driver-process build, for A/B rounds of a
-change in one guest:
+the last vCPU, as `bench net` runs it), and through each --variant: another
+understudyd and/or driver-process build, for A/B rounds of a change in one
+guest:
 
     python3 -m lab.experiments.rx_profile --driver e1000 --rounds 3
     python3 -m lab.experiments.rx_profile --variant refill8=/tmp/understudyd:/tmp/understudy-driver

@@ -153,6 +153,11 @@ pub fn keep_record(records: &mut Vec<RecoveryRecord>, record: RecoveryRecord) {
     records.push(record);
 }
 
+/// A phase's milliseconds for a log line, "-" if it did not happen.
+pub fn ms_or_dash(ms: Option<f64>) -> String {
+    ms.map_or("-".to_string(), |v| format!("{v:.1}"))
+}
+
 pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }

@@ -31,7 +31,7 @@ use crate::placement::Placement;
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{keep_record, phase_ms, round_ms, FirstFrameWatch, Recovery, RestartBudget, RestartPolicy, Step};
+use crate::recovery::{keep_record, ms_or_dash, phase_ms, round_ms, FirstFrameWatch, Recovery, RestartBudget, RestartPolicy, Step};
 use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::{Tap, MAX_FRAME_PARTS};
 use crate::template::{self, SpawnError, Template};
@@ -1253,7 +1253,7 @@ impl Supervisor {
             previous.uncompleted.append(&mut uncompleted);
             uncompleted = std::mem::take(&mut previous.uncompleted);
             previous.record.outcome = format!("the fresh driver died too: {cause}");
-            self.publish(&previous.record);
+            self.publish(previous.record.clone());
             self.hook("failed", &previous.record.cause, Some(&previous.record.outcome), None, None);
         }
         if let Some(job) = self.ethtool.take() {
@@ -1523,12 +1523,11 @@ impl Supervisor {
         let restart_ms = recovery.elapsed_ms(Instant::now());
         let watch = recovery.finish();
         let r = &watch.record;
-        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         info!("{}: recovered from {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {restart_ms:.1} ms \
                after the death; {} frame(s) given again",
-              self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms),
-              ms(r.link_ms), r.tx_resubmitted);
-        self.publish(&watch.record);
+              self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms_or_dash(r.start_ms),
+              ms_or_dash(r.replay_ms), ms_or_dash(r.link_ms), r.tx_resubmitted);
+        self.publish(watch.record.clone());
         self.backoff.reset();
         self.hook("recovered", &watch.record.cause, None, Some(restart_ms), None);
         self.first_frame = Some(watch);
@@ -1536,11 +1535,10 @@ impl Supervisor {
 
     fn first_frame_passed(&mut self, watch: FirstFrameWatch, now: Instant) {
         let record = watch.frame_passed(now);
-        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         info!("{}: the first frame through the fresh driver at {} ms after the death; downtime {} ms \
                (the dead driver's last frame to it)",
-              self.vfio.address(), ms(record.first_packet_ms), ms(record.downtime_ms));
-        self.publish(&record);
+              self.vfio.address(), ms_or_dash(record.first_packet_ms), ms_or_dash(record.downtime_ms));
+        self.publish(record);
     }
 
     /// Starts the administrator's hook (--recovery-hook) for a recovery outcome; not waited for.
@@ -1592,13 +1590,12 @@ impl Supervisor {
 
     fn publish_recovery(&self) {
         if let Some(recovery) = &self.recovery {
-            self.publish(&recovery.record);
+            self.publish(recovery.record.clone());
         }
     }
 
     /// The restart's record replaces its earlier version in `status`.
-    fn publish(&self, record: &RecoveryRecord) {
-        let record = record.clone();
+    fn publish(&self, record: RecoveryRecord) {
         self.update(|s| {
             if let Some(last) = s.recoveries.last_mut() {
                 *last = record;
