@@ -9,6 +9,7 @@
 mod coalesce;
 mod config;
 mod ethtool_job;
+mod fd;
 mod multicast;
 mod netlink;
 mod placement;

@@ -116,8 +116,8 @@ impl PassiveLog {
         let old = &self.registered;
         if fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr {
             return Some(format!("it registered address {} (permanent {}), its predecessor {} (permanent {})",
-                                fmt_mac(&fresh.dev_addr), fmt_mac(&fresh.perm_addr),
-                                fmt_mac(&old.dev_addr), fmt_mac(&old.perm_addr)));
+                                format_mac(&fresh.dev_addr), format_mac(&fresh.perm_addr),
+                                format_mac(&old.dev_addr), format_mac(&old.perm_addr)));
         }
         if self.mtu < fresh.min_mtu || self.mtu > fresh.max_mtu {
             return Some(format!("the MTU in use, {}, is outside its range {}..{}", self.mtu, fresh.min_mtu, fresh.max_mtu));
@@ -150,8 +150,9 @@ impl PassiveLog {
     }
 }
 
-fn fmt_mac(mac: &[u8; 6]) -> String {
-    crate::supervisor::format_mac(mac)
+/// A MAC address as `ip link` shows it.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 pub struct NetShadow {
@@ -266,7 +267,7 @@ impl NetShadow {
             Change::Mac(mac) if refused => {
                 return Some(Undo::Mac {
                     restore: self.log.mac,
-                    why: format!("the driver refused the address {}: {}", crate::supervisor::format_mac(&mac), errno_text(status)),
+                    why: format!("the driver refused the address {}: {}", format_mac(&mac), errno_text(status)),
                 })
             }
             Change::Mac(mac) => self.log.mac = mac,

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -32,7 +32,8 @@ use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
 use crate::recovery::{keep_record, ms_or_dash, phase_ms, round_ms, FirstFrameWatch, Recovery, RestartBudget, RestartPolicy, Step};
-use crate::shadow::{Action, NetShadow, Phase, RxMode, TapConfig, Undo};
+use crate::fd;
+use crate::shadow::{format_mac, Action, NetShadow, Phase, RxMode, TapConfig, Undo};
 use crate::tap::{Tap, MAX_FRAME_PARTS};
 use crate::template::{self, SpawnError, Template};
 use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
@@ -101,7 +102,7 @@ impl Requester {
     pub fn ethtool(&self, queries: EthtoolQueries) -> Result<EthtoolReport, String> {
         let (answer, answered) = mpsc::channel();
         self.commands.send(Command::Ethtool { queries, answer }).map_err(|_| "the device's thread has ended".to_string())?;
-        signal_eventfd(self.wake.as_fd());
+        fd::signal(self.wake.as_fd());
         answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
     }
 
@@ -110,7 +111,7 @@ impl Requester {
     pub fn recover(&self) -> Result<(), String> {
         let (answer, answered) = mpsc::channel();
         self.commands.send(Command::Recover { answer }).map_err(|_| "the device's thread has ended".to_string())?;
-        signal_eventfd(self.wake.as_fd());
+        fd::signal(self.wake.as_fd());
         answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
     }
 }
@@ -128,46 +129,17 @@ impl Handle {
 
     /// Ends the driver, releases the device and removes the interface.
     pub fn stop(mut self) {
-        signal_eventfd(self.stop.as_fd());
+        fd::signal(self.stop.as_fd());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the result is a new fd we own.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
 
-fn signal_eventfd(fd: BorrowedFd) {
-    let one = 1u64.to_ne_bytes();
-    // SAFETY: an 8-byte write to an eventfd.
-    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
-}
 
-fn drain_eventfd(fd: BorrowedFd) {
-    let mut v = [0u8; 8];
-    // SAFETY: an 8-byte read from an eventfd that poll reported readable.
-    unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) };
-}
 
-pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: plain syscall filling two fds we then own.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
 
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
 
 /// Starts the device's thread; returns once the device is taken, the
 /// interface exists and the driver process runs, or with why not (and then
@@ -350,7 +322,7 @@ impl Supervisor {
         let ifindex = tap.ifindex().map_err(|e| e.to_string())?;
         let links = LinkMonitor::open().map_err(|e| format!("cannot watch {} through rtnetlink: {e}", setup.ifname))?;
         links.request_link(ifindex).map_err(|e| format!("netlink RTM_GETLINK {}: {e}", setup.ifname))?;
-        let (kick, notify, stop, wake) = (eventfd(), eventfd(), eventfd(), eventfd());
+        let (kick, notify, stop, wake) = (fd::eventfd(), fd::eventfd(), fd::eventfd(), fd::eventfd());
         let (kick, notify, stop, wake) = (kick.map_err(|e| e.to_string())?, notify.map_err(|e| e.to_string())?,
                                           stop.map_err(|e| e.to_string())?, wake.map_err(|e| e.to_string())?);
         if let Some(p) = &setup.placement {
@@ -498,18 +470,18 @@ impl Supervisor {
             // A driver holding all the tx buffers it may gets no more (can_send);
             // the completions it then owes wake this loop (tx_done_urgent).
             let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send(self.tap_frames_large()).unwrap_or(true);
-            let mut fds = vec![pollfd(self.stop.as_fd()), pollfd(self.wake.as_fd()), pollfd(self.links.as_fd())];
+            let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd()), fd::readable(self.links.as_fd())];
             let template_at = fds.len();
             if let Some(t) = &self.template {
-                fds.push(pollfd(t.process.pidfd.as_fd()));
+                fds.push(fd::readable(t.process.pidfd.as_fd()));
             }
             let driver_at = fds.len();
             if let Some(d) = &self.driver {
-                fds.push(pollfd(d.pidfd.as_fd()));
-                fds.push(pollfd(self.control.as_fd()));
-                fds.push(pollfd(self.notify.as_fd()));
+                fds.push(fd::readable(d.pidfd.as_fd()));
+                fds.push(fd::readable(self.control.as_fd()));
+                fds.push(fd::readable(self.notify.as_fd()));
                 if want_tap {
-                    fds.push(pollfd(self.tap.as_fd()));
+                    fds.push(fd::readable(self.tap.as_fd()));
                 }
             }
             let timeout = self.poll_timeout(Instant::now());
@@ -532,7 +504,7 @@ impl Supervisor {
                 return;
             }
             if ready(1) {
-                drain_eventfd(self.wake.as_fd());
+                fd::drain(self.wake.as_fd());
             }
             if ready(2) {
                 self.read_link_changes();
@@ -555,7 +527,7 @@ impl Supervisor {
             }
             if outcome.is_ok() && (ready(notify) || ready(tap) || self.open_without_rx_buffers()) {
                 if ready(notify) {
-                    drain_eventfd(self.notify.as_fd());
+                    fd::drain(self.notify.as_fd());
                 }
                 outcome = self.move_frames(ready(tap));
             }
@@ -599,7 +571,7 @@ impl Supervisor {
     /// within a moment; its own death is then reported, not a kill.
     fn exits_by_itself(&self) -> bool {
         let Some(d) = &self.driver else { return false };
-        let mut fd = [pollfd(d.pidfd.as_fd())];
+        let mut fd = [fd::readable(d.pidfd.as_fd())];
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(fd.as_mut_ptr(), 1, 500) > 0 }
     }
@@ -1056,7 +1028,7 @@ impl Supervisor {
             }
         }
         if self.shm.driver_wants_kick() {
-            signal_eventfd(self.kick.as_fd());
+            fd::signal(self.kick.as_fd());
         }
         if completed > 0 {
             self.tx_progress.progressed(Instant::now());
@@ -1511,7 +1483,7 @@ impl Supervisor {
         // buffers, say the host waits for completions, and kick the driver for
         // the frames just given again -- else a receiving-only stack would wait forever.
         self.move_frames(false)?;
-        signal_eventfd(self.kick.as_fd());
+        fd::signal(self.kick.as_fd());
         Ok(())
     }
 
@@ -1626,8 +1598,8 @@ impl Drop for Supervisor {
 /// end of its control socket and the process.
 fn spawn_driver(binary: &std::path::Path, placement: Option<Placement>, vfio: &Vfio, shm: &SharedMemory,
                 kick: BorrowedFd, notify: BorrowedFd) -> Result<(OwnedFd, DriverProcess), String> {
-    let (control, driver_control) = seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
-    set_nonblocking(control.as_fd());
+    let (control, driver_control) = fd::seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
+    fd::set_nonblocking(control.as_fd()).map_err(|e| format!("control socket: {e}"))?;
     let driver = process::spawn(binary, &DriverFds {
         control: driver_control.as_fd(),
         device: vfio.device_fd(),
@@ -1660,14 +1632,4 @@ fn state_of(phase: Phase) -> DriverState {
     }
 }
 
-fn pollfd(fd: BorrowedFd) -> libc::pollfd {
-    libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }
-}
 
-fn set_nonblocking(fd: BorrowedFd) {
-    // SAFETY: fcntl on our own fd.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
-}

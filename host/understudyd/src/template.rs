@@ -15,11 +15,12 @@
 //! but log lines meanwhile, and it must answer in time.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 
+use crate::fd;
 use crate::process::{self, DriverProcess};
 
 /// How long a template may take to fork a driver: restoring a few MiB and
@@ -62,9 +63,9 @@ impl Template {
 pub fn spawn(control: BorrowedFd, pidfd: BorrowedFd, seq: u32, mut log: impl FnMut(u32, &str))
              -> Result<(OwnedFd, DriverProcess), SpawnError> {
     let broken = |why: String| SpawnError::Broken(why);
-    let (host_end, driver_end) = crate::supervisor::seqpacket_pair().map_err(|e| broken(format!("socketpair: {e}")))?;
+    let (host_end, driver_end) = fd::seqpacket_pair().map_err(|e| broken(format!("socketpair: {e}")))?;
     let bytes = Request::Spawn.encode(seq).expect("SPAWN has no fields");
-    send_with_fd(control, &bytes, driver_end.as_raw_fd()).map_err(|e| broken(format!("sending SPAWN: {e}")))?;
+    fd::send_with_fd(control, &bytes, driver_end.as_fd()).map_err(|e| broken(format!("sending SPAWN: {e}")))?;
     drop(driver_end);
     let deadline = Instant::now() + SPAWN_TIMEOUT;
     let mut buf = vec![0u8; MSG_MAX + 1];
@@ -73,7 +74,7 @@ pub fn spawn(control: BorrowedFd, pidfd: BorrowedFd, seq: u32, mut log: impl FnM
         if left.is_zero() {
             return Err(broken(format!("no reply to SPAWN within {} ms", SPAWN_TIMEOUT.as_millis())));
         }
-        let mut fds = [pollfd(control), pollfd(pidfd)];
+        let mut fds = [fd::readable(control), fd::readable(pidfd)];
         // SAFETY: fds is a valid array of pollfd.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as libc::c_int) };
         if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
@@ -131,35 +132,4 @@ fn adopt(pid: libc::pid_t) -> io::Result<DriverProcess> {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("not a child of the daemon ({})", io::Error::last_os_error())));
     }
     process::watch(pid)
-}
-
-fn send_with_fd(socket: BorrowedFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
-    let mut space = [0u8; 64];
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let control_len = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    assert!(control_len <= space.len());
-    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-    // SAFETY: msghdr is plain data; every pointer in it outlives the sendmsg call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = space.as_mut_ptr().cast();
-    msg.msg_controllen = control_len as _;
-    // SAFETY: the control buffer is large enough for one SCM_RIGHTS header and fd.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::copy_nonoverlapping(&fd as *const RawFd as *const u8, libc::CMSG_DATA(c), std::mem::size_of::<RawFd>());
-    }
-    // SAFETY: sending our own message on our socket.
-    if unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn pollfd(fd: BorrowedFd) -> libc::pollfd {
-    libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }
 }
