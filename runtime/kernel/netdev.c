@@ -4,7 +4,7 @@
  * and registration, carrier and queue state, NAPI, receive delivery and
  * ethernet helpers. Where the kernel would hand packets and state to the
  * stack, this runtime hands them to the host: registration, carrier and
- * received frames become ddekit events and taps (DESIGN.md decision 7).
+ * received frames become ddekit events and taps (docs/design.md §7).
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
