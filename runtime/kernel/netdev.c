@@ -548,7 +548,7 @@ EXPORT_SYMBOL(napi_complete_done);
  * the instance's weight, as the kernel's net_rx_action passes it. (Budgets cut
  * to the buffers on hand were dropped when e100 stalled with them; it stalls
  * with full budgets too, and in-kernel, when its ring runs out:
- * docs/bench-net.md.)
+ * docs/performance.md §9.)
  */
 #define NET_RX_BUDGET		300
 #define NET_RX_BUDGET_NS	(2 * NSEC_PER_MSEC)
