@@ -49,7 +49,7 @@ def cmd_boot(args) -> int:
     except GuestFailed as e:
         if not args.kvm:
             raise
-        # Nested KVM hangs on some machines (DESIGN.md): fall back rather than fail.
+        # Nested KVM hangs on some machines (docs/design.md §10): fall back rather than fail.
         print(f"lab: the KVM guest did not boot ({str(e).splitlines()[0]}); "
               "falling back to TCG", file=sys.stderr)
         guest = Guest(devices=devices, memory_mib=args.mem, cpus=args.cpus).start()

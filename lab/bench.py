@@ -155,7 +155,7 @@ def driver_cpu(guest: Guest) -> int:
     """The vCPU a benchmark runs understudy's driver process on (`understudy run
     --cpu`): the guest's last; the daemon's thread for the device gets the others.
     Left to the scheduler, the two share a vCPU for much of a transfer while the
-    other idles (docs/bench-net.md, "What limits sending")."""
+    other idles (docs/performance.md §5)."""
     return guest.cpus - 1
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from . import config
 from .errors import LabError
 
-# Load order measured on these machines (DESIGN.md): what the 9p host root needs.
+# Load order measured on these machines (docs/design.md §12): what the 9p host root needs.
 NINEP_MODULES = [
     "virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev",
     "virtio_pci", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "overlay",

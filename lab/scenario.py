@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Crash scenarios for understudy's shadow driver (issue 4), driven from the host.
+"""Crash scenarios for understudy's shadow driver (docs/design.md §8), driven from the host.
 
 crash-loop  a hash-checked TCP transfer through us0 while the driver process is
             SIGKILLed again and again at random (seeded) moments; every recovery

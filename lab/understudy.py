@@ -29,7 +29,8 @@ def build(release: bool = False) -> dict[str, Path]:
 
     Tests use the debug build (overflow checks and debug assertions on);
     measurements use `release`, what `make build` installs: the debug
-    daemon spends about 2.5 times the CPU per frame (docs/bench-net.md)."""
+    daemon spends about 2.5 times the CPU per frame
+    (docs/notes/bench-net-history.md, "What changed, and why")."""
     subprocess.run(["cargo", "build", "--locked", "--quiet", "--manifest-path",
                     str(HOST_DIR / "Cargo.toml"), *(["--release"] if release else [])], check=True)
     res = subprocess.run(["make", "-s", "-C", str(RUNTIME_DIR)], capture_output=True, text=True)

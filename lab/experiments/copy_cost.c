@@ -2,10 +2,11 @@
 /*
  * What copying and checksumming a megabyte costs in the lab guest, where
  * QEMU's TCG emulates each step of a string instruction on its own and runs
- * vector code slowly (docs/bench-net.md, "Sending without TSO" and "What
- * limits receive"). Two shapes: one 64 KiB copy (a GSO frame), and 1448-byte
- * pieces across 1 MiB (the payloads of received frames). Prints one JSON
- * line per way of doing it: microseconds per 64 KiB and milliseconds per MB.
+ * vector code slowly (docs/performance.md §6 and §7; the measurements in
+ * docs/notes/bench-net-history.md, "Sending without TSO"). Two shapes: one
+ * 64 KiB copy (a GSO frame), and 1448-byte pieces across 1 MiB (the
+ * payloads of received frames). Prints one JSON line per way of doing it:
+ * microseconds per 64 KiB and milliseconds per MB.
  *
  *   cc -O2 -static -o /tmp/copy-cost lab/experiments/copy_cost.c
  *   python3 -m lab boot --devices '' -- /tmp/copy-cost

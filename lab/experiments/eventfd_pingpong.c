@@ -2,7 +2,7 @@
 /*
  * What one thread hand-off costs in the lab guest: two threads pass a token
  * back and forth through a pair of eventfds, as understudy's daemon and
- * driver process do for every batch of frames (docs/bench-net.md, "Latency").
+ * driver process do for every batch of frames (docs/performance.md §8).
  * The caller pauses between round trips so that the peer is asleep each
  * time, as it is between pings. Prints one JSON line per thread placement:
  * both threads on different CPUs, on the same CPU, and left to the scheduler.

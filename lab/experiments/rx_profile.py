@@ -18,7 +18,8 @@ between address spaces (each a flush of TCG's software TLB), each guest
 thread's sleeps (voluntary context switches), the peer TCP's retransmissions
 and the bridge's drops towards the guest. Prints per-mode medians as a
 table (or --json), CPU as milliseconds per megabyte moved.
-docs/bench-net.md ("What limits receive") has what it found.
+docs/performance.md §7 has what it found; docs/notes/bench-net-history.md
+the A/B rounds it ran.
 """
 from __future__ import annotations
 

@@ -302,7 +302,8 @@ int ddekit_thread_start(void (*fn)(void *), void *arg, const char *name,
  * sending application at every frame takes the frames one at a time. e1000
  * in the lab, A/B: host -> guest +12 %, guest -> host unchanged; with the TX
  * thread and the daemon raised as well, guest -> host lost a quarter
- * (docs/bench-net.md). A weight, not SCHED_FIFO: a driver spinning in one
+ * (docs/notes/bench-net-history.md, "What limits receive: the CPU each
+ * megabyte costs"). A weight, not SCHED_FIFO: a driver spinning in one
  * of these threads must not take a CPU from everything else.
  */
 #define INTERRUPT_THREAD_NICE (-10)

@@ -40,7 +40,7 @@ void ddekit_panic(const char *why) __attribute__((noreturn));
 unsigned long long ddekit_now_ns(void);		/* CLOCK_MONOTONIC */
 void ddekit_spin_ns(unsigned long long ns);	/* busy wait, keeps the CPU */
 
-/* ---- the kernel "CPU" (DESIGN.md decision 6) -------------------------- */
+/* ---- the kernel "CPU" (docs/design.md §6) ---------------------------- */
 
 /*
  * One lock: a thread runs kernel code only while it holds it. Waiting
@@ -151,7 +151,7 @@ void ddekit_irq_close(int eventfd);
 /* ---- network taps ----------------------------------------------------- */
 
 /*
- * What the host learns from the driver (DESIGN.md decision 7): each becomes
+ * What the host learns from the driver (docs/design.md §7): each becomes
  * an event line on stdout and, with a control socket, a protocol message.
  */
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Shared by the files of the kernel half: the CPU model (DESIGN.md
- * decision 6), memory, and the hooks one subsystem needs from another.
+ * Shared by the files of the kernel half: the CPU model (docs/design.md
+ * §6), memory, and the hooks one subsystem needs from another.
  */
 #ifndef UNDERSTUDY_KERNEL_INTERNAL_H
 #define UNDERSTUDY_KERNEL_INTERNAL_H

@@ -31,7 +31,8 @@
  * call to memcpy, which is this function. Eight bytes a step, then the
  * rest: the same speed as "rep movsb" on a CPU with fast strings, and eight
  * times faster under QEMU's TCG, which emulates each step of a string
- * instruction on its own (docs/bench-net.md, software GSO).
+ * instruction on its own (docs/notes/bench-net-history.md, "Sending
+ * without TSO"; docs/performance.md §6).
  */
 void *memcpy(void *dst, const void *src, size_t n)
 {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Memory. Everything the runtime hands a module comes from its share of the
- * DMA arena, which the host mapped into the IOMMU once (DESIGN.md decision
- * 5), so any of it may be given to the device and dma_map_* is arithmetic.
+ * DMA arena, which the host mapped into the IOMMU once (docs/design.md
+ * §5), so any of it may be given to the device and dma_map_* is arithmetic.
  *
  * The arena is the runtime's "physical memory": a physical address is the
  * offset into the arena, the linear map (page_offset_base) is the arena's

@@ -4,7 +4,7 @@
  * and registration, carrier and queue state, NAPI, receive delivery and
  * ethernet helpers. Where the kernel would hand packets and state to the
  * stack, this runtime hands them to the host: registration, carrier and
- * received frames become ddekit events and taps (DESIGN.md decision 7).
+ * received frames become ddekit events and taps (docs/design.md §7).
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -548,7 +548,7 @@ EXPORT_SYMBOL(napi_complete_done);
  * the instance's weight, as the kernel's net_rx_action passes it. (Budgets cut
  * to the buffers on hand were dropped when e100 stalled with them; it stalls
  * with full budgets too, and in-kernel, when its ring runs out:
- * docs/bench-net.md.)
+ * docs/performance.md §9.)
  */
 #define NET_RX_BUDGET		300
 #define NET_RX_BUDGET_NS	(2 * NSEC_PER_MSEC)

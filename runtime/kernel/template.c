@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The kernel half's part of a post-probe template (DESIGN.md decision 8;
+ * The kernel half's part of a post-probe template (docs/design.md §8;
  * the libc half is driver/template.c). A restart that probes again costs
  * the driver's whole probe (e1000: half a second under TCG). Instead, the
  * process that probed stops here, right after probe, as a template: its

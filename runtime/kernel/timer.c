@@ -293,7 +293,7 @@ static void softirq_thread(void *unused)
 			 * the lab): a nap that lets frames gather in the NIC's ring.
 			 * A yield without it polled more often for fewer frames,
 			 * with three times the interrupts, and received less
-			 * (docs/bench-net.md).
+			 * (docs/notes/bench-net-history.md, "the softirq's nap").
 			 */
 			u64 now = ddekit_now_ns();
 

@@ -22,7 +22,7 @@ def test_boot_true_is_quick_and_succeeds(lab_ready, no_leftover_qemu):
     res = lab("boot", "--devices", "e1000", "--", "true")
     elapsed = time.monotonic() - t0
     assert res.returncode == 0, res.stderr
-    assert elapsed < 30, f"boot -- true took {elapsed:.1f} s (issue 2 asks for < 30 s)"
+    assert elapsed < 30, f"boot -- true took {elapsed:.1f} s (the limit is 30 s; docs/lab.md measured 10.9 s)"
 
 
 def test_guest_exit_code_and_output_come_back_unchanged(lab_ready, no_leftover_qemu):

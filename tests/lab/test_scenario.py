@@ -2,8 +2,8 @@
 
 crash-loop: Debian's e1000.ko, pcnet32.ko and 8139cp.ko (QEMU's rtl8139) are
 each SIGKILLed three times during a 60 MB hash-checked transfer; every kill
-must be recovered without a reset and the JSON must carry the figures issue 4
-asks for. leak-check: 30 kill/recover
+must be recovered without a reset and the JSON must carry the figures
+docs/recovery.md reports. leak-check: 30 kill/recover
 cycles must leave the daemon's fds, threads, memory and the pool's free
 buffers where they were after the warm-up.
 """

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-//! VFIO as understudyd uses it (DESIGN.md decision 4): the host opens the
+//! VFIO as understudyd uses it (docs/design.md §4): the host opens the
 //! container, group and device and keeps them; the driver process gets only a
 //! duplicate of the device fd. When a driver dies the host still holds
-//! everything, so it can stop the device and drop the IOMMU mappings before
-//! anything else happens.
+//! everything, so it can stop the device before anything else happens, and
+//! drop the IOMMU mappings when it gives the device up.
 
 mod sys;
 
