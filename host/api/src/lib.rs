@@ -21,6 +21,12 @@ pub enum Request {
     /// Restart the driver of `device` (a PCI address or an interface name) and
     /// give the fresh one its settings, as after a death (counted by the restart limit).
     Recover { device: String },
+    /// Hand the interface of `device` to another build of its driver:
+    /// `modules` (dependencies first) load and are checked while the running
+    /// driver serves; then it is replaced, and rolled back if the new one
+    /// fails or offers less (unless `allow_feature_loss`). Answered when the
+    /// update is over (committed, rolled back or refused).
+    Update { device: String, modules: Vec<String>, #[serde(default)] allow_feature_loss: bool },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -32,15 +38,18 @@ pub struct Response {
     pub devices: Vec<DeviceStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ethtool: Option<EthtoolReport>,
+    /// `update`'s record: how it ended and its phases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverRecord>,
 }
 
 impl Response {
     pub fn ok(devices: Vec<DeviceStatus>) -> Self {
-        Response { ok: true, error: None, devices, ethtool: None }
+        Response { ok: true, error: None, devices, ethtool: None, handover: None }
     }
 
     pub fn error(message: impl Into<String>) -> Self {
-        Response { ok: false, error: Some(message.into()), devices: Vec::new(), ethtool: None }
+        Response { ok: false, error: Some(message.into()), devices: Vec::new(), ethtool: None, handover: None }
     }
 }
 
@@ -82,14 +91,15 @@ pub enum DriverState {
     Recovering,
 }
 
-/// How a fresh driver process took a dead one's place.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+/// How a successor driver process started.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum StartKind {
     /// Forked from the post-probe template; the driver's resume callback
     /// brought the reset device back (no probe).
     Template,
     /// A new process loaded the modules and probed the device.
+    #[default]
     Probe,
 }
 
@@ -103,34 +113,70 @@ impl StartKind {
     }
 }
 
-/// One restart of a driver process after its death (or hang), with how long
-/// each phase took, in milliseconds from the moment the death was seen.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RecoveryRecord {
+/// Why a driver handed its interface to a successor.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HandoverReason {
+    /// It died, hung or broke the protocol.
+    #[default]
+    Death,
+    /// `understudy recover`.
+    Requested,
+    /// `understudy update`: another build of the driver.
+    Update,
+}
+
+/// One handover of the interface to a successor driver process (a restart
+/// after a death, `recover`, or an update), with how long each phase took,
+/// in milliseconds. A restart's phases count from the moment the death was
+/// seen; an update's `stop_ms` from the end of the successor's load.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HandoverRecord {
+    #[serde(default)]
+    pub reason: HandoverReason,
     pub cause: String,
-    /// "recovered", or why the device was left down.
+    /// "under way", "recovered", "updated", "rolled back: why",
+    /// "refused: why" (an update that changed nothing) or "failed: why".
     pub outcome: String,
-    /// Device stopped, buffers reclaimed, the interrupt allowed again.
+    /// An update's modules before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_modules: Option<Vec<ModuleInfo>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_modules: Option<Vec<ModuleInfo>>,
+    /// An update: the kernel half the successor's LOAD chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_half: Option<String>,
+    /// An update: the successor loaded and checked its modules while the
+    /// predecessor still served (not part of the downtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_ms: Option<f64>,
+    /// Predecessor ended, device stopped, buffers reclaimed, the interrupt allowed again.
     pub stop_ms: f64,
     /// The part of `stop_ms` that stopped the device: bus mastering off,
     /// interrupts off and the reset (VFIO_DEVICE_RESET).
     pub device_stop_ms: f64,
-    /// How the fresh driver process started (see `StartKind`).
+    /// How the successor process started (see `StartKind`).
     pub start: StartKind,
-    /// The fresh process started and its driver registered (REGISTERED).
+    /// The successor started and its driver registered (REGISTERED).
     pub start_ms: Option<f64>,
     /// OPEN, MTU, MAC and receive mode given again and accepted.
     pub replay_ms: Option<f64>,
-    /// The fresh driver's link came up (its carrier on): frames wait for it,
+    /// The successor's link came up (its carrier on): frames wait for it,
     /// since a driver without carrier drops them. A driver that resets its
     /// PHY when it resumes spends most of a fast restart here.
     #[serde(default)]
     pub link_ms: Option<f64>,
-    /// The first frame through the fresh driver.
+    /// From the handover's start until the successor carried frames again.
+    #[serde(default)]
+    pub serving_ms: Option<f64>,
+    /// An update that rolled back: when its successor failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_at_ms: Option<f64>,
+    /// The first frame through the successor.
     pub first_packet_ms: Option<f64>,
-    /// From the last frame through the dead driver to the first through the fresh one.
+    /// From the last frame through the predecessor to the first through the successor.
     pub downtime_ms: Option<f64>,
-    /// Frames the dead driver took and never completed, given to the fresh one.
+    /// Frames the predecessor took and never completed, given to the successor.
     pub tx_resubmitted: u32,
 }
 
@@ -190,8 +236,11 @@ pub struct DeviceStatus {
     pub pool_free: u32,
     /// Restarts of the driver process, oldest first: the last
     /// `RECOVERIES_KEPT` of them (`recovery_count` counts them all).
-    pub recoveries: Vec<RecoveryRecord>,
+    pub recoveries: Vec<HandoverRecord>,
     pub recovery_count: u32,
+    /// Updates (`understudy update`), oldest first: the last `RECOVERIES_KEPT`.
+    #[serde(default)]
+    pub updates: Vec<HandoverRecord>,
     /// The post-probe template restarts fork from, if the driver has one.
     pub template_pid: Option<u32>,
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, Request, Response, DEFAULT_SOCKET};
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, Request, Response, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
 ///
@@ -16,7 +16,8 @@ use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, Request, Respo
 /// die without taking the interface, the daemon or the machine with it.
 ///
 /// Exit status: 0 done; 1 the daemon refused or failed the request (the
-/// message says why); 2 bad usage; 3 the daemon is not reachable.
+/// message says why); 2 bad usage; 3 the daemon is not reachable; 4 an
+/// update was rolled back (the old driver serves again).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -48,7 +49,7 @@ enum Command {
         /// Run the driver process on this CPU and the daemon's thread for the
         /// device on the others (default: wherever the scheduler puts them).
         /// The driver process is one CPU's worth of work; sharing a CPU with
-        /// the daemon's thread slows sending (docs/bench-net.md).
+        /// the daemon's thread slows sending (docs/performance.md §5).
         #[arg(long)]
         cpu: Option<u32>,
     },
@@ -86,6 +87,35 @@ enum Command {
     Recover {
         /// The interface (e.g. us0) or the device's PCI address.
         device: String,
+    },
+    /// Replace a device's running driver with another build of it (live
+    /// update), keeping the interface, its settings and its traffic.
+    ///
+    /// The new modules load and are checked (kernel ABI, CRCs, imports, the
+    /// device's ID) in a new driver process while the old driver still
+    /// serves; a refusal lists every problem and changes nothing. Then the
+    /// old driver is stopped, the new one probes and is given the settings in
+    /// force, and its frames follow once its link is up. If it fails, offers
+    /// fewer features than the old one exposed, or dies within 5 s, the old
+    /// version is started again with the same settings (rolled back). Waits
+    /// until the update is over and prints its phases.
+    Update {
+        /// The interface (e.g. us0) or the device's PCI address.
+        device: String,
+        /// The new module(s), dependencies first, driver last.
+        #[arg(long = "module", required_unless_present = "abi", conflicts_with = "abi")]
+        modules: Vec<String>,
+        /// Shorthand: the same module files of Debian ABI 6.1.0-N, from the
+        /// lab's cache ($UNDERSTUDY_CACHE or ~/.cache/understudy/kernel).
+        #[arg(long)]
+        abi: Option<String>,
+        /// Go on even if the new driver lacks features the old one exposed;
+        /// the stack then sees the interface's features change.
+        #[arg(long)]
+        allow_feature_loss: bool,
+        /// Print the daemon's JSON (with the update's record) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// End a device's driver, release the device and remove its interface.
     Stop {
@@ -134,6 +164,10 @@ fn print_device(d: &DeviceStatus) {
     if let Some(death) = &d.death {
         println!("    died: {death}");
     }
+    for r in &d.updates {
+        print!("    update ");
+        print_update(r);
+    }
     for r in &d.recoveries {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         println!("    restarted after: {}\n      {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms, first frame at {} ms, \
@@ -178,9 +212,60 @@ fn print_ethtool(r: &EthtoolReport) {
     }
 }
 
+/// `--abi N`: the running driver's module files, taken from Debian ABI N's
+/// tree in the lab's cache instead (each path from `lib/modules/<release>/` on).
+fn modules_of_abi(socket: &PathBuf, device: &str, abi: &str) -> Result<Vec<String>, String> {
+    let status = ask(socket, &Request::Status)?;
+    let d = status.devices.iter().find(|d| d.device == device || d.ifname == device)
+        .ok_or_else(|| format!("no device or interface {device} is run by understudyd"))?;
+    let cache = std::env::var_os("UNDERSTUDY_CACHE").map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/understudy")))
+        .ok_or("neither UNDERSTUDY_CACHE nor HOME is set")?;
+    let release = format!("{abi}-amd64");
+    let root = cache.join("kernel").join(&release).join("lib/modules").join(&release);
+    d.modules.iter().map(|m| {
+        let inside = m.path.split_once("/lib/modules/").and_then(|(_, rest)| rest.split_once('/')).map(|(_, rel)| rel)
+            .ok_or_else(|| format!("{} is not under a lib/modules/<release>/ tree: name the new module with --module", m.path))?;
+        let path = root.join(inside);
+        if !path.is_file() {
+            return Err(format!("{} does not exist (is ABI {abi} in lab/lab.toml's update ABIs? `python3 -m lab setup` fetches them)",
+                               path.display()));
+        }
+        Ok(path.display().to_string())
+    }).collect()
+}
+
+fn print_update(r: &HandoverRecord) {
+    let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    let names = |m: &Option<Vec<understudy_api::ModuleInfo>>| {
+        m.iter().flatten().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ")
+    };
+    println!("{}: {} -> {}", r.outcome, names(&r.from_modules), names(&r.to_modules));
+    if let Some(half) = &r.kernel_half {
+        println!("  kernel half: {half}");
+    }
+    println!("  load {} ms (while the old driver served), stop {:.1} ms, {} {} ms, replay {} ms, link {} ms; \
+              serving {} ms after the request, first frame at {} ms, downtime {} ms, {} frame(s) given again",
+             ms(r.load_ms), r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
+             ms(r.serving_ms), ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (request, json) = match cli.command {
+        Command::Update { device, modules, abi, allow_feature_loss, json } => {
+            let modules = match abi {
+                Some(abi) => match modules_of_abi(&cli.socket, &device, &abi) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("understudy: {e}");
+                        return ExitCode::from(1);
+                    }
+                },
+                None => modules,
+            };
+            (Request::Update { device, modules, allow_feature_loss }, json)
+        }
         Command::Run { device, modules, ifname, cpu } => (Request::Run { device, modules, ifname, cpu }, false),
         Command::Status { json } => (Request::Status, json),
         Command::Ethtool { device, driver_info, link, stats, json } => {
@@ -202,6 +287,7 @@ fn main() -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&response).expect("serialisable"));
     } else if let Some(e) = &response.error {
         eprintln!("understudy: {e}");
+        response.handover.iter().for_each(print_update);
     } else {
         match &request {
             Request::Run { .. } => response.devices.iter().for_each(|d| {
@@ -212,7 +298,13 @@ fn main() -> ExitCode {
             Request::Ethtool { .. } => response.ethtool.iter().for_each(print_ethtool),
             Request::Stop { device } => println!("{device}: stopped and released"),
             Request::Recover { device } => println!("{device}: restarting its driver (see `understudy status`)"),
+            Request::Update { .. } => response.handover.iter().for_each(print_update),
         }
     }
-    if response.ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    let rolled_back = response.handover.as_ref().is_some_and(|r| r.outcome.starts_with("rolled back"));
+    match (response.ok, rolled_back) {
+        (true, _) => ExitCode::SUCCESS,
+        (false, true) => ExitCode::from(4),
+        (false, false) => ExitCode::from(1),
+    }
 }

@@ -10,6 +10,7 @@ mod coalesce;
 mod config;
 mod ethtool_job;
 mod fd;
+mod handover;
 mod multicast;
 mod netlink;
 mod placement;
@@ -101,7 +102,7 @@ struct Args {
     restart_window_s: u64,
     /// Restart a driver by starting a new process that loads the modules and
     /// probes the device again, instead of forking it from the post-probe
-    /// template (the default, DESIGN.md decision 8). A driver whose probe
+    /// template (the default, docs/design.md §8). A driver whose probe
     /// keeps its interrupt, or that has no resume callback, is always
     /// restarted this way.
     #[arg(long)]

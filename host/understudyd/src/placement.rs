@@ -8,7 +8,7 @@
 //! which also pays for the device's doorbell writes, is the slowest stage of
 //! sending. Left to the scheduler, the daemon's thread is woken onto the
 //! transmit thread's CPU and the two take turns on it while another CPU
-//! idles (docs/bench-net.md, "What limits sending"). The threads of the
+//! idles (docs/performance.md §5). The threads of the
 //! driver process inherit its CPU, and a template's forks the template's.
 
 use std::io;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The recovery agent's policy (Nooks' user-mode recovery agent, issue 4):
+//! The recovery agent's policy (Nooks' user-mode recovery agent; docs/design.md §8, docs/recovery.md):
 //! what happens when a device's restart limit is exceeded, and the
 //! administrator's hook, run after every recovery outcome.
 //!

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Restarting a dead driver process: how often it may happen, and what one
-//! restart is waiting for (DESIGN.md decisions 7 and 8: recovery, live update
-//! and migration are one mechanism, "restart a driver process and replay").
+//! Restarting a dead driver process: how often it may happen, and the
+//! records of the handovers (handover.rs) that restarts and updates are.
 //!
-//! While a fresh process starts the shadow impersonates the driver: the
+//! While a successor starts the shadow impersonates the driver: the
 //! TAP keeps its carrier, and frames the stack sends wait in the TAP's own
 //! transmit queue (txqueuelen frames, tun's ring): the daemon does not read
 //! the TAP until the fresh driver is open again. When that queue is full
@@ -13,11 +12,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use understudy_api::{RecoveryRecord, StartKind, RECOVERIES_KEPT};
-use understudy_protocol::Request;
-use understudy_shm::TxFrame;
-
-use crate::shadow::PassiveLog;
+use understudy_api::{HandoverRecord, RECOVERIES_KEPT};
 
 /// At most `max` restarts of a device's driver within `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,93 +55,28 @@ impl RestartBudget {
     }
 }
 
-/// What a restart under way is waiting for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// A fresh driver started (forked from the template, or HELLO and PROBE
-    /// sent to a new process); waiting for its REGISTERED.
-    Registering,
-    /// Replaying the log, one request at a time.
-    Replaying,
-    /// The log is replayed; waiting for the fresh driver's link (its carrier,
-    /// at most CARRIER_HOLD) before it gets frames: without carrier it would
-    /// drop them, as the kernel's stack would not even hand them over.
-    LinkUp,
-}
-
-/// One restart under way.
-pub struct Recovery {
-    pub step: Step,
-    /// The dead driver's log: what the fresh one must be given.
-    pub log: PassiveLog,
-    /// Frames the dead driver took and never completed, oldest first.
-    pub uncompleted: Vec<TxFrame>,
-    /// The replay's requests not sent yet (filled at REGISTERED).
-    pub replay: VecDeque<Request>,
-    pub seen_dead: Instant,
-    /// The last frame through the dead driver.
-    pub last_packet: Option<Instant>,
-    pub record: RecoveryRecord,
-}
-
-impl Recovery {
-    pub fn new(cause: String, log: PassiveLog, uncompleted: Vec<TxFrame>, seen_dead: Instant,
-               last_packet: Option<Instant>) -> Self {
-        Recovery {
-            step: Step::Registering,
-            log,
-            uncompleted,
-            replay: VecDeque::new(),
-            seen_dead,
-            last_packet,
-            record: RecoveryRecord {
-                cause,
-                outcome: "under way".into(),
-                stop_ms: 0.0,
-                device_stop_ms: 0.0,
-                start: StartKind::Probe,
-                start_ms: None,
-                replay_ms: None,
-                link_ms: None,
-                first_packet_ms: None,
-                downtime_ms: None,
-                tx_resubmitted: 0,
-            },
-        }
-    }
-
-    /// Milliseconds since the death was seen.
-    pub fn elapsed_ms(&self, now: Instant) -> f64 {
-        round_ms(now.duration_since(self.seen_dead))
-    }
-
-    /// The fresh driver serves (passive mode again): the restart is over. What
-    /// is left is to time its first frame, which an idle interface may never pass.
-    pub fn finish(mut self) -> FirstFrameWatch {
-        self.record.outcome = "recovered".into();
-        FirstFrameWatch { seen_dead: self.seen_dead, last_packet: self.last_packet, record: self.record }
-    }
-}
-
-/// A finished restart whose first frame has not passed yet: when it does, the
-/// record gets its first frame and the downtime (from the dead driver's last).
+/// A handover whose successor serves but has not passed a frame yet: when
+/// one passes, the record gets its first frame and the downtime (from the
+/// predecessor's last frame). An idle interface may never pass one.
 pub struct FirstFrameWatch {
-    seen_dead: Instant,
+    began: Instant,
     last_packet: Option<Instant>,
-    pub record: RecoveryRecord,
 }
 
 impl FirstFrameWatch {
-    pub fn frame_passed(mut self, now: Instant) -> RecoveryRecord {
-        self.record.first_packet_ms = Some(round_ms(now.duration_since(self.seen_dead)));
-        self.record.downtime_ms = self.last_packet.map(|t| round_ms(now.duration_since(t)));
-        self.record
+    pub fn new(began: Instant, last_packet: Option<Instant>) -> Self {
+        FirstFrameWatch { began, last_packet }
+    }
+
+    pub fn frame_passed(self, record: &mut HandoverRecord, now: Instant) {
+        record.first_packet_ms = Some(round_ms(now.duration_since(self.began)));
+        record.downtime_ms = self.last_packet.map(|t| round_ms(now.duration_since(t)));
     }
 }
 
 /// Appends a restart's record to `status`'s list, dropping the oldest
 /// beyond `RECOVERIES_KEPT`.
-pub fn keep_record(records: &mut Vec<RecoveryRecord>, record: RecoveryRecord) {
+pub fn keep_record(records: &mut Vec<HandoverRecord>, record: HandoverRecord) {
     if records.len() >= RECOVERIES_KEPT {
         records.drain(..=records.len() - RECOVERIES_KEPT);
     }
@@ -162,11 +92,6 @@ pub fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
-/// A phase's length from times since the death: a difference of rounded
-/// figures, rounded again so that status shows 28.0, not 27.999999999999993.
-pub fn phase_ms(until: f64, before: f64) -> f64 {
-    ((until - before) * 10.0).round() / 10.0
-}
 
 #[cfg(test)]
 mod tests {
@@ -188,19 +113,7 @@ mod tests {
 
     #[test]
     fn status_keeps_the_newest_records_only() {
-        let record = |n: usize| RecoveryRecord {
-            cause: format!("death {n}"),
-            outcome: "recovered".into(),
-            stop_ms: 1.0,
-            device_stop_ms: 0.0,
-            start: StartKind::Template,
-            start_ms: None,
-            replay_ms: None,
-            link_ms: None,
-            first_packet_ms: None,
-            downtime_ms: None,
-            tx_resubmitted: 0,
-        };
+        let record = |n: usize| HandoverRecord { cause: format!("death {n}"), ..HandoverRecord::default() };
         let mut records = Vec::new();
         for n in 0..RECOVERIES_KEPT + 5 {
             keep_record(&mut records, record(n));

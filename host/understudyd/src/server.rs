@@ -112,6 +112,23 @@ fn sha256_file(path: &Path) -> io::Result<String> {
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The modules, dependencies first, as the driver process is given them:
+/// absolute paths, each with its sha256 (so `status` says which build runs).
+fn module_infos(modules: &[String]) -> Result<Vec<ModuleInfo>, String> {
+    if modules.is_empty() || modules.len() > MAX_MODULES {
+        return Err(format!("give 1 to {MAX_MODULES} modules (dependencies first), not {}", modules.len()));
+    }
+    modules.iter().map(|m| {
+        let path = std::fs::canonicalize(m).map_err(|e| format!("module {m}: {e}"))?;
+        let shown = path.display().to_string();
+        if shown.len() >= PATH_MAX {
+            return Err(format!("module path {shown} is longer than {} bytes", PATH_MAX - 1));
+        }
+        let sha256 = sha256_file(&path).map_err(|e| format!("module {shown}: {e}"))?;
+        Ok(ModuleInfo { path: shown, sha256 })
+    }).collect()
+}
+
 impl Daemon {
     fn serve_client(&self, stream: UnixStream) {
         let mut line = String::new();
@@ -158,6 +175,19 @@ impl Daemon {
                 Ok(()) => Response::ok(Vec::new()),
                 Err(e) => Response::error(e),
             },
+            Request::Update { device, modules, allow_feature_loss } => {
+                let update = module_infos(&modules)
+                    .and_then(|infos| self.requester_for(&device).map(|r| (r, infos)))
+                    .and_then(|(requester, infos)| requester.update(infos, allow_feature_loss));
+                match update {
+                    Ok(record) if record.outcome == "updated" => Response { handover: Some(record), ..Response::ok(Vec::new()) },
+                    Ok(record) => Response { handover: Some(record.clone()), ..Response::error(format!("{device}: {}", record.outcome)) },
+                    Err(e) => {
+                        warn!("update {device}: refused: {e}");
+                        Response::error(e)
+                    }
+                }
+            }
         }
     }
 
@@ -165,19 +195,7 @@ impl Daemon {
            -> Result<understudy_api::DeviceStatus, String> {
         let addr: PciAddress = device.parse().map_err(|e: understudy_vfio::VfioError| e.to_string())?;
         let placement = cpu.map(Placement::on).transpose()?;
-        if modules.is_empty() || modules.len() > MAX_MODULES {
-            return Err(format!("give 1 to {MAX_MODULES} modules (dependencies first), not {}", modules.len()));
-        }
-        let mut infos = Vec::new();
-        for m in modules {
-            let path = std::fs::canonicalize(m).map_err(|e| format!("module {m}: {e}"))?;
-            let shown = path.display().to_string();
-            if shown.len() >= PATH_MAX {
-                return Err(format!("module path {shown} is longer than {} bytes", PATH_MAX - 1));
-            }
-            let sha256 = sha256_file(&path).map_err(|e| format!("module {shown}: {e}"))?;
-            infos.push(ModuleInfo { path: shown, sha256 });
-        }
+        let infos = module_infos(modules)?;
         if !self.driver.is_file() {
             return Err(format!("the driver executable {} does not exist (build it with `make -C runtime`, or start understudyd with --driver)", self.driver.display()));
         }

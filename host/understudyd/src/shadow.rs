@@ -110,9 +110,9 @@ pub struct PassiveLog {
 
 impl PassiveLog {
     /// Why a newly registered driver cannot take this log's place, if it cannot:
-    /// another device or model, an MTU in use it would refuse, or fewer
-    /// features than the stack was using.
-    pub fn incompatibility(&self, fresh: &RegisteredInfo) -> Option<String> {
+    /// another device, an MTU in use it would refuse, or fewer features than
+    /// the stack was using (unless `allow_feature_loss`: an update told so).
+    pub fn incompatibility(&self, fresh: &RegisteredInfo, allow_feature_loss: bool) -> Option<String> {
         let old = &self.registered;
         if fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr {
             return Some(format!("it registered address {} (permanent {}), its predecessor {} (permanent {})",
@@ -123,8 +123,8 @@ impl PassiveLog {
             return Some(format!("the MTU in use, {}, is outside its range {}..{}", self.mtu, fresh.min_mtu, fresh.max_mtu));
         }
         let missing = old.features & !fresh.features;
-        if missing != 0 {
-            return Some(format!("it lacks features {missing:#x} that were in use"));
+        if missing != 0 && !allow_feature_loss {
+            return Some(format!("it lacks features that were in use: {}", feature_names(missing)));
         }
         None
     }
@@ -148,6 +148,23 @@ impl PassiveLog {
         }
         requests
     }
+}
+
+/// NETIF_F_* bits by their `ethtool -k` names (include/linux/netdev_features.h,
+/// the same in every Debian 6.1 ABI); other bits by number.
+pub fn feature_names(features: u64) -> String {
+    const NAMES: [(u32, &str); 17] = [
+        (0, "scatter-gather"), (1, "tx-checksum-ipv4"), (3, "tx-checksum-ip-generic"), (4, "tx-checksum-ipv6"),
+        (5, "highdma"), (7, "tx-vlan-hw-insert"), (8, "rx-vlan-hw-parse"), (9, "rx-vlan-filter"),
+        (11, "tx-generic-segmentation"), (14, "rx-gro"), (15, "rx-lro"), (16, "tx-tcp-segmentation"),
+        (18, "tx-tcp-ecn-segmentation"), (19, "tx-tcp-mangleid-segmentation"), (20, "tx-tcp6-segmentation"),
+        (39, "rx-hashing"), (40, "rx-checksum"),
+    ];
+    (0..64)
+        .filter(|bit| features & (1u64 << bit) != 0)
+        .map(|bit| NAMES.iter().find(|(b, _)| *b == bit).map_or_else(|| format!("bit {bit}"), |(_, n)| n.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A MAC address as `ip link` shows it.
@@ -449,17 +466,25 @@ mod tests {
     }
 
     #[test]
+    fn features_read_as_ethtool_names_them() {
+        assert_eq!(feature_names((1 << 1) | (1 << 16) | (1 << 40) | (1 << 63)),
+                   "tx-checksum-ipv4, tx-tcp-segmentation, rx-checksum, bit 63");
+        assert_eq!(feature_names(0), "");
+    }
+
+    #[test]
     fn a_replacement_must_be_the_same_device_with_the_mtu_and_features_in_use() {
         let mut log = shadow().log().clone();
         log.mtu = 9000;
-        assert_eq!(log.incompatibility(&e1000()), None);
+        assert_eq!(log.incompatibility(&e1000(), false), None);
         let other = RegisteredInfo { perm_addr: [2, 0, 0, 0, 0, 1], ..e1000() };
-        assert!(log.incompatibility(&other).unwrap().contains("permanent 02:00:00:00:00:01"));
+        assert!(log.incompatibility(&other, true).unwrap().contains("permanent 02:00:00:00:00:01"));
         let small = RegisteredInfo { max_mtu: 1500, ..e1000() };
-        assert_eq!(log.incompatibility(&small).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
+        assert_eq!(log.incompatibility(&small, true).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
         let fewer = RegisteredInfo { features: 0x3, ..e1000() };
-        assert_eq!(log.incompatibility(&fewer).unwrap(), "it lacks features 0x40000000 that were in use");
+        assert_eq!(log.incompatibility(&fewer, false).unwrap(), "it lacks features that were in use: bit 30");
+        assert_eq!(log.incompatibility(&fewer, true), None, "an update may be told to accept the loss");
         let more = RegisteredInfo { features: 0x4000_0007, ..e1000() };
-        assert_eq!(log.incompatibility(&more), None);
+        assert_eq!(log.incompatibility(&more, false), None);
     }
 }

@@ -17,9 +17,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, ModuleInfo, RecoveryRecord, StartKind};
-use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6,
-                          RX_MODE_ALLMULTI, RX_MODE_PROMISC};
+use understudy_api::{Counters, DeviceStatus, DeviceStop, DriverState, EthtoolQueries, EthtoolReport, HandoverReason, HandoverRecord,
+                     ModuleInfo, StartKind};
+use understudy_protocol::{parse_driver_message, DriverMessage, PciIds, Request, MSG_MAX, OFFLOAD_TSO4, OFFLOAD_TSO6};
 use understudy_shm::{Geometry, RxFrame, SharedMemory, ShmError, TxFrame};
 use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Vfio, VfioError};
 
@@ -31,9 +31,10 @@ use crate::placement::Placement;
 use crate::process::{self, DriverFds, DriverProcess};
 use crate::ratelimit::TokenBucket;
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{keep_record, ms_or_dash, phase_ms, round_ms, FirstFrameWatch, Recovery, RestartBudget, RestartPolicy, Step};
+use crate::handover::{self, describe, Event, Handover, Outcome, Reason};
+use crate::recovery::{keep_record, ms_or_dash, round_ms, FirstFrameWatch, RestartBudget, RestartPolicy};
 use crate::fd;
-use crate::shadow::{format_mac, Action, NetShadow, Phase, RxMode, TapConfig, Undo};
+use crate::shadow::{format_mac, Action, NetShadow, PassiveLog, Phase, RxMode, TapConfig, Undo};
 use crate::tap::{Tap, MAX_FRAME_PARTS};
 use crate::template::{self, SpawnError, Template};
 use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
@@ -45,7 +46,7 @@ const KEEP_FOR_TX: usize = 512;
 /// the buffers lent back only once the rx ring was empty, it sat idle, its
 /// NIC's ring filling, for as long as the host took to merge and write the
 /// batch (e1000 host → guest TCP 967 → 1056 and 934 → 1083 Mbit/s, medians
-/// of 4 A/B runs each, docs/bench-net.md).
+/// of 4 A/B runs each, docs/notes/bench-net-history.md, "What limits receive: the first look").
 const RX_REFILL_EVERY: usize = 64;
 const ETH_HLEN: usize = 14;
 /// The longest Ethernet header: with one VLAN tag.
@@ -61,6 +62,9 @@ const CARRIER_HOLD: Duration = Duration::from_secs(10);
 /// How long a CLI client waits for an ethtool answer; the watchdog ends a
 /// silent driver (and so the query) long before this with sane timeouts.
 const ETHTOOL_WAIT: Duration = Duration::from_secs(120);
+/// How long `understudy update` waits: a load, two probes (an update and its
+/// rollback) each within --probe-timeout-ms, the links and the probation.
+const UPDATE_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Setup {
     pub device: PciAddress,
@@ -79,7 +83,12 @@ enum Command {
     Ethtool { queries: EthtoolQueries, answer: Answer },
     /// `understudy recover`: restart the driver as if it had died.
     Recover { answer: mpsc::Sender<Result<(), String>> },
+    /// `understudy update`: answered when the update is over.
+    Update { modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer },
 }
+
+/// Where an update's outcome goes: its record, or why it was not started.
+type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
 
 /// What the rest of the daemon holds for a device.
 pub struct Handle {
@@ -113,6 +122,16 @@ impl Requester {
         self.commands.send(Command::Recover { answer }).map_err(|_| "the device's thread has ended".to_string())?;
         fd::signal(self.wake.as_fd());
         answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
+
+    /// Hands the interface to `modules` (live update); returns the update's
+    /// record once it is over: updated, rolled back, or refused.
+    pub fn update(&self, modules: Vec<ModuleInfo>, allow_feature_loss: bool) -> Result<HandoverRecord, String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Update { modules, allow_feature_loss, answer })
+            .map_err(|_| "the device's thread has ended".to_string())?;
+        fd::signal(self.wake.as_fd());
+        answered.recv_timeout(UPDATE_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
     }
 }
 
@@ -182,8 +201,6 @@ enum Fault {
     Closed,
     /// `understudy recover`.
     RecoverRequested,
-    /// A fresh driver cannot take its predecessor's place: ended, not restarted.
-    Unreplaceable(String),
 }
 
 /// Why a request was sent, so its reply goes to the right place.
@@ -195,7 +212,7 @@ enum Purpose {
     Config,
     Heartbeat,
     Ethtool,
-    /// The passive log, given to a fresh driver after a restart.
+    /// The passive log, given to a successor (handover.rs).
     Replay,
 }
 
@@ -210,20 +227,6 @@ fn offload_names(offloads: u32) -> Vec<String> {
         .collect()
 }
 
-/// A request for the log: its name and what it carries.
-fn describe(request: &Request) -> String {
-    match request {
-        Request::SetMtu(mtu) => format!("SET_MTU {mtu}"),
-        Request::SetMac(mac) => format!("SET_MAC {}", format_mac(mac)),
-        Request::SetRxMode { flags, multicast } => format!(
-            "SET_RX_MODE{}{} with {} multicast address(es)",
-            if flags & RX_MODE_PROMISC != 0 { " promisc" } else { "" },
-            if flags & RX_MODE_ALLMULTI != 0 { " allmulti" } else { "" },
-            multicast.len()
-        ),
-        other => other.name().to_string(),
-    }
-}
 
 struct Supervisor {
     // Declared in teardown order: the driver goes first, the interface last.
@@ -271,12 +274,20 @@ struct Supervisor {
     rx_written: Vec<u32>,
     driver_binary: PathBuf,
     placement: Option<Placement>,
-    probe: Request,
+    /// The modules the driver runs (and the template was made from).
+    modules: Vec<ModuleInfo>,
     restarts: RestartBudget,
-    /// The restart under way, until the fresh driver serves.
-    recovery: Option<Recovery>,
-    /// The last restart, until the first frame through the fresh driver.
-    first_frame: Option<FirstFrameWatch>,
+    /// The handover under way (handover.rs): a restart until its successor
+    /// serves, an update until its probation is over.
+    handover: Option<Handover<TxFrame>>,
+    /// An update's successor while it loads, and the CLI waiting for the update.
+    loader: Option<Loader>,
+    update_answer: Option<UpdateAnswer>,
+    probation_until: Option<Instant>,
+    /// `understudy recover` asked for the death being handled.
+    recover_requested: bool,
+    /// The last handover, until the first frame through its successor.
+    first_frame: Option<(FirstFrameWatch, HandoverReason)>,
     /// When a frame last went through the driver (for the downtime of a restart).
     last_packet: Option<Instant>,
     /// After a restart the TAP keeps the dead driver's carrier until the fresh
@@ -288,6 +299,13 @@ struct Supervisor {
     backoff: Backoff,
     /// With `retry`, the restart waiting for its back-off to pass.
     retry: Option<PendingRetry>,
+}
+
+/// An update's successor process, from LOAD until it is started or refused.
+struct Loader {
+    process: DriverProcess,
+    control: OwnedFd,
+    seq: u32,
 }
 
 /// A restart put off by `--on-exhausted retry` until `at`.
@@ -360,6 +378,7 @@ impl Supervisor {
             pool_free: shm.free_count(),
             recoveries: Vec::new(),
             recovery_count: 0,
+            updates: Vec::new(),
             template_pid: None,
         };
         let (command_sender, commands) = mpsc::channel();
@@ -400,12 +419,13 @@ impl Supervisor {
             rx_written: Vec::with_capacity(RX_REFILL_EVERY + MAX_SEGMENTS),
             driver_binary: setup.driver_binary.clone(),
             placement: setup.placement,
-            probe: Request::Probe {
-                pci_address: setup.device.to_string(),
-                modules: setup.modules.iter().map(|m| m.path.clone()).collect(),
-            },
+            modules: setup.modules.clone(),
             restarts: RestartBudget::new(setup.restarts),
-            recovery: None,
+            handover: None,
+            loader: None,
+            update_answer: None,
+            probation_until: None,
+            recover_requested: false,
             first_frame: None,
             last_packet: None,
             carrier_held_until: None,
@@ -413,17 +433,23 @@ impl Supervisor {
             agent: setup.agent,
             retry: None,
         };
-        if let Err(e) = s.send_startup() {
+        let modules = s.modules.clone();
+        if let Err(e) = s.send_startup(&modules) {
             s.end_driver(&format!("could not send its first requests: {e}"), false);
             return Err(format!("the driver process did not take its first requests: {e}"));
         }
         Ok(s)
     }
 
-    /// HELLO and PROBE: the driver process maps the shared memory and loads the modules.
-    fn send_startup(&mut self) -> io::Result<()> {
+    /// HELLO and PROBE: the driver process maps the shared memory, loads the
+    /// modules (unless LOAD did) and probes the device.
+    fn send_startup(&mut self, modules: &[ModuleInfo]) -> io::Result<()> {
         self.send_request(Request::Hello(self.shm.geometry().hello()), Purpose::Startup)?;
-        self.send_request(self.probe.clone(), Purpose::Startup)
+        let probe = Request::Probe {
+            pci_address: self.vfio.address().to_string(),
+            modules: modules.iter().map(|m| m.path.clone()).collect(),
+        };
+        self.send_request(probe, Purpose::Startup)
     }
 
     fn update(&self, f: impl FnOnce(&mut DeviceStatus)) {
@@ -464,9 +490,9 @@ impl Supervisor {
         loop {
             let alive = self.driver.is_some();
             let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-            // While a restart replays and waits for the fresh driver's link, the
-            // TAP's frames wait: the dead driver's go first.
-            let replaying = self.recovery.is_some();
+            // While a successor starts, replays and waits for its link, the
+            // TAP's frames wait: the predecessor's go first.
+            let replaying = self.handover.as_ref().is_some_and(|h| !h.serving());
             // A driver holding all the tx buffers it may gets no more (can_send);
             // the completions it then owes wake this loop (tx_done_urgent).
             let want_tap = alive && !self.tx_stopped && open && !replaying && self.shm.can_send(self.tap_frames_large()).unwrap_or(true);
@@ -474,6 +500,11 @@ impl Supervisor {
             let template_at = fds.len();
             if let Some(t) = &self.template {
                 fds.push(fd::readable(t.process.pidfd.as_fd()));
+            }
+            let loader_at = fds.len();
+            if let Some(l) = &self.loader {
+                fds.push(fd::readable(l.control.as_fd()));
+                fds.push(fd::readable(l.process.pidfd.as_fd()));
             }
             let driver_at = fds.len();
             if let Some(d) = &self.driver {
@@ -499,6 +530,9 @@ impl Supervisor {
             if self.template.is_some() && ready(template_at) {
                 self.template_ended();
             }
+            if self.loader.is_some() && (ready(loader_at) || ready(loader_at + 1)) {
+                self.read_loader();
+            }
             if ready(0) {
                 self.shut_down();
                 return;
@@ -510,7 +544,7 @@ impl Supervisor {
                 self.read_link_changes();
             }
             let mut outcome = self.take_commands();
-            if !alive {
+            if self.driver.is_none() {
                 self.retry_if_due(Instant::now());
                 continue;
             }
@@ -548,10 +582,9 @@ impl Supervisor {
                         continue;
                     }
                     Fault::Closed => "the driver closed its control socket".into(),
-                    Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
-                    Fault::Unreplaceable(why) => {
-                        self.end_driver(&why, false);
-                        continue;
+                    Fault::RecoverRequested => {
+                        self.recover_requested = true;
+                        "restart requested (`understudy recover`)".into()
                     }
                 };
                 self.end_driver(&why, true);
@@ -579,8 +612,8 @@ impl Supervisor {
     /// Milliseconds until the next deadline, PING, multicast poll or log report.
     fn poll_timeout(&self, now: Instant) -> libc::c_int {
         let mut next = self.log_limit.next_report();
-        if let Some(retry) = &self.retry {
-            next = Some(next.map_or(retry.at, |n| n.min(retry.at)));
+        for t in [self.retry.as_ref().map(|r| r.at), self.probation_until].into_iter().flatten() {
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         if self.driver.is_some() {
             let watchdog = self.watchdog.next_event();
@@ -621,6 +654,10 @@ impl Supervisor {
         if self.carrier_held_until.is_some_and(|t| now >= t) {
             self.release_carrier()?;
         }
+        if self.probation_until.is_some_and(|t| now >= t) {
+            self.probation_until = None;
+            self.feed(Event::ProbationOver)?;
+        }
         if self.shadow.is_some() && now >= self.next_multicast_poll {
             self.read_multicast_list();
             self.next_multicast_poll = now + MULTICAST_POLL;
@@ -638,10 +675,7 @@ impl Supervisor {
               self.vfio.address(), CARRIER_HOLD.as_secs(), self.tap.name(), if on { "on" } else { "off" });
         self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
         self.update(|s| s.carrier = on);
-        if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
-            return self.give_frames();
-        }
-        Ok(())
+        self.feed(Event::LinkWaitOver)
     }
 
     fn report_suppressed_logs(&mut self, now: Instant, force: bool) {
@@ -698,7 +732,7 @@ impl Supervisor {
         // configured before PROBE is answered: an opened driver cannot
         // become a template.
         let starting = self.pending.values().any(|&(_, purpose)| purpose == Purpose::Startup);
-        let replaying = self.recovery.as_ref().is_some_and(|r| matches!(r.step, Step::Registering | Step::Replaying));
+        let replaying = self.handover.as_ref().is_some_and(|h| h.holds_configuration());
         if self.driver.is_none() || starting || replaying {
             return Ok(());
         }
@@ -749,22 +783,22 @@ impl Supervisor {
             match command {
                 Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
                 Command::Recover { answer } => {
-                    let accepted = match (&self.driver, &self.shadow, &self.recovery) {
-                        (None, ..) => Err("the driver is dead (see `understudy status`)"),
-                        (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
-                        (_, _, Some(_)) => Err("a restart is already under way"),
-                        _ => Ok(()),
-                    };
+                    let accepted = self.may_hand_over();
                     recover |= accepted.is_ok();
                     let _ = answer.send(accepted.map_err(|why| format!("{}: {why}", self.vfio.address())));
                 }
+                Command::Update { modules, allow_feature_loss, answer } => match self.may_hand_over() {
+                    Ok(()) if !recover => self.begin_update(modules, allow_feature_loss, answer)?,
+                    Ok(()) => { let _ = answer.send(Err(format!("{}: a restart was requested first", self.vfio.address()))); }
+                    Err(why) => { let _ = answer.send(Err(format!("{}: {why}", self.vfio.address()))); }
+                },
             }
         }
         if recover {
             return Err(Fault::RecoverRequested);
         }
-        // While a restart is under way queries wait for the fresh driver's answer.
-        if self.shadow.is_none() && self.recovery.is_none() {
+        // While a handover is under way queries wait for the successor's answer.
+        if self.shadow.is_none() && self.handover.is_none() {
             let why = match self.driver {
                 Some(_) => "the driver has not registered its net_device yet",
                 None => "the driver is dead (see `understudy status`)",
@@ -789,6 +823,17 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// Whether the interface may change hands now (`recover`, `update`).
+    fn may_hand_over(&self) -> Result<(), &'static str> {
+        match (&self.driver, &self.shadow, &self.handover) {
+            (None, ..) => Err("the driver is dead (see `understudy status`)"),
+            (_, _, Some(h)) if matches!(h.reason(), Reason::Update { .. }) => Err("an update is already under way"),
+            (_, _, Some(_)) => Err("a restart is already under way"),
+            (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
+            _ => Ok(()),
+        }
     }
 
     fn handle_control(&mut self) -> Result<(), Fault> {
@@ -835,7 +880,7 @@ impl Supervisor {
                 return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
             }
             Purpose::Startup => {
-                if matches!(request, Request::Probe { .. }) && self.recovery.is_none() {
+                if matches!(request, Request::Probe { .. }) && self.handover.is_none() {
                     if self.restarts.policy().template {
                         self.take_template()?;
                     }
@@ -845,14 +890,12 @@ impl Supervisor {
                     }
                 }
             }
-            Purpose::Replay if status < 0 => {
-                return Err(Fault::Unreplaceable(format!(
-                    "the fresh driver refused {} that its predecessor had accepted: {}", describe(&request), errno())));
-            }
             Purpose::Replay => {
-                let recovery = self.recovery.as_ref().expect("replay belongs to a restart");
-                self.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, &recovery.log);
-                self.replay_next()?;
+                if status >= 0 {
+                    let log = self.handover.as_ref().expect("replay belongs to a handover").log();
+                    self.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, log);
+                }
+                self.feed(Event::ReplayAnswered { status })?;
             }
             Purpose::Heartbeat if status < 0 => warn!("{dev}: the driver answered PING with {status} ({})", errno()),
             Purpose::Heartbeat => {}
@@ -898,7 +941,7 @@ impl Supervisor {
                     // The template's first fork: the driver the template registered, resumed.
                     self.takeover = false;
                     let shadow = self.shadow.as_ref().expect("the template registered");
-                    if let Some(why) = shadow.log().incompatibility(&r) {
+                    if let Some(why) = shadow.log().incompatibility(&r, false) {
                         return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
                     }
                     return Ok(());
@@ -909,18 +952,8 @@ impl Supervisor {
                 info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
                        it is opened when {} is set up",
                       r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features, self.tap.name());
-                if let Some(recovery) = self.recovery.as_mut() {
-                    if let Some(why) = recovery.log.incompatibility(&r) {
-                        return Err(Fault::Unreplaceable(format!("the fresh driver cannot replace the dead one: {why}")));
-                    }
-                    recovery.record.start_ms = Some(phase_ms(recovery.elapsed_ms(Instant::now()), recovery.record.stop_ms));
-                    recovery.step = Step::Replaying;
-                    recovery.replay = recovery.log.replay(&r).into();
-                    self.set_tap_offloads(r.offloads);
-                    // The TAP keeps the settings in force; the replay gives them to the driver.
-                    self.shadow = Some(NetShadow::registered(r.clone()));
-                    self.publish_recovery();
-                    return self.replay_next();
+                if self.handover.is_some() {
+                    return self.feed(Event::Registered(r));
                 }
                 self.tap.set_mac(r.dev_addr).map_err(|e| Fault::Io(e.to_string()))?;
                 self.tap.set_mtu(r.mtu).map_err(|e| Fault::Io(e.to_string()))?;
@@ -929,35 +962,26 @@ impl Supervisor {
                     link.mac = Some(r.dev_addr);
                     link.mtu = Some(r.mtu);
                 }
-                self.shadow = Some(NetShadow::registered(r.clone()));
+                self.adopt(r.clone());
                 // During the probe the process that probed may still hand the
                 // device to its fork (the template's): "registered" waits for
                 // PROBE's reply, which settles whose pid `status` shows.
                 let probing = self.pending.values().any(|(request, _)| matches!(request, Request::Probe { .. }));
-                self.update(|s| {
-                    if !probing {
-                        s.state = DriverState::Registered;
-                    }
-                    s.mac = Some(format_mac(&r.dev_addr));
-                    s.mtu = Some(r.mtu);
-                    s.min_mtu = Some(r.min_mtu);
-                    s.max_mtu = Some(r.max_mtu);
-                    s.features = Some(r.features);
-                    s.hw_features = Some(r.hw_features);
-                    s.driver_name = Some(r.driver.clone());
-                });
+                if !probing {
+                    self.update(|s| s.state = DriverState::Registered);
+                }
             }
             DriverMessage::Carrier(on) => {
                 if let Some(shadow) = self.shadow.as_mut() {
                     shadow.set_carrier(on);
                 }
                 if self.carrier_held_until.is_some() {
-                    info!("{dev}: restart: the fresh driver's carrier is {}", if on { "on" } else { "off" });
+                    info!("{dev}: handover: the successor's carrier is {}", if on { "on" } else { "off" });
                     let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
                     if !(on && open) {
-                        return Ok(());
+                        return self.feed(Event::Carrier(on));
                     }
-                    // The hold is over. The TAP held the dead driver's carrier,
+                    // The hold is over. The TAP held the predecessor's carrier,
                     // which was off if the interface was down when it died.
                     self.carrier_held_until = None;
                 } else {
@@ -965,9 +989,7 @@ impl Supervisor {
                 }
                 self.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
                 self.update(|s| s.carrier = on);
-                if self.recovery.as_ref().is_some_and(|r| r.step == Step::LinkUp) {
-                    return self.give_frames();
-                }
+                return self.feed(Event::Carrier(on));
             }
             DriverMessage::TxQueue { stopped } => self.tx_stopped = stopped,
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
@@ -1022,7 +1044,7 @@ impl Supervisor {
             let got = self.receive_frames(&mut counters)?;
             // Completions are asked for when the driver holds many buffers, or
             // when a restart waits for its first frame.
-            let want_tx_done = self.shm.tx_done_urgent(large) || self.recovery.is_some() || self.first_frame.is_some();
+            let want_tx_done = self.shm.tx_done_urgent(large) || self.handover.is_some() || self.first_frame.is_some();
             if !got && self.shm.prepare_to_sleep(want_tx_done) {
                 break;
             }
@@ -1038,8 +1060,8 @@ impl Supervisor {
         if counters.rx_packets + sent > 0 {
             let now = Instant::now();
             self.last_packet = Some(now);
-            if let Some(watch) = self.first_frame.take() {
-                self.first_frame_passed(watch, now);
+            if let Some((watch, reason)) = self.first_frame.take() {
+                self.first_frame_passed(watch, reason, now);
             }
         }
         let pool_free = self.shm.free_count();
@@ -1188,93 +1210,116 @@ impl Supervisor {
         self.after_death(format!("{why} (the process was ended by the daemon: {how})"), restart);
     }
 
-    /// DESIGN.md decision 4: stop the device (bus mastering off, interrupts
-    /// off, reset), then take every buffer back. Then, if `restart` and the
-    /// restart policy allow, a fresh driver process takes the dead one's place
-    /// (`restart`) in the same arena, whose IOMMU mapping is kept: the stopped
-    /// device cannot reach it, and dropping and re-creating 64 MiB of mapping
-    /// cost ~70 ms of every restart under the lab's emulated IOMMU. Otherwise
-    /// the mapping is dropped and the interface stays, without carrier.
-    fn after_death(&mut self, cause: String, restart: bool) {
-        let seen_dead = Instant::now();
+    /// docs/design.md §4: stops the device (bus mastering off, interrupts
+    /// off, reset) and takes every buffer back from the driver that is gone.
+    /// The arena's IOMMU mapping is kept: the stopped device cannot reach it,
+    /// and dropping and re-creating 64 MiB of mapping cost ~70 ms of every
+    /// restart under the lab's emulated IOMMU.
+    fn quiesce(&mut self, seen: Instant) -> Quiesced {
         self.carrier_held_until = None;
-        // A restart whose first frame never came keeps its record without one.
+        self.probation_until = None;
+        // A handover whose first frame never came keeps its record without one.
         self.first_frame = None;
-        let dev = self.vfio.address().clone();
         let report = self.vfio.stop_device();
         let device_stopped = Instant::now();
-        let mut uncompleted = self.shm.reclaim_all();
+        let uncompleted = self.shm.reclaim_all();
         // The frames a fault left unwritten: their buffers were just reclaimed.
         self.coalescer.discard();
         self.rx_written.clear();
         self.pending.clear();
-        self.watchdog = Watchdog::new(self.watchdog.detection(), seen_dead);
-        self.tx_progress = TxProgress::new(seen_dead);
+        self.watchdog = Watchdog::new(self.watchdog.detection(), seen);
+        self.tx_progress = TxProgress::new(seen);
         let detection = self.watchdog.detection();
         self.warn_storm = WarnStorm::new(detection.warns, detection.warn_window);
-        // What the fresh driver must be given: the dead one's log, or, if it
-        // died during a restart, the log that restart was replaying.
-        let interrupted = self.recovery.take();
-        let log = match (self.shadow.take(), &interrupted) {
-            (_, Some(previous)) => Some(previous.log.clone()),
-            (Some(shadow), None) => Some(shadow.log().clone()),
-            (None, None) => None,
-        };
-        if let Some(mut previous) = interrupted {
-            // Its frames never reached the fresh driver: they are still the oldest.
-            previous.uncompleted.append(&mut uncompleted);
-            uncompleted = std::mem::take(&mut previous.uncompleted);
-            previous.record.outcome = format!("the fresh driver died too: {cause}");
-            self.publish(previous.record.clone());
-            self.hook("failed", &previous.record.cause, Some(&previous.record.outcome), None, None);
-        }
         if let Some(job) = self.ethtool.take() {
-            job.fail(format!("{dev}: the driver died before it answered"));
+            job.fail(format!("{}: the driver died before it answered", self.vfio.address()));
         }
-        self.report_suppressed_logs(seen_dead, true);
+        self.report_suppressed_logs(seen, true);
         self.tx_stopped = false;
-        let bus_master_off = report.command_after.is_some_and(|c| !bus_master_enabled(c));
-        let reset = match &report.reset {
-            Ok(()) => "done".to_string(),
-            Err(e) => e.clone(),
+        let device_stop = DeviceStop {
+            bus_master_off: report.command_after.is_some_and(|c| !bus_master_enabled(c)),
+            irqs_disabled: report.irqs_disabled,
+            reset: report.reset.clone().err().unwrap_or_else(|| "done".into()),
+            iommu_unmapped: false,
         };
-        let mut device_stop = DeviceStop { bus_master_off, irqs_disabled: report.irqs_disabled, reset, iommu_unmapped: false };
+        Quiesced { uncompleted, device_stop, device_stop_ms: round_ms(device_stopped - seen) }
+    }
+
+    /// A driver process is gone: its device is stopped and its buffers taken
+    /// back. A successor in a handover reports it to the handover; a serving
+    /// driver's death starts one (a restart), if `restart` and the policy allow.
+    fn after_death(&mut self, cause: String, restart: bool) {
+        let seen_dead = Instant::now();
+        let q = self.quiesce(seen_dead);
+        let shadow = self.shadow.take();
+        let requested = std::mem::take(&mut self.recover_requested);
+        if self.handover.as_ref().is_some_and(|h| h.predecessor_serves()) {
+            // The serving driver died while its update loaded: the update is off.
+            self.feed_quietly(Event::Loaded(Err(format!("the running driver died meanwhile: {cause}"))));
+        }
+        if self.handover.is_some() {
+            if !restart {
+                self.abandon_handover("the device was stopped by request");
+            } else {
+                self.update(|s| s.device_stop = Some(q.device_stop.clone()));
+                self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
+                return;
+            }
+        }
+        let reason = if requested { Reason::Requested } else { Reason::Death { cause: cause.clone() } };
+        let log = shadow.map(|s| s.log().clone());
+        self.restart_or_give_up(reason, cause, log, q, seen_dead, restart);
+    }
+
+    /// Starts a restart (a handover to a fresh copy of the modules) with
+    /// `log`, if `restart` and the policy allow; otherwise the device stays
+    /// stopped, its IOMMU mapping is dropped and the interface stays, without carrier.
+    fn restart_or_give_up(&mut self, reason: Reason, cause: String, log: Option<PassiveLog>, q: Quiesced,
+                          seen_dead: Instant, restart: bool) {
+        let dev = self.vfio.address().clone();
+        let Quiesced { uncompleted, mut device_stop, device_stop_ms } = q;
         let not_restarted = match (restart, log) {
-            (false, _) => None,
-            (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
+            (false, _) => Some(None),
+            (true, None) => Some(Some("it died before registering its net_device, so there is nothing to replay".to_string())),
             (true, Some(log)) => match self.restarts.take(seen_dead) {
                 Err(why) if self.agent.on_exhausted == OnExhausted::Retry => {
                     let wait = self.backoff.next_delay();
                     self.retry = Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
-                    Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64()))
+                    for lost in uncompleted {
+                        self.shm.put_free(lost.buf);
+                    }
+                    Some(Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64())))
                 }
                 Ok(()) => {
-                    let mut recovery = Recovery::new(cause.clone(), log, uncompleted, seen_dead, self.last_packet);
-                    recovery.record.device_stop_ms = round_ms(device_stopped - seen_dead);
-                    match self.restart(recovery, &device_stop) {
-                        Ok(()) => return,
-                        Err((why, unsent)) => {
-                            uncompleted = unsent;
-                            Some(why)
-                        }
-                    }
+                    let held = uncompleted.len();
+                    let (handover, actions) = Handover::restart(reason, log, self.modules.clone(), uncompleted, seen_dead,
+                                                                device_stop_ms, Instant::now());
+                    warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
+                           {} frame(s) to give it again; {} keeps its carrier",
+                          device_stop.reset, self.tap.name(), held, self.tap.name());
+                    self.begin_handover(handover, Some(device_stop));
+                    self.carrier_held_until = Some(Instant::now() + CARRIER_HOLD);
+                    self.act_quietly(actions);
+                    return;
                 }
-                Err(why) => Some(why),
+                Err(why) => {
+                    for lost in uncompleted {
+                        self.shm.put_free(lost.buf);
+                    }
+                    Some(Some(why))
+                }
             },
         };
+        let why = not_restarted.expect("a restart returned above");
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.vfio.unmap_all();
         device_stop.iommu_unmapped = unmapped.is_ok();
-        // Nobody will send the frames the dead driver never completed.
-        for lost in uncompleted {
-            self.shm.put_free(lost.buf);
-        }
         let _ = self.tap.set_carrier(false);
-        let death = match &not_restarted {
+        let death = match &why {
             Some(why) => format!("{cause}; not restarted: {why}"),
             None => cause.clone(),
         };
-        if let Some(why) = &not_restarted {
+        if let Some(why) = &why {
             let (outcome, retry_in) = match &self.retry {
                 Some(r) => ("retrying", Some(r.at.saturating_duration_since(seen_dead))),
                 None => ("down", None),
@@ -1283,8 +1328,8 @@ impl Supervisor {
         }
         error!("{dev}: driver died: {death}. Device stopped (bus mastering {}, interrupts {}, reset: {}), \
                 IOMMU mappings {}; {} kept without carrier. `understudy stop {dev}` releases it.",
-               if bus_master_off { "off" } else { "STILL ON" },
-               if report.irqs_disabled { "disabled" } else { "not all disabled" },
+               if device_stop.bus_master_off { "off" } else { "STILL ON" },
+               if device_stop.irqs_disabled { "disabled" } else { "not all disabled" },
                device_stop.reset,
                if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.tap.name());
@@ -1299,53 +1344,346 @@ impl Supervisor {
         });
     }
 
-    /// The one mechanism of DESIGN.md decisions 7 and 8 (recovery now; live
-    /// update and migration later): with the device stopped and every buffer
-    /// back, start a fresh driver process -- a fork of the post-probe template,
-    /// or a new process that probes (template.rs); REGISTERED
-    /// then starts the replay of `recovery.log` (`replay_next`). The TAP keeps
-    /// its carrier throughout. On failure, returns why and the frames still held.
-    fn restart(&mut self, mut recovery: Recovery, device_stop: &DeviceStop)
-               -> Result<(), (String, Vec<TxFrame>)> {
-        let dev = self.vfio.address().clone();
-        if let Err(e) = self.vfio.allow_intx() {
-            return Err((format!("cannot allow the device's interrupt again: {e}"), recovery.uncompleted));
-        }
-        recovery.record.stop_ms = recovery.elapsed_ms(Instant::now());
-        let forked = self.fork_from_template();
-        let cold = forked.is_none();
-        let (control, driver) = match forked.map(Ok).unwrap_or_else(|| {
-            spawn_driver(&self.driver_binary, self.placement, &self.vfio, &self.shm, self.kick.as_fd(), self.notify.as_fd())
-        }) {
-            Ok(started) => started,
-            Err(e) => return Err((e, recovery.uncompleted)),
-        };
-        recovery.record.start = if cold { StartKind::Probe } else { StartKind::Template };
-        self.control = control;
-        self.carrier_held_until = Some(Instant::now() + CARRIER_HOLD);
-        let pid = driver.pid;
-        self.driver = Some(driver);
-        warn!("{dev}: driver died: {}. Device stopped (reset: {}); restarting it: process {pid}, {} frame(s) to give it again; \
-               {} keeps its carrier", recovery.record.cause, device_stop.reset, recovery.uncompleted.len(), self.tap.name());
-        let cause = recovery.record.cause.clone();
-        let record = recovery.record.clone();
-        let device_stop = device_stop.clone();
+    /// Shows a handover that begins in `status`: a restart among the
+    /// recoveries, an update among the updates.
+    fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
+        let record = handover.record().clone();
+        let restart = record.reason != HandoverReason::Update;
+        let death = restart.then(|| record.cause.clone());
+        self.handover = Some(handover);
         self.update(|s| {
-            s.state = DriverState::Recovering;
-            s.pid = Some(pid as u32);
-            s.death = Some(cause);
-            s.device_stop = Some(device_stop);
-            s.recovery_count += 1;
-            keep_record(&mut s.recoveries, record);
+            if restart {
+                s.state = DriverState::Recovering;
+                s.death = death;
+                s.device_stop = device_stop;
+                s.recovery_count += 1;
+                keep_record(&mut s.recoveries, record);
+            } else {
+                keep_record(&mut s.updates, record);
+            }
         });
-        self.recovery = Some(recovery);
-        if cold {
-            if let Err(e) = self.send_startup() {
-                // The control socket is broken: the run loop sees the process end.
-                error!("{dev}: the fresh driver process did not take its first requests: {e}");
+    }
+
+    /// `understudy update`: a successor for `modules` loads while the driver serves (handover.rs).
+    fn begin_update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer) -> Result<(), Fault> {
+        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        info!("{}: update to {} requested; it loads while the driver serves", self.vfio.address(),
+              modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", "));
+        let reason = Reason::Update { modules, allow_feature_loss };
+        let (handover, actions) = Handover::update(reason, log, self.modules.clone(), Instant::now());
+        self.begin_handover(handover, None);
+        self.update_answer = Some(answer);
+        self.act(actions)
+    }
+
+    /// The answer of an update's successor to LOAD (or its death meanwhile).
+    fn read_loader(&mut self) {
+        let Some(loader) = &self.loader else { return };
+        let mut buf = vec![0u8; MSG_MAX + 1];
+        let received = nix::sys::socket::recv(loader.control.as_raw_fd(), &mut buf,
+                                              nix::sys::socket::MsgFlags::MSG_TRUNC | nix::sys::socket::MsgFlags::MSG_DONTWAIT);
+        let result = match received {
+            Err(nix::errno::Errno::EAGAIN) => return,
+            Err(e) => Err(format!("its control socket: {e}")),
+            Ok(0) => Err("it closed its control socket (it is exiting)".to_string()),
+            Ok(n) if n > MSG_MAX => Err(format!("protocol violation: a message of {n} bytes")),
+            Ok(n) => match parse_driver_message(&buf[..n]) {
+                Ok(DriverMessage::Log { level, text }) => {
+                    driver_log(&mut self.log_limit, self.vfio.address(), level, &text);
+                    return;
+                }
+                Ok(DriverMessage::Reply { seq, status, data }) if seq == loader.seq => {
+                    let text = String::from_utf8_lossy(&data).trim_end().to_string();
+                    if status < 0 {
+                        Err(format!("{}:\n{text}", io::Error::from_raw_os_error(-status)))
+                    } else {
+                        Ok(text)
+                    }
+                }
+                Ok(other) => Err(format!("protocol violation: {other:?} before LOAD was answered")),
+                Err(e) => Err(format!("protocol violation: {e}")),
+            },
+        };
+        if let Err(why) = &result {
+            warn!("{}: the update's driver was refused: {why}", self.vfio.address());
+            self.end_loader();
+        }
+        self.feed_quietly(Event::Loaded(result));
+    }
+
+    fn end_loader(&mut self) {
+        if let Some(l) = self.loader.take() {
+            process::kill(l.process.pid);
+            process::wait(l.process.pid);
+        }
+    }
+
+    /// An event for the handover under way; its actions are taken.
+    fn feed(&mut self, event: Event<TxFrame>) -> Result<(), Fault> {
+        let Some(handover) = self.handover.as_mut() else { return Ok(()) };
+        let actions = handover.on(event, Instant::now());
+        self.publish_handover();
+        self.act(actions)
+    }
+
+    /// `feed` where no driver can be ended for a fault (the driver is gone already).
+    fn feed_quietly(&mut self, event: Event<TxFrame>) {
+        if let Err(e) = self.feed(event) {
+            self.fault_in_handover(e);
+        }
+    }
+
+    fn act_quietly(&mut self, actions: Vec<handover::Action<TxFrame>>) {
+        if let Err(e) = self.act(actions) {
+            self.fault_in_handover(e);
+        }
+    }
+
+    /// A fault while the handover acts for a driver that is gone or was just
+    /// started: the successor is ended, which the handover hears of.
+    fn fault_in_handover(&mut self, fault: Fault) {
+        let why = match fault {
+            Fault::Violation(v) => format!("protocol violation: {v}"),
+            Fault::Io(e) => e,
+            Fault::Closed => "the driver closed its control socket".into(),
+            Fault::RecoverRequested => return,
+        };
+        self.end_driver(&why, true);
+    }
+
+    fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
+        use handover::Action;
+        for action in actions {
+            match action {
+                Action::Load(modules) => self.start_loader(&modules)?,
+                Action::StopPredecessor => {
+                    let now = Instant::now();
+                    if let Some(d) = self.driver.take() {
+                        info!("{}: update: the new driver is loaded; ending driver process {}", self.vfio.address(), d.pid);
+                        process::kill(d.pid);
+                        process::wait(d.pid);
+                    }
+                    self.shadow = None;
+                    let q = self.quiesce(now);
+                    self.carrier_held_until = Some(Instant::now() + CARRIER_HOLD);
+                    self.update(|s| {
+                        s.state = DriverState::Recovering;
+                        s.device_stop = Some(q.device_stop.clone());
+                    });
+                    self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
+                }
+                Action::Start { modules } => match self.start_successor(&modules) {
+                    Ok(kind) => self.feed(Event::Started(kind))?,
+                    Err(why) => {
+                        error!("{}: handover: the successor did not start: {why}", self.vfio.address());
+                        self.feed(Event::SuccessorFailed { cause: why, uncompleted: Vec::new() })?;
+                    }
+                },
+                Action::EndSuccessor(why) => return Err(Fault::Io(why)),
+                Action::Adopt(info) => self.adopt(info),
+                Action::Send(request) => {
+                    info!("{}: handover: giving the successor {}", self.vfio.address(), describe(&request));
+                    self.send(request, Purpose::Replay)?;
+                }
+                Action::WaitForLink => {
+                    info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
+                          self.vfio.address());
+                    self.carrier_held_until.get_or_insert(Instant::now() + CARRIER_HOLD);
+                    // Receive buffers are lent now: the link may come up with frames waiting.
+                    self.move_frames(false)?;
+                }
+                Action::Resubmit(frames) => self.give_frames(frames)?,
+                Action::StartProbation(window) => {
+                    info!("{}: update: the new driver serves; it is on probation for {} s", self.vfio.address(),
+                          window.as_secs());
+                    self.probation_until = Some(Instant::now() + window);
+                }
+                Action::Done(outcome) => self.finish_handover(outcome),
             }
         }
         Ok(())
+    }
+
+    /// Starts an update's successor and sends it LOAD, before anything else:
+    /// it maps no shared memory and touches no device until HELLO and PROBE.
+    fn start_loader(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
+        let ids = match read_pci_ids(self.vfio.address()) {
+            Ok(ids) => ids,
+            Err(e) => return self.feed(Event::Loaded(Err(format!("cannot read the device's PCI ids: {e}")))),
+        };
+        let started = spawn_driver(&self.driver_binary, self.placement, &self.vfio, &self.shm, self.kick.as_fd(),
+                                   self.notify.as_fd());
+        let (control, process) = match started {
+            Ok(started) => started,
+            Err(why) => return self.feed(Event::Loaded(Err(why))),
+        };
+        let seq = self.take_seq();
+        let load = Request::Load { modules: modules.iter().map(|m| m.path.clone()).collect(), ids };
+        let sent = load.encode(seq).map_err(|e| e.to_string()).and_then(|bytes| {
+            nix::sys::socket::send(control.as_raw_fd(), &bytes, nix::sys::socket::MsgFlags::MSG_NOSIGNAL)
+                .map(drop).map_err(|e| e.to_string())
+        });
+        self.loader = Some(Loader { process, control, seq });
+        if let Err(e) = sent {
+            self.end_loader();
+            return self.feed(Event::Loaded(Err(format!("sending LOAD: {e}"))));
+        }
+        Ok(())
+    }
+
+    /// A successor for `modules`: the update's loaded process (sent HELLO and
+    /// PROBE), a fork of the template if it was made from them, else a new
+    /// process that probes. The device's interrupt is allowed again first.
+    fn start_successor(&mut self, modules: &[ModuleInfo]) -> Result<StartKind, String> {
+        self.vfio.allow_intx().map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
+        let forked = if modules == self.modules.as_slice() { self.fork_from_template() } else { None };
+        let (control, driver, kind) = match (self.loader.take(), forked) {
+            (_, Some((control, driver))) => (control, driver, StartKind::Template),
+            (Some(loader), None) => (loader.control, loader.process, StartKind::Probe),
+            (None, None) => {
+                let (control, driver) = spawn_driver(&self.driver_binary, self.placement, &self.vfio, &self.shm,
+                                                     self.kick.as_fd(), self.notify.as_fd())?;
+                (control, driver, StartKind::Probe)
+            }
+        };
+        fd::set_nonblocking(control.as_fd()).map_err(|e| format!("control socket: {e}"))?;
+        let pid = driver.pid;
+        self.control = control;
+        self.driver = Some(driver);
+        self.update(|s| s.pid = Some(pid as u32));
+        if kind == StartKind::Probe {
+            // A broken control socket shows as the process's end in the run loop.
+            if let Err(e) = self.send_startup(modules) {
+                error!("{}: the successor {pid} did not take its first requests: {e}", self.vfio.address());
+            }
+        }
+        info!("{}: handover: successor process {pid} started ({})", self.vfio.address(), kind.phase_name());
+        Ok(kind)
+    }
+
+    /// The driver registered its net_device: the shadow starts from what it
+    /// says; the TAP keeps the settings in force (a successor is given them by the replay).
+    fn adopt(&mut self, r: understudy_protocol::RegisteredInfo) {
+        self.set_tap_offloads(r.offloads);
+        let features = r.features;
+        self.update(|s| {
+            s.mac.get_or_insert_with(|| format_mac(&r.dev_addr));
+            s.mtu.get_or_insert(r.mtu);
+            s.min_mtu = Some(r.min_mtu);
+            s.max_mtu = Some(r.max_mtu);
+            s.features = Some(features);
+            s.hw_features = Some(r.hw_features);
+            s.driver_name = Some(r.driver.clone());
+        });
+        self.shadow = Some(NetShadow::registered(r));
+    }
+
+    /// The successor can carry frames: gives it the ones its predecessor never
+    /// completed, in order, and goes back to passive mode (the TAP's frames follow).
+    fn give_frames(&mut self, frames: Vec<TxFrame>) -> Result<(), Fault> {
+        let mut resubmitted = 0;
+        for frame in frames {
+            if self.shm.send(frame).map_err(|e| Fault::Violation(e.to_string()))? {
+                resubmitted += 1;
+            } else {
+                // Cannot happen (the rings are empty and held at most ring_size), but a frame is never lost silently.
+                self.shm.put_free(frame.buf);
+                warn!("{}: handover: a frame of the predecessor did not fit the successor's tx ring", self.vfio.address());
+            }
+        }
+        let shadow = self.shadow.as_ref().expect("frames follow REGISTERED");
+        let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
+        info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.vfio.address());
+        self.update(|s| {
+            s.state = state;
+            s.mtu = Some(mtu);
+            s.mac = Some(mac);
+        });
+        let reason = self.handover.as_ref().map_or(HandoverReason::Death, |h| h.record().reason);
+        let began = self.handover.as_ref().map_or_else(Instant::now, |h| h.began());
+        self.first_frame = Some((FirstFrameWatch::new(began, self.last_packet), reason));
+        // The fresh rings are empty and nobody waits on them yet: lend receive
+        // buffers, say the host waits for completions, and kick the driver for
+        // the frames just given again -- else a receiving-only stack would wait forever.
+        self.move_frames(false)?;
+        fd::signal(self.kick.as_fd());
+        Ok(())
+    }
+
+    /// The handover is over (handover.rs's `Outcome`).
+    fn finish_handover(&mut self, outcome: Outcome<TxFrame>) {
+        let handover = self.handover.take().expect("a handover under way");
+        let record = handover.record().clone();
+        let dev = self.vfio.address().clone();
+        let phases = format!("stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {} ms after it began; {} frame(s) given again",
+                             record.stop_ms, record.start.phase_name(), ms_or_dash(record.start_ms),
+                             ms_or_dash(record.replay_ms), ms_or_dash(record.link_ms), ms_or_dash(record.serving_ms),
+                             record.tx_resubmitted);
+        self.publish(&record);
+        let update = record.reason == HandoverReason::Update;
+        match outcome {
+            Outcome::Committed if update => {
+                let modules = record.to_modules.clone().unwrap_or_default();
+                info!("{dev}: updated to {} ({}); {phases}", module_names(&modules),
+                      record.kernel_half.as_deref().unwrap_or("-"));
+                // The template is the old version's: restarts probe the new one from now on.
+                self.end_template("the driver was updated");
+                self.modules = modules.clone();
+                self.update(|s| s.modules = modules);
+                self.hook("updated", &record.cause, None, record.serving_ms, None);
+            }
+            Outcome::Committed => {
+                info!("{dev}: recovered from {}: {phases}", record.cause);
+                self.backoff.reset();
+                self.hook("recovered", &record.cause, None, record.serving_ms, None);
+            }
+            Outcome::RolledBack { why } => {
+                warn!("{dev}: update rolled back to {}: {why}; {phases}", module_names(&self.modules));
+                self.hook("rolled-back", &record.cause, Some(&why), record.serving_ms, None);
+            }
+            Outcome::Refused { why } => {
+                warn!("{dev}: update refused, nothing changed: {why}");
+                self.end_loader();
+                self.hook("refused", &record.cause, Some(&why), None, None);
+            }
+            Outcome::Failed { why, log, uncompleted, replaceable } => {
+                error!("{dev}: handover failed: {why}");
+                self.hook("failed", &record.cause, Some(&why), None, None);
+                self.answer_update(record);
+                // Nobody serves: what follows is a death's, with the handover's log and frames.
+                let seen = Instant::now();
+                let q = Quiesced { uncompleted, device_stop: self.device_stop(), device_stop_ms: 0.0 };
+                self.restart_or_give_up(Reason::Death { cause: why.clone() }, why, Some(log), q, seen, replaceable);
+                return;
+            }
+        }
+        self.answer_update(record);
+    }
+
+    fn answer_update(&mut self, record: HandoverRecord) {
+        if record.reason != HandoverReason::Update {
+            return;
+        }
+        if let Some(answer) = self.update_answer.take() {
+            let _ = answer.send(Ok(record));
+        }
+    }
+
+    /// A handover ends without an outcome (the device is being released).
+    fn abandon_handover(&mut self, why: &str) {
+        self.end_loader();
+        if let Some(h) = self.handover.take() {
+            let mut record = h.record().clone();
+            record.outcome = format!("abandoned: {why}");
+            self.publish(&record);
+            self.answer_update(record);
+        }
+    }
+
+    fn device_stop(&self) -> DeviceStop {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).device_stop.clone().unwrap_or(DeviceStop {
+            bus_master_off: true, irqs_disabled: true, reset: "done".into(), iommu_unmapped: false,
+        })
     }
 
     /// After the first PROBE: makes the process that probed the template
@@ -1416,101 +1754,20 @@ impl Supervisor {
         self.update(|s| s.template_pid = None);
     }
 
-    /// Sends the next request of the replay; after the last one is accepted,
-    /// waits for the fresh driver's link if the interface is up and its
-    /// carrier is not, and then gives it its frames (`give_frames`).
-    fn replay_next(&mut self) -> Result<(), Fault> {
-        let recovery = self.recovery.as_mut().expect("replay belongs to a restart");
-        let shadow = self.shadow.as_ref().expect("replay follows REGISTERED");
-        if let Some(request) = recovery.replay.pop_front() {
-            info!("{}: restart: giving the fresh driver {}", self.vfio.address(), describe(&request));
-            return self.send(request, Purpose::Replay);
-        }
-        let now = Instant::now();
-        let before = recovery.record.stop_ms + recovery.record.start_ms.unwrap_or(0.0);
-        recovery.record.replay_ms = Some(phase_ms(recovery.elapsed_ms(now), before));
-        if self.carrier_held_until.is_some() && shadow.phase() == Phase::Open {
-            if !shadow.log().carrier {
-                info!("{}: restart: the fresh driver has its predecessor's settings; its frames wait for its link",
-                      self.vfio.address());
-                recovery.step = Step::LinkUp;
-                self.publish_recovery();
-                // Receive buffers are lent now: the link may come up with frames waiting.
-                return self.move_frames(false);
-            }
-            // Its carrier came on before OPEN (or never went off: drivers
-            // without link detection), so no CARRIER message will end a wait.
-            self.carrier_held_until = None;
-        }
-        self.give_frames()
-    }
-
-    /// The fresh driver can carry frames: gives it the ones the dead driver
-    /// never completed, in order, and goes back to passive mode (the TAP's
-    /// frames follow).
-    fn give_frames(&mut self) -> Result<(), Fault> {
-        let recovery = self.recovery.as_mut().expect("frames are given back in a restart");
-        let shadow = self.shadow.as_ref().expect("replay follows REGISTERED");
-        if recovery.step == Step::LinkUp {
-            let now = Instant::now();
-            let before = recovery.record.stop_ms + recovery.record.start_ms.unwrap_or(0.0)
-                + recovery.record.replay_ms.unwrap_or(0.0);
-            recovery.record.link_ms = Some(phase_ms(recovery.elapsed_ms(now), before));
-        }
-        let mut resubmitted = 0;
-        for frame in std::mem::take(&mut recovery.uncompleted) {
-            if self.shm.send(frame).map_err(|e| Fault::Violation(e.to_string()))? {
-                resubmitted += 1;
-            } else {
-                // Cannot happen (the rings are empty and held at most ring_size), but a frame is never lost silently.
-                self.shm.put_free(frame.buf);
-                warn!("{}: restart: a frame of the dead driver did not fit the fresh driver's tx ring", self.vfio.address());
-            }
-        }
-        recovery.record.tx_resubmitted = resubmitted;
-        let waited = recovery.step == Step::LinkUp;
-        let state = state_of(shadow.phase());
-        let (mtu, mac) = (shadow.mtu(), format_mac(&shadow.mac()));
-        info!("{}: restart: the fresh driver {}; {resubmitted} frame(s) given again", self.vfio.address(),
-              if waited { "has its link" } else { "has its predecessor's settings" });
-        self.finish_restart();
+    fn first_frame_passed(&mut self, watch: FirstFrameWatch, reason: HandoverReason, now: Instant) {
+        let mut first = None;
         self.update(|s| {
-            s.state = state;
-            s.mtu = Some(mtu);
-            s.mac = Some(mac);
+            let records = if reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
+            if let Some(last) = records.last_mut() {
+                watch.frame_passed(last, now);
+                first = Some((last.first_packet_ms, last.downtime_ms));
+            }
         });
-        // The fresh rings are empty and nobody waits on them yet: lend receive
-        // buffers, say the host waits for completions, and kick the driver for
-        // the frames just given again -- else a receiving-only stack would wait forever.
-        self.move_frames(false)?;
-        fd::signal(self.kick.as_fd());
-        Ok(())
-    }
-
-    /// The fresh driver serves: the restart is over, whether or not a frame
-    /// ever passes (an idle interface may pass none); its first frame is
-    /// timed when it comes.
-    fn finish_restart(&mut self) {
-        let recovery = self.recovery.take().expect("a restart under way");
-        let restart_ms = recovery.elapsed_ms(Instant::now());
-        let watch = recovery.finish();
-        let r = &watch.record;
-        info!("{}: recovered from {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {restart_ms:.1} ms \
-               after the death; {} frame(s) given again",
-              self.vfio.address(), r.cause, r.stop_ms, r.start.phase_name(), ms_or_dash(r.start_ms),
-              ms_or_dash(r.replay_ms), ms_or_dash(r.link_ms), r.tx_resubmitted);
-        self.publish(watch.record.clone());
-        self.backoff.reset();
-        self.hook("recovered", &watch.record.cause, None, Some(restart_ms), None);
-        self.first_frame = Some(watch);
-    }
-
-    fn first_frame_passed(&mut self, watch: FirstFrameWatch, now: Instant) {
-        let record = watch.frame_passed(now);
-        info!("{}: the first frame through the fresh driver at {} ms after the death; downtime {} ms \
-               (the dead driver's last frame to it)",
-              self.vfio.address(), ms_or_dash(record.first_packet_ms), ms_or_dash(record.downtime_ms));
-        self.publish(record);
+        if let Some((first_packet, downtime)) = first {
+            info!("{}: the first frame through the successor at {} ms after the handover began; downtime {} ms \
+                   (from the predecessor's last frame)",
+                  self.vfio.address(), ms_or_dash(first_packet), ms_or_dash(downtime));
+        }
     }
 
     /// Starts the administrator's hook (--recovery-hook) for a recovery outcome; not waited for.
@@ -1531,51 +1788,54 @@ impl Supervisor {
     }
 
     /// `--on-exhausted retry`: once the back-off has passed, a fresh driver is
-    /// started (not counted by the restart limit); the interface has been
-    /// down meanwhile, so its carrier follows the fresh driver's.
+    /// started (the handover's failure schedules the next attempt); the
+    /// interface has been down meanwhile, so its carrier follows the fresh driver's.
     fn retry_if_due(&mut self, now: Instant) {
         if self.retry.as_ref().is_none_or(|r| now < r.at) {
             return;
         }
         let retry = self.retry.take().expect("checked");
         info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.vfio.address());
-        let recovery = Recovery::new(retry.cause.clone(), retry.log.clone(), Vec::new(), now, self.last_packet);
         // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
-        let mapped = match self.vfio.mapped_bytes() {
-            0 => map_arena(&mut self.vfio, &self.shm).map_err(|e| format!("cannot map the arena again: {e}")),
-            _ => Ok(()),
-        };
-        match mapped.map_err(|why| (why, Vec::new())).and_then(|()| self.restart(recovery, &retry.device_stop)) {
-            // The interface was down meanwhile: its carrier follows the fresh driver's.
-            Ok(()) => self.carrier_held_until = None,
-            Err((why, unsent)) => {
-                for lost in unsent {
-                    self.shm.put_free(lost.buf);
-                }
+        if self.vfio.mapped_bytes() == 0 {
+            if let Err(e) = map_arena(&mut self.vfio, &self.shm) {
                 let wait = self.backoff.next_delay();
+                let why = format!("cannot map the arena again: {e}");
                 error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.vfio.address(), wait.as_secs_f64());
                 self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
                 self.retry = Some(PendingRetry { at: now + wait, ..retry });
+                return;
             }
         }
+        let reason = Reason::Death { cause: retry.cause.clone() };
+        let (handover, actions) = Handover::restart(reason, retry.log, self.modules.clone(), Vec::new(), now, 0.0, now);
+        self.begin_handover(handover, Some(retry.device_stop));
+        self.act_quietly(actions);
     }
 
-    fn publish_recovery(&self) {
-        if let Some(recovery) = &self.recovery {
-            self.publish(recovery.record.clone());
-        }
-    }
-
-    /// The restart's record replaces its earlier version in `status`.
-    fn publish(&self, record: RecoveryRecord) {
+    /// The handover's record replaces its earlier version in `status`; a
+    /// first frame already timed there is kept.
+    fn publish(&self, record: &HandoverRecord) {
         self.update(|s| {
-            if let Some(last) = s.recoveries.last_mut() {
-                *last = record;
+            let records = if record.reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
+            if let Some(last) = records.last_mut() {
+                let timed = (last.first_packet_ms, last.downtime_ms);
+                *last = record.clone();
+                if last.first_packet_ms.is_none() {
+                    (last.first_packet_ms, last.downtime_ms) = timed;
+                }
             }
         });
     }
 
+    fn publish_handover(&self) {
+        if let Some(h) = &self.handover {
+            self.publish(h.record());
+        }
+    }
+
     fn shut_down(&mut self) {
+        self.abandon_handover("the device was stopped by request");
         if self.driver.is_some() {
             self.end_driver("stopped by request", false);
         }
@@ -1587,11 +1847,41 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         // A driver must never outlive the device it was given.
-        for d in [self.driver.take(), self.template.take().map(|t| t.process)].into_iter().flatten() {
+        let loader = self.loader.take().map(|l| l.process);
+        for d in [self.driver.take(), self.template.take().map(|t| t.process), loader].into_iter().flatten() {
             process::kill(d.pid);
             process::wait(d.pid);
         }
     }
+}
+
+/// A driver that is gone: its device stopped, its buffers back.
+struct Quiesced {
+    /// The frames it took and never completed, oldest first.
+    uncompleted: Vec<TxFrame>,
+    device_stop: DeviceStop,
+    device_stop_ms: f64,
+}
+
+fn module_names(modules: &[ModuleInfo]) -> String {
+    modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// The device's identity as its driver's ID table matches it (sysfs).
+fn read_pci_ids(address: &PciAddress) -> io::Result<PciIds> {
+    let dir = std::path::Path::new("/sys/bus/pci/devices").join(address.to_string());
+    let read = |name: &str| -> io::Result<u32> {
+        let text = std::fs::read_to_string(dir.join(name))?;
+        u32::from_str_radix(text.trim().trim_start_matches("0x"), 16)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", dir.join(name).display())))
+    };
+    Ok(PciIds {
+        vendor: read("vendor")? as u16,
+        device: read("device")? as u16,
+        subvendor: read("subsystem_vendor")? as u16,
+        subdevice: read("subsystem_device")? as u16,
+        class: read("class")?,
+    })
 }
 
 /// Starts a driver process on `vfio`'s device and `shm`; returns the host's

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The post-probe template of a device's driver (DESIGN.md decision 8;
+//! The post-probe template of a device's driver (docs/design.md §8;
 //! runtime/driver/template.c is the other side).
 //!
 //! A cold restart loads the modules and probes the device again, which

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Every path of the handover, without a device: frames are plain numbers.
+
+use super::*;
+use crate::shadow::{NetShadow, RxMode, TapConfig};
+
+const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+const CSUM_TSO: u64 = (1 << 1) | (1 << 16);
+
+fn e1000(features: u64) -> RegisteredInfo {
+    RegisteredInfo {
+        perm_addr: MAC, dev_addr: MAC, mtu: 1500, min_mtu: 46, max_mtu: 16110, features, hw_features: features,
+        n_tx_queues: 1, n_rx_queues: 1, driver: "e1000".into(), version: "".into(), offloads: 0,
+    }
+}
+
+fn module(name: &str) -> Vec<ModuleInfo> {
+    vec![ModuleInfo { path: format!("/lib/modules/{name}/e1000.ko"), sha256: name.into() }]
+}
+
+/// The log of an open e1000 with MTU 1400: replayed as SET_MTU, OPEN, SET_RX_MODE.
+fn open_log() -> PassiveLog {
+    let mut shadow = NetShadow::registered(e1000(CSUM_TSO));
+    let tap = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default() };
+    while let Some(crate::shadow::Action::Send(_)) = shadow.next(&tap) {
+        shadow.answered(0);
+    }
+    shadow.set_carrier(true);
+    shadow.log().clone()
+}
+
+fn ms(t0: Instant, ms: u64) -> Instant {
+    t0 + Duration::from_millis(ms)
+}
+
+/// Feeds the successor through registration and the whole replay, accepting
+/// every request; returns the actions after the last answer.
+fn register_and_replay(h: &mut Handover<u32>, info: RegisteredInfo, t: Instant) -> Vec<Action<u32>> {
+    let mut actions = h.on(Event::Registered(info.clone()), t);
+    assert_eq!(actions.remove(0), Action::Adopt(info));
+    let mut sent = Vec::new();
+    while let [Action::Send(request)] = actions.as_slice() {
+        sent.push(request.clone());
+        actions = h.on(Event::ReplayAnswered { status: 0 }, t);
+    }
+    assert_eq!(sent, vec![Request::SetMtu(1400), Request::Open, Request::SetRxMode { flags: 0, multicast: vec![] }]);
+    actions
+}
+
+#[test]
+fn a_restart_replays_the_log_waits_for_the_link_then_gives_the_frames_back() {
+    let t0 = Instant::now();
+    let reason = Reason::Death { cause: "killed by signal 9".into() };
+    let (mut h, actions) = Handover::restart(reason, open_log(), module("55"), vec![7, 8], t0, 3.0, ms(t0, 10));
+    assert_eq!(actions, vec![Action::Start { modules: module("55") }]);
+    assert!(!h.serving() && h.holds_configuration());
+    assert_eq!(h.on(Event::Started(StartKind::Template), ms(t0, 11)), vec![]);
+    let actions = register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 40));
+    assert_eq!(actions, vec![Action::WaitForLink]);
+    assert_eq!(h.phase(), Phase::LinkUp);
+    assert!(!h.holds_configuration(), "the TAP's own changes go to the driver while its link comes up");
+    assert_eq!(h.on(Event::Carrier(false), ms(t0, 50)), vec![]);
+    assert_eq!(h.on(Event::Carrier(true), ms(t0, 2040)), vec![Action::Resubmit(vec![7, 8]), Action::Done(Outcome::Committed)]);
+    let r = h.record();
+    assert_eq!((r.reason, r.outcome.as_str(), r.start), (HandoverReason::Death, "recovered", StartKind::Template));
+    assert_eq!((r.stop_ms, r.device_stop_ms, r.start_ms, r.replay_ms, r.link_ms), (10.0, 3.0, Some(30.0), Some(0.0), Some(2000.0)));
+    assert_eq!((r.serving_ms, r.tx_resubmitted), (Some(2040.0), 2));
+}
+
+#[test]
+fn a_successor_whose_carrier_came_first_gets_its_frames_at_once_and_a_silent_link_is_given_up_on() {
+    let t0 = Instant::now();
+    let (mut h, _) = Handover::restart(Reason::Requested, open_log(), module("55"), vec![1], t0, 1.0, t0);
+    let mut actions = h.on(Event::Registered(e1000(CSUM_TSO)), t0);
+    h.on(Event::Carrier(true), t0);
+    while let Some(Action::Send(_)) = actions.last() {
+        actions = h.on(Event::ReplayAnswered { status: 0 }, t0);
+    }
+    assert_eq!(actions, vec![Action::Resubmit(vec![1]), Action::Done(Outcome::Committed)]);
+    assert_eq!(h.record().reason, HandoverReason::Requested);
+
+    let (mut h, _) = Handover::restart(Reason::Requested, open_log(), module("55"), vec![], t0, 1.0, t0);
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), t0), vec![Action::WaitForLink]);
+    assert_eq!(h.on(Event::LinkWaitOver, ms(t0, 10_000)), vec![Action::Resubmit(vec![]), Action::Done(Outcome::Committed)]);
+}
+
+#[test]
+fn a_recovery_that_cannot_take_the_place_ends_the_successor_for_good() {
+    let t0 = Instant::now();
+    let (mut h, _) = Handover::restart(Reason::Requested, open_log(), module("55"), vec![4], t0, 1.0, t0);
+    let other = RegisteredInfo { perm_addr: [2, 0, 0, 0, 0, 1], ..e1000(CSUM_TSO) };
+    let actions = h.on(Event::Registered(other), t0);
+    assert!(matches!(actions.as_slice(), [Action::EndSuccessor(why)] if why.contains("permanent 02:00:00:00:00:01")));
+    let actions = h.on(Event::SuccessorFailed { cause: "ended by the daemon".into(), uncompleted: vec![5] }, t0);
+    let [Action::Done(Outcome::Failed { replaceable, uncompleted, log, .. })] = actions.as_slice() else { panic!("{actions:?}") };
+    assert!(!replaceable);
+    assert_eq!(uncompleted, &vec![4, 5], "the predecessor's frames first");
+    assert_eq!(log, &open_log());
+}
+
+#[test]
+fn a_recovery_whose_successor_dies_hands_the_death_back_with_the_log() {
+    let t0 = Instant::now();
+    let (mut h, _) = Handover::<u32>::restart(Reason::Death { cause: "hung".into() }, open_log(), module("55"), vec![], t0, 1.0, t0);
+    h.on(Event::Registered(e1000(CSUM_TSO)), t0);
+    let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![] }, t0);
+    assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Failed { replaceable: true, why, .. })] if why.contains("signal 11")));
+    assert!(h.record().outcome.starts_with("failed: "));
+}
+
+#[test]
+fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_probation() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
+    let (mut h, actions) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    assert_eq!(actions, vec![Action::Load(module("53"))]);
+    assert!(h.serving() && h.predecessor_serves() && !h.holds_configuration());
+    assert_eq!(h.on(Event::Loaded(Ok("6.1.0-53".into())), ms(t0, 300)), vec![Action::StopPredecessor]);
+    assert!(!h.serving(), "from here the TAP's frames wait");
+    assert_eq!(h.on(Event::Quiesced { uncompleted: vec![9], device_stop_ms: 2.0 }, ms(t0, 305)),
+               vec![Action::Start { modules: module("53") }]);
+    h.on(Event::Started(StartKind::Probe), ms(t0, 306));
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 805)), vec![Action::WaitForLink]);
+    assert_eq!(h.on(Event::Carrier(true), ms(t0, 900)), vec![Action::Resubmit(vec![9]), Action::StartProbation(PROBATION)]);
+    assert!(h.serving() && !h.predecessor_serves());
+    assert_eq!(h.record().outcome, "under way");
+    assert_eq!(h.on(Event::ProbationOver, ms(t0, 5900)), vec![Action::Done(Outcome::Committed)]);
+    let r = h.record();
+    assert_eq!((r.outcome.as_str(), r.kernel_half.as_deref()), ("updated", Some("6.1.0-53")));
+    assert_eq!((r.load_ms, r.stop_ms, r.start_ms, r.link_ms), (Some(300.0), 5.0, Some(500.0), Some(95.0)));
+    assert_eq!((r.from_modules.clone(), r.to_modules.clone()), (Some(module("50")), Some(module("53"))));
+}
+
+#[test]
+fn an_update_refused_at_load_never_stops_the_predecessor() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("48"), allow_feature_loss: false };
+    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    let actions = h.on(Event::Loaded(Err("crc-mismatch: register_netdev".into())), ms(t0, 50));
+    assert_eq!(actions, vec![Action::Done(Outcome::Refused { why: "crc-mismatch: register_netdev".into() })]);
+    assert!(!actions.iter().any(|a| matches!(a, Action::StopPredecessor | Action::Start { .. })));
+    assert_eq!(h.record().outcome, "refused: crc-mismatch: register_netdev");
+}
+
+#[test]
+fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_same_log_and_frames() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("nocsum"), allow_feature_loss: false };
+    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("55"), t0);
+    h.on(Event::Loaded(Ok("6.1.0-55".into())), t0);
+    h.on(Event::Quiesced { uncompleted: vec![1, 2], device_stop_ms: 1.0 }, t0);
+    let actions = h.on(Event::Registered(e1000(1 << 16)), ms(t0, 400));
+    assert!(matches!(actions.as_slice(), [Action::EndSuccessor(why)] if why.contains("tx-checksum-ipv4")), "{actions:?}");
+    let actions = h.on(Event::SuccessorFailed { cause: "ended by the daemon".into(), uncompleted: vec![3] }, ms(t0, 410));
+    assert_eq!(actions, vec![Action::Start { modules: module("55") }]);
+    // The predecessor's version registers as before and is held to the whole log.
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 500)), vec![Action::WaitForLink]);
+    let actions = h.on(Event::Carrier(true), ms(t0, 600));
+    let [Action::Resubmit(frames), Action::Done(Outcome::RolledBack { why })] = actions.as_slice() else { panic!("{actions:?}") };
+    assert_eq!(frames, &vec![1, 2, 3]);
+    assert!(why.contains("tx-checksum-ipv4"), "{why}");
+    assert!(h.record().outcome.starts_with("rolled back: "));
+    assert_eq!(h.record().rolled_back_at_ms, Some(410.0));
+}
+
+#[test]
+fn an_update_told_to_allow_feature_loss_goes_on_with_fewer_features() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("nocsum"), allow_feature_loss: true };
+    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("55"), t0);
+    h.on(Event::Loaded(Ok("6.1.0-55".into())), t0);
+    h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
+    assert_eq!(register_and_replay(&mut h, e1000(1 << 16), t0), vec![Action::WaitForLink]);
+}
+
+#[test]
+fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_log() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
+    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    h.on(Event::Loaded(Ok("6.1.0-53".into())), t0);
+    h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
+    register_and_replay(&mut h, e1000(CSUM_TSO), t0);
+    h.on(Event::Carrier(true), t0);
+    assert_eq!(h.phase(), Phase::Probation);
+    let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![6] }, ms(t0, 1000));
+    assert_eq!(actions, vec![Action::Start { modules: module("50") }]);
+    assert_eq!(h.on(Event::ProbationOver, ms(t0, 5000)), vec![], "the window of the failed version is over");
+    let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 9".into(), uncompleted: vec![] }, ms(t0, 1100));
+    let [Action::Done(Outcome::Failed { why, uncompleted, replaceable: true, .. })] = actions.as_slice() else { panic!("{actions:?}") };
+    assert!(why.contains("signal 11") && why.contains("rolling back failed too: killed by signal 9"), "{why}");
+    assert_eq!(uncompleted, &vec![6]);
+}
+
+#[test]
+fn a_refused_replay_is_named_and_rolls_an_update_back() {
+    let t0 = Instant::now();
+    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
+    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    h.on(Event::Loaded(Ok("6.1.0-53".into())), t0);
+    h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
+    h.on(Event::Registered(e1000(CSUM_TSO)), t0);
+    let actions = h.on(Event::ReplayAnswered { status: -22 }, t0);
+    assert!(matches!(actions.as_slice(), [Action::EndSuccessor(why)] if why.starts_with("it refused SET_MTU 1400")), "{actions:?}");
+    let actions = h.on(Event::SuccessorFailed { cause: "ended".into(), uncompleted: vec![] }, t0);
+    assert_eq!(actions, vec![Action::Start { modules: module("50") }]);
+}
