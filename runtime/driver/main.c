@@ -547,7 +547,10 @@ struct pci_device_id {
 	uint32_t vendor, device, subvendor, subdevice;
 	uint32_t class, class_mask;
 	uint64_t driver_data;
+	uint32_t override_only;	/* for driver_override binding; pci_match_id ignores it */
 };
+
+_Static_assert(sizeof(struct pci_device_id) == 40, "struct pci_device_id of 6.1");
 
 #define PCI_ANY_ID (~0u)
 
