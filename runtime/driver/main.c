@@ -12,8 +12,8 @@
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
  *		--kick-fd N --notify-fd N [--runtime KO] [--symvers FILE]
  *
- * the host's HELLO and PROBE name the geometry, the PCI address and the
- * modules, and later requests open, configure and query the device.
+ * the host's LOAD (live update), HELLO and PROBE name the modules, the
+ * geometry and the PCI address, and later requests open, configure and query the device.
  *
  * Stand-alone, for tests and bring-up, the command line chooses instead:
  *
@@ -23,7 +23,9 @@
  *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
  *		[--arp SRC_IP,DST_IP] [--loglevel N]
  *
- * --runtime defaults to understudy-kernel.ko next to this executable.
+ * Without --runtime the kernel half is the first module's ABI's, from
+ * abi/<abi>/ next to this executable (runtime/README.md, "One kernel half
+ * per ABI"); --symvers defaults to the Module.symvers next to --runtime.
  * Output: one event per line on stdout (PROBE, REGISTERED, CARRIER, ...),
  * kernel log records on stderr (and, under the host, as messages).
  *
