@@ -34,6 +34,12 @@ def cmd_setup(args) -> int:
     return 0
 
 
+def cmd_modules(args) -> int:
+    for name in args.names:
+        print(config.cached_module(args.abi, name))
+    return 0
+
+
 def cmd_boot(args) -> int:
     from .guest import Guest, GuestFailed
 
@@ -141,13 +147,21 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("setup", help="install QEMU, busybox, iperf3 and the pinned Debian kernel",
+    s = sub.add_parser("setup", help="install QEMU, busybox, iperf3, the pinned Debian kernel and the live-update ABIs",
                        description="Installs what the lab needs (apt packages, Python packages, "
                        f"Debian's {config.kernel().package}) into {config.cache_dir()}; "
                        "safe to run again.")
     s.add_argument("--list-abis", action="store_true",
                    help="list the Debian 6.1 kernel ABIs the archive serves and exit")
     s.set_defaults(func=cmd_setup)
+
+    m = sub.add_parser("modules", help="print the paths of a cached ABI's NIC modules",
+                       description="Prints the path of each named Debian module of ABI --abi "
+                       "that `setup` cached (lab/lab.toml: [kernel] and [live_update]).",
+                       epilog="example: python3 -m lab modules --abi 6.1.0-50 e1000 e100")
+    m.add_argument("--abi", default=config.kernel().abi, help="e.g. 6.1.0-50 (default: the pinned ABI)")
+    m.add_argument("names", nargs="+", help="module names without .ko, e.g. e1000 8139cp mii")
+    m.set_defaults(func=cmd_modules)
 
     b = sub.add_parser("boot", help="boot a guest, run a command in it, return its exit code",
                        description="Boots a q35 guest (TCG) with an emulated Intel IOMMU and the "

@@ -52,6 +52,11 @@ class KernelConfig:
     def modules(self) -> Path:
         return self.root / "lib" / "modules" / self.release
 
+    @property
+    def net_drivers(self) -> Path:
+        """The NIC modules and what they depend on (mii.ko): all an update ABI caches."""
+        return self.modules / "kernel" / "drivers" / "net"
+
 
 @dataclass(frozen=True)
 class GuestDefaults:
@@ -70,6 +75,38 @@ def kernel() -> KernelConfig:
     k = _load()["kernel"]
     abi = os.environ.get("UNDERSTUDY_ABI", k["abi"])
     return KernelConfig(abi=abi, flavour=k["flavour"])
+
+
+def update_kernels() -> list[KernelConfig]:
+    """The live-update ABIs with headers ([live_update] abis), the pinned one included."""
+    k = _load()
+    abis = dict.fromkeys([kernel().abi, *k["live_update"]["abis"]])
+    return [KernelConfig(abi=a, flavour=k["kernel"]["flavour"]) for a in abis]
+
+
+def modules_only_kernels() -> list[KernelConfig]:
+    """The live-update ABIs Debian ships no headers for ([live_update] modules_only)."""
+    k = _load()
+    return [KernelConfig(abi=a, flavour=k["kernel"]["flavour"])
+            for a in k["live_update"]["modules_only"]]
+
+
+def cached_module(abi: str, name: str) -> Path:
+    """The cached Debian module `name` (e.g. "e1000") of ABI `abi` (e.g. "6.1.0-50")."""
+    from .errors import LabError
+    kernels = {k.abi: k for k in [*update_kernels(), *modules_only_kernels()]}
+    if abi not in kernels:
+        raise LabError(f"ABI {abi} is not one the lab caches ({', '.join(kernels)})",
+                       hint="add it to [live_update] in lab/lab.toml and run `python3 -m lab setup`")
+    k = kernels[abi]
+    if not k.net_drivers.is_dir():
+        raise LabError(f"the modules of {k.release} are not cached in {k.net_drivers}",
+                       hint="run `python3 -m lab setup`")
+    found = sorted(k.net_drivers.rglob(f"{name}.ko"))
+    if len(found) != 1:
+        raise LabError(f"{len(found)} modules named {name}.ko in {k.net_drivers}",
+                       hint="name a NIC driver module, e.g. e1000, pcnet32, 8139cp, 8139too, e100")
+    return found[0]
 
 
 def guest_defaults() -> GuestDefaults:

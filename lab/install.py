@@ -100,7 +100,7 @@ def download_package(package: str, dest: Path) -> Path:
     if sha is None:
         raise LabError(f"Debian package {package} is not in the archive",
                        hint="pick an ABI the archive serves (`python3 -m lab setup --list-abis`) "
-                            "and set [kernel] abi in lab/lab.toml")
+                            "in lab/lab.toml ([kernel] abi, [live_update])")
     dest.mkdir(parents=True, exist_ok=True)
     for deb in dest.glob(f"{package}_*.deb"):
         if hashlib.sha256(deb.read_bytes()).hexdigest() == sha:
@@ -129,16 +129,47 @@ def ensure_kernel(kernel: config.KernelConfig) -> None:
         os.mkdir(tmp)  # TemporaryDirectory wants something to remove
 
 
-def ensure_headers(kernel: config.KernelConfig) -> None:
-    """Kbuild and the headers of the pinned ABI: the runtime's struct layouts come from here."""
-    if (kernel.headers / "Module.symvers").exists():
+def ensure_net_drivers(kernel: config.KernelConfig) -> None:
+    """The NIC modules of a live-update ABI: drivers/net of its linux-image package.
+
+    Only that subtree (77 of the package's 400 MB): live update loads these
+    modules, it never boots this kernel. Extracted next to, and in the same
+    layout as, the pinned kernel (config.KernelConfig.root), so the guest sees
+    them over 9p at the same paths.
+    """
+    if kernel.net_drivers.is_dir():
+        return
+    deb = download_package(kernel.package, config.cache_dir() / "debs")
+    log(f"extracting drivers/net of {deb.name}")
+    kernel.root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=kernel.root.parent) as tmp:
+        subtree = f"./lib/modules/{kernel.release}/kernel/drivers/net"
+        with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)],
+                              stdout=subprocess.PIPE) as package:
+            untar = subprocess.run(["tar", "-x", "-C", tmp, subtree], stdin=package.stdout)
+            package.stdout.close()
+        if package.returncode or untar.returncode:
+            raise LabError(f"cannot extract {subtree} from {deb}",
+                           hint="delete the .deb and run `python3 -m lab setup` again")
+        if kernel.root.exists():
+            shutil.rmtree(kernel.root)
+        os.rename(tmp, kernel.root)
+        os.mkdir(tmp)  # TemporaryDirectory wants something to remove
+
+
+def ensure_headers(kernels: list[config.KernelConfig]) -> None:
+    """Kbuild and the headers of each ABI: a kernel half's struct layouts come from here."""
+    missing = [k.headers_package for k in kernels if not (k.headers / "Module.symvers").exists()]
+    if not missing:
         return
     _apt_update()
-    if _apt_field(kernel.headers_package, "Version") is None:
-        raise LabError(f"Debian package {kernel.headers_package} is not in the archive",
-                       hint="pick another ABI (`python3 -m lab setup --list-abis`) in lab/lab.toml")
-    log(f"apt-get install {kernel.headers_package}")
-    _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", kernel.headers_package],
+    for package in missing:
+        if _apt_field(package, "Version") is None:
+            raise LabError(f"Debian package {package} is not in the archive",
+                           hint="pick another ABI (`python3 -m lab setup --list-abis`) in "
+                                "lab/lab.toml, or list it under [live_update] modules_only")
+    log(f"apt-get install {' '.join(missing)}")
+    _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
          stdout=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
@@ -147,6 +178,10 @@ def setup() -> None:
     ensure_python()
     kernel = config.kernel()
     ensure_kernel(kernel)
-    ensure_headers(kernel)
+    updates = config.update_kernels()
+    for k in [*updates, *config.modules_only_kernels()]:
+        if k != kernel:
+            ensure_net_drivers(k)
+    ensure_headers(updates)
     initramfs.build(kernel)
     log(f"ready: guest kernel {kernel.release} in {kernel.root}")

@@ -9,7 +9,7 @@
  *
  * Everything is little-endian (x86_64) and packed: these structs are wire and
  * shared-memory formats, never handed to kernel code. No Linux header is
- * included (DESIGN.md: the libc side never includes one).
+ * included (docs/design.md §2: the libc side never includes one).
  */
 #ifndef UNDERSTUDY_PROTOCOL_H
 #define UNDERSTUDY_PROTOCOL_H
@@ -124,6 +124,8 @@ enum us_msg_type {
 	US_MSG_PING = 10,
 	/* a control socket travels with it (SCM_RIGHTS); the reply's data is the pid */
 	US_MSG_SPAWN = 11,
+	/* before HELLO: load and check modules, run nothing; the reply's data is text */
+	US_MSG_LOAD = 12,
 	/* driver -> host */
 	US_MSG_REPLY = 64,
 	US_MSG_REGISTERED = 65,
@@ -169,6 +171,24 @@ struct us_probe {
 	char pci_address[US_PCI_ADDR_MAX]; /* "0000:00:02.0" */
 	uint32_t n_modules;                /* 1 .. US_MAX_MODULES */
 	char modules[US_MAX_MODULES][US_PATH_MAX];
+} __attribute__((packed));
+
+/* A device's PCI ids, from its config space: what LOAD matches against the
+ * modules' PCI device tables (MODULE_DEVICE_TABLE(pci, ...)). */
+struct us_pci_ids {
+	uint16_t vendor;
+	uint16_t device;
+	uint16_t subvendor;  /* subsystem vendor */
+	uint16_t subdevice;  /* subsystem device */
+	uint32_t class;      /* base class << 16 | subclass << 8 | prog-if */
+} __attribute__((packed));
+
+/* The modules as in us_probe; a PROBE after a successful LOAD names the same
+ * ones and runs what LOAD loaded. */
+struct us_load {
+	uint32_t n_modules;                /* 1 .. US_MAX_MODULES */
+	char modules[US_MAX_MODULES][US_PATH_MAX];
+	struct us_pci_ids ids;
 } __attribute__((packed));
 
 struct us_set_mtu {
@@ -241,12 +261,15 @@ struct us_ethtool_stats {
 #define US_ETHTOOL_STATS_PER_REPLY \
 	((US_ETHTOOL_DATA_MAX - sizeof(struct us_ethtool_stats)) / sizeof(struct us_ethtool_stat))
 
-/* Followed by data_len bytes (<= US_ETHTOOL_DATA_MAX): the message is exactly
+/* Followed by data_len bytes (<= US_REPLY_DATA_MAX): the message is exactly
  * header + sizeof(struct us_reply) + data_len bytes. */
 struct us_reply {
 	int32_t status;    /* 0 or a negative errno */
 	uint32_t data_len;
 } __attribute__((packed));
+
+/* What fills a message: LOAD's text (ETHTOOL's data is at most US_ETHTOOL_DATA_MAX). */
+#define US_REPLY_DATA_MAX (US_MSG_MAX - sizeof(struct us_msg_header) - sizeof(struct us_reply))
 
 struct us_registered {
 	uint8_t perm_addr[6];

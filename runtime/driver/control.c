@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The driver's request loop on the control socket (docs/protocol.md):
- * HELLO maps the arena and rings, PROBE loads the modules and probes, and
+ * LOAD (before HELLO, for a live update) loads and checks the modules
+ * without running them, HELLO maps the arena and rings, PROBE loads the
+ * modules (unless LOAD did) and probes, and
  * SPAWN makes the process a post-probe template and forks a driver from it
  * (template.c), the rest turn into the kernel half's net_device
  * operations. Every request gets a REPLY with its seq. A message of unknown type, wrong size or with
@@ -24,8 +26,11 @@
 
 struct session {
 	int control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd;
-	const char *runtime;
+	const char *runtime, *symvers;
 	bool hello, probed, tx_started;
+	/* LOAD was sent; its modules are loaded (and PROBE runs them) if it succeeded. */
+	bool load_sent, loaded;
+	struct us_load load;
 	struct us_hello geometry;
 };
 
@@ -78,6 +83,73 @@ static int hello(struct session *s, const struct us_hello *h)
 	return 0;
 }
 
+/* PROBE's or LOAD's module list: 1 .. US_MAX_MODULES NUL-terminated paths. */
+static void module_list(const char *what, uint32_t n, const char (*paths)[US_PATH_MAX],
+			const char **modules)
+{
+	if (!n || n > US_MAX_MODULES)
+		violation("%s with %u modules", what, n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!terminated(paths[i], US_PATH_MAX))
+			violation("%s with an unterminated module path", what);
+		modules[i] = paths[i];
+	}
+}
+
+/*
+ * Sends text lines (struct problems) as a reply's data, cut to fit one
+ * message at a line's end, with a last line counting those left out.
+ */
+static void reply_lines(uint32_t seq, int32_t status, const struct problems *p)
+{
+	/* Room kept for the last line, "(4294967295 more lines left out)". */
+	const size_t tail = 40;
+	char out[US_REPLY_DATA_MAX];
+	const char *line = p->text;
+	unsigned int kept = 0;
+	size_t len = 0;
+
+	for (; line && *line; kept++) {
+		size_t n = strcspn(line, "\n") + 1;
+
+		if (len + n + (kept + 1 < p->count ? tail : 0) > sizeof(out))
+			break;
+		memcpy(out + len, line, n);
+		len += n;
+		line += n;
+	}
+	if (kept < p->count)
+		len += snprintf(out + len, sizeof(out) - len, "(%u more lines left out)\n",
+				p->count - kept);
+	reply(seq, status, out, len);
+}
+
+/* Loads and checks; touches neither the device nor the arena (docs/protocol.md, "LOAD"). */
+static void load(struct session *s, uint32_t seq, const struct us_load *l)
+{
+	const char *modules[US_MAX_MODULES];
+	struct problems why = { 0 };
+	char used[US_REPLY_DATA_MAX];
+	int err;
+
+	if (s->load_sent || s->hello)
+		violation("LOAD %s", s->load_sent ? "twice" : "after HELLO");
+	module_list("LOAD", l->n_modules, l->modules, modules);
+	s->load_sent = true;
+	err = load_modules(s->runtime, s->symvers, modules, l->n_modules, used, sizeof(used), &why);
+	if (!err)
+		err = pci_table_match(l->ids.vendor, l->ids.device, l->ids.subvendor,
+				      l->ids.subdevice, l->ids.class, &why);
+	if (err) {
+		reply_lines(seq, err, &why);
+		problems_clear(&why);
+		return;
+	}
+	s->loaded = true;
+	s->load = *l;
+	reply(seq, 0, used, strlen(used));
+}
+
 static int probe(struct session *s, const struct us_probe *p)
 {
 	const char *modules[US_MAX_MODULES];
@@ -85,18 +157,20 @@ static int probe(struct session *s, const struct us_probe *p)
 
 	if (!s->hello || s->probed)
 		violation("PROBE %s", s->probed ? "twice" : "before HELLO");
-	if (!terminated(p->pci_address, sizeof(p->pci_address)) || !p->n_modules ||
-	    p->n_modules > US_MAX_MODULES)
-		violation("PROBE with a bad PCI address or module count");
-	for (uint32_t i = 0; i < p->n_modules; i++) {
-		if (!terminated(p->modules[i], US_PATH_MAX))
-			violation("PROBE with an unterminated module path");
-		modules[i] = p->modules[i];
-	}
+	if (!terminated(p->pci_address, sizeof(p->pci_address)))
+		violation("PROBE with a bad PCI address");
+	module_list("PROBE", p->n_modules, p->modules, modules);
+	if (s->load_sent && (!s->loaded || p->n_modules != s->load.n_modules ||
+			     memcmp(p->modules, s->load.modules, sizeof(p->modules))))
+		violation("PROBE after %s", s->loaded ? "a LOAD of other modules" : "a refused LOAD");
 	s->probed = true;
 	if (ddekit_setup_device(s->device_fd, p->pci_address))
 		return -ENODEV;
-	err = start_runtime(s->runtime, modules, p->n_modules, NULL, 0, &init_status);
+	if (s->loaded)
+		err = run_modules(NULL, 0, &init_status);
+	else
+		err = start_runtime(s->runtime, s->symvers, modules, p->n_modules, NULL, 0,
+				    &init_status);
 	if (err)
 		return err;
 	return netdev_registered() ? 0 : init_status ? init_status : -ENODEV;
@@ -192,6 +266,7 @@ static int ethtool(const struct us_ethtool *req, uint8_t *data, uint32_t *len)
 static size_t body_size(uint16_t type)
 {
 	switch (type) {
+	case US_MSG_LOAD: return sizeof(struct us_load);
 	case US_MSG_HELLO: return sizeof(struct us_hello);
 	case US_MSG_PROBE: return sizeof(struct us_probe);
 	case US_MSG_OPEN: case US_MSG_STOP: case US_MSG_PING: case US_MSG_SPAWN: return 0;
@@ -237,6 +312,13 @@ static void handle(struct session *s, const uint8_t *msg, size_t n, int received
 	}
 	if (len != body_size(h.type))
 		violation("type %u with a %zu-byte body", h.type, len);
+	if (h.type == US_MSG_LOAD) {
+		static struct us_load l;
+
+		memcpy(&l, body, sizeof(l));
+		load(s, h.seq, &l);
+		return;
+	}
 	if (h.type != US_MSG_HELLO && h.type != US_MSG_PROBE && h.type != US_MSG_PING &&
 	    !s->probed) {
 		if (received_fd >= 0)
@@ -307,7 +389,7 @@ static void handle(struct session *s, const uint8_t *msg, size_t n, int received
 	default:	/* PING */
 		/*
 		 * The answer also proves the kernel half makes progress: a
-		 * driver spinning with the one CPU held (DESIGN.md decision 6),
+		 * driver spinning with the one CPU held (docs/design.md §6),
 		 * e.g. in its transmit or interrupt code, keeps this from
 		 * returning, and the host's PING deadline declares it hung.
 		 */
@@ -352,11 +434,12 @@ static ssize_t receive(int fd, uint8_t *msg, size_t size, int *received_fd)
 }
 
 int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
-		 int notify_fd, const char *runtime)
+		 int notify_fd, const char *runtime, const char *symvers)
 {
 	struct session s = {
 		.control_fd = control_fd, .device_fd = device_fd, .arena_fd = arena_fd,
-		.rings_fd = rings_fd, .kick_fd = kick_fd, .notify_fd = notify_fd, .runtime = runtime,
+		.rings_fd = rings_fd, .kick_fd = kick_fd, .notify_fd = notify_fd,
+		.runtime = runtime, .symvers = symvers,
 	};
 	static uint8_t msg[US_MSG_MAX];
 

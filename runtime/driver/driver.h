@@ -42,15 +42,47 @@ struct kernel_api {
 extern struct kernel_api kernel;
 
 /*
- * Loads the kernel half and the module chain, boots the kernel half and runs
- * every module's init. params are "module.name=value" settings applied
- * before the inits, as insmod's arguments. 0, or -errno if a module did not
- * load or a parameter could not be set (the reasons are on stderr and in a
- * LOAD_FAILED or PARAM_FAILED line). *init_status: the first failed init's
- * result, 0 if all succeeded.
+ * Why a load was refused, one line each (docs/protocol.md, "LOAD"): the
+ * host gets them in LOAD's reply, stand-alone runs on stderr.
  */
-int start_runtime(const char *runtime, const char *const *modules, int n_modules,
-		  const char *const *params, int n_params, int *init_status);
+struct problems {
+	char *text;		/* NUL-terminated lines, each ending in '\n' */
+	size_t len;
+	unsigned int count;
+};
+
+void problems_add(struct problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void problems_clear(struct problems *p);
+
+/*
+ * Loads a kernel half and the module chain and checks them (relocations,
+ * CRCs, imports), running none of them. runtime NULL: the half of the first
+ * module's ABI (its vermagic), from abi/<abi>/ next to this executable, or
+ * else the first other half whose CRCs all match, nearest ABI first
+ * (runtime/README.md, "One kernel half per ABI"); symvers NULL: the
+ * Module.symvers next to runtime. Returns 0 and "abi=... half=..." in used,
+ * or -ENOENT (a module file is missing) or -ENOEXEC with every reason in why.
+ */
+int load_modules(const char *runtime, const char *symvers, const char *const *modules,
+		 int n_modules, char *used, size_t used_len, struct problems *why);
+/*
+ * After load_modules: 0 if an entry of some module's PCI device table
+ * matches the device, as the PCI core's pci_match_id would; -ENODEV and the
+ * tables' sizes in why if none does.
+ */
+int pci_table_match(uint16_t vendor, uint16_t device, uint16_t subvendor, uint16_t subdevice,
+		    uint32_t class, struct problems *why);
+/*
+ * After load_modules: boots the kernel half and runs every module's init.
+ * params are "module.name=value" settings applied before the inits, as
+ * insmod's arguments. 0, or -errno if a parameter could not be set (a
+ * PARAM_FAILED line). *init_status: the first failed init's result, 0 if
+ * all succeeded.
+ */
+int run_modules(const char *const *params, int n_params, int *init_status);
+/* load_modules (its problems on stderr and a LOAD_FAILED line), then run_modules. */
+int start_runtime(const char *runtime, const char *symvers, const char *const *modules,
+		  int n_modules, const char *const *params, int n_params, int *init_status);
 /*
  * Tells gdb (JIT interface) where a loaded module's sections are, and perf
  * (/tmp/perf-PID.map) where its functions are if UNDERSTUDY_PERF_MAP is set.
@@ -76,6 +108,6 @@ bool template_taken(void);
 
 /* Serves the host's requests on the control socket until it closes. */
 int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
-		 int notify_fd, const char *runtime);
+		 int notify_fd, const char *runtime, const char *symvers);
 
 #endif /* UNDERSTUDY_DRIVER_H */

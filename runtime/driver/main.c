@@ -12,8 +12,8 @@
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
  *		--kick-fd N --notify-fd N [--runtime KO] [--symvers FILE]
  *
- * the host's HELLO and PROBE name the geometry, the PCI address and the
- * modules, and later requests open, configure and query the device.
+ * the host's LOAD (live update), HELLO and PROBE name the modules, the
+ * geometry and the PCI address, and later requests open, configure and query the device.
  *
  * Stand-alone, for tests and bring-up, the command line chooses instead:
  *
@@ -23,7 +23,9 @@
  *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
  *		[--arp SRC_IP,DST_IP] [--loglevel N]
  *
- * --runtime defaults to understudy-kernel.ko next to this executable.
+ * Without --runtime the kernel half is the first module's ABI's, from
+ * abi/<abi>/ next to this executable (runtime/README.md, "One kernel half
+ * per ABI"); --symvers defaults to the Module.symvers next to --runtime.
  * Output: one event per line on stdout (PROBE, REGISTERED, CARRIER, ...),
  * kernel log records on stderr (and, under the host, as messages).
  *
@@ -33,9 +35,11 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -66,7 +70,6 @@
 #define BUGFLAG_DONE_BIT	(1 << 2)
 
 static struct ko_context *ctx;
-static const char *symvers = DEFAULT_SYMVERS;
 
 static void watch_events(const char *line);
 
@@ -195,51 +198,217 @@ static int resolve_ddekit(void *arg, const char *name, struct ko_symbol *out)
 	return 0;
 }
 
-/* The vermagic string of a module file, which every later module must match. */
-static char *read_vermagic(const char *path)
+void problems_add(struct problems *p, const char *fmt, ...)
 {
-	static char vermagic[256];
-	FILE *f = fopen(path, "rb");
-	char *buf, *hit;
-	long size;
+	va_list ap;
+	char *line;
+	int n;
 
-	if (!f)
-		die("%s: %s", path, strerror(errno));
-	fseek(f, 0, SEEK_END);
-	size = ftell(f);
-	rewind(f);
-	buf = malloc(size + 1);
-	if (!buf || fread(buf, 1, size, f) != (size_t)size)
-		die("%s: cannot read", path);
-	buf[size] = '\0';
-	fclose(f);
-	hit = memmem(buf, size, "vermagic=", 9);
-	if (!hit)
-		die("%s: no vermagic", path);
-	snprintf(vermagic, sizeof(vermagic), "%s", hit + 9);
-	free(buf);
-	return vermagic;
+	va_start(ap, fmt);
+	n = vasprintf(&line, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		die("out of memory");
+	for (int i = 0; i < n; i++)	/* one line each, whatever a path holds */
+		if ((unsigned char)line[i] < 0x20)
+			line[i] = '?';
+	p->text = realloc(p->text, p->len + n + 2);
+	if (!p->text)
+		die("out of memory");
+	memcpy(p->text + p->len, line, n);
+	p->len += n;
+	p->text[p->len++] = '\n';
+	p->text[p->len] = '\0';
+	p->count++;
+	free(line);
 }
 
-static const struct ko_module *load(const char *path)
+void problems_clear(struct problems *p)
 {
-	const struct ko_module *m = ko_load_file(ctx, path);
-	const struct ko_error *err;
+	free(p->text);
+	*p = (struct problems){ 0 };
+}
 
-	if (m) {
-		debugger_register_module(m);
-		return m;
+/* A kernel half: its module and its ABI's CRCs (runtime/README.md, "One kernel half per ABI"). */
+struct half {
+	char ko[PATH_MAX];
+	char symvers[PATH_MAX];
+	char vermagic[256];
+	char release[64];	/* vermagic's first word, e.g. 6.1.0-50-amd64 */
+};
+
+/*
+ * A module's vermagic= string, which the loader compares with the kernel
+ * half's (after the release, as Linux does for modules with CRCs).
+ */
+static int read_vermagic(const char *path, char *vermagic, size_t len, struct problems *why)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL, *hit = NULL;
+	long size;
+
+	if (!f) {
+		problems_add(why, "%s: %s", path, strerror(errno));
+		return errno == ENOENT ? -ENOENT : -ENOEXEC;
 	}
+	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
+	    (buf = malloc(size + 1)) && fread(buf, 1, size, f) == (size_t)size) {
+		buf[size] = '\0';
+		hit = memmem(buf, size, "vermagic=", 9);
+	}
+	fclose(f);
+	if (hit)
+		snprintf(vermagic, len, "%s", hit + 9);
+	else
+		problems_add(why, "%s: no vermagic= (not a kernel module?)", path);
+	free(buf);
+	return hit ? 0 : -ENOEXEC;
+}
+
+static int half_at(struct half *h, const char *ko, const char *symvers, struct problems *why)
+{
+	int err;
+
+	snprintf(h->ko, sizeof(h->ko), "%s", ko);
+	snprintf(h->symvers, sizeof(h->symvers), "%s", symvers);
+	err = read_vermagic(ko, h->vermagic, sizeof(h->vermagic), why);
+	snprintf(h->release, sizeof(h->release), "%.*s", (int)strcspn(h->vermagic, " "),
+		 h->vermagic);
+	return err;
+}
+
+/* "6.1.0-50-amd64": base "6.1.0", number 50, flavour "amd64"; false if not that shape. */
+static bool parse_release(const char *release, char *base, int *number, char *flavour)
+{
+	return sscanf(release, "%31[0-9.]-%d-%31s", base, number, flavour) == 3;
+}
+
+/*
+ * How far a half's ABI is from a module's: the difference of their ABI
+ * numbers, or -1 if they are not of the same kernel version and flavour.
+ */
+static int abi_distance(const char *half, const char *module)
+{
+	char base[2][32], flavour[2][32];
+	int number[2];
+
+	if (!parse_release(half, base[0], &number[0], flavour[0]) ||
+	    !parse_release(module, base[1], &number[1], flavour[1]) ||
+	    strcmp(base[0], base[1]) || strcmp(flavour[0], flavour[1]))
+		return -1;
+	return abs(number[0] - number[1]);
+}
+
+static const char *module_release;	/* for compare_halves */
+
+static int compare_halves(const void *a, const void *b)
+{
+	const struct half *x = a, *y = b;
+	int dx = abi_distance(x->release, module_release);
+	int dy = abi_distance(y->release, module_release);
+
+	return dx != dy ? dx - dy : strcmp(x->release, y->release);
+}
+
+#define MAX_HALVES 32
+
+/*
+ * The halves to try for a module of ABI release, nearest first, from
+ * build/abi/<abi>/ next to this executable: its own ABI's alone if there is
+ * one; otherwise every half of the same kernel version and flavour, since
+ * with MODVERSIONS Linux lets the CRCs decide, not the release.
+ */
+static int find_halves(const char *release, struct half *halves, struct problems *why)
+{
+	char dir[PATH_MAX], ko[PATH_MAX + 128], symvers[PATH_MAX + 128];
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 8);
+	struct dirent *e;
+	DIR *d;
+	int count = 0;
+
+	if (n < 0)
+		die("readlink /proc/self/exe: %s", strerror(errno));
+	dir[n] = '\0';
+	strcpy(strrchr(dir, '/') + 1, "abi");
+	d = opendir(dir);
+	while (d && (e = readdir(d)) && count < MAX_HALVES) {
+		struct problems ignored = { 0 };
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(ko, sizeof(ko), "%s/%.64s/understudy-kernel.ko", dir, e->d_name);
+		snprintf(symvers, sizeof(symvers), "%s/%.64s/Module.symvers", dir, e->d_name);
+		if (!half_at(&halves[count], ko, symvers, &ignored) && !access(symvers, R_OK) &&
+		    abi_distance(halves[count].release, release) >= 0)
+			count++;
+		problems_clear(&ignored);
+	}
+	if (d)
+		closedir(d);
+	for (int i = 0; i < count; i++)
+		if (!strcmp(halves[i].release, release)) {
+			halves[0] = halves[i];
+			return 1;
+		}
+	problems_add(why, "ABI %s has no kernel half in %s (one is built for each ABI with "
+		     "linux-headers, lab/lab.toml [live_update]); %s", release, dir,
+		     count ? "tried the others whose CRCs might match, nearest first:"
+			   : "there is no other half of its kernel version to try");
+	module_release = release;
+	qsort(halves, count, sizeof(*halves), compare_halves);
+	return count;
+}
+
+/*
+ * Loads the half and the modules into a fresh context; on failure leaves
+ * none, with a summary line in *why and the loader's whole problem list in
+ * *detail (after a line naming the half, if label).
+ */
+static int try_half(const struct half *h, const char *const *modules, int n_modules,
+		    bool label, struct problems *why, struct problems *detail)
+{
+	static struct ko_options kopts = { .resolve = resolve_ddekit };
+	const struct ko_error *err;
+	struct ko_crc_table *crcs;
+	char message[256], names[160] = "";
+	size_t used = 0;
+	bool ok;
+
+	crcs = ko_crc_table_load_symvers(h->symvers, message, sizeof(message));
+	kopts.crcs = crcs;
+	if (!crcs) {
+		problems_add(why, "tried %s: %s", h->release, message);
+		return -ENOEXEC;
+	}
+	kopts.vermagic = h->vermagic;
+	ctx = ko_context_create(&kopts, message, sizeof(message));
+	if (!ctx)
+		die("%s", message);
+	ok = ko_load_file(ctx, h->ko);
+	for (int i = 0; ok && i < n_modules; i++)
+		ok = ko_load_file(ctx, modules[i]);
+	if (ok)
+		return 0;
+
 	err = ko_last_error(ctx);
-	fprintf(stderr, "understudy-driver: %s\n", err->message);
-	for (size_t i = 0; i < err->n_problems; i++)
-		fprintf(stderr, "  %s %s%s%s\n",
-			err->problems[i].kind == KO_PROBLEM_MISSING ? "missing" : "crc-mismatch",
-			err->problems[i].symbol, err->problems[i].detail[0] ? ": " : "",
-			err->problems[i].detail);
-	printf("LOAD_FAILED module=%s status=%s problems=%zu\n", path,
-	       ko_status_name(err->status), err->n_problems);
-	return NULL;
+	if (label && err->n_problems)
+		problems_add(detail, "on %s:", h->release);
+	for (size_t i = 0; i < err->n_problems; i++) {
+		const struct ko_problem *pr = &err->problems[i];
+
+		if (i < 3)	/* the first few on the summary line, all of them below it */
+			used += snprintf(names + used, sizeof(names) - used, "%s%.40s",
+					 i ? ", " : " (", pr->symbol);
+		problems_add(detail, "%s: %s (%s)",
+			     pr->kind == KO_PROBLEM_MISSING ? "missing" : "crc-mismatch",
+			     pr->symbol, pr->detail);
+	}
+	problems_add(why, "tried %s: %s%s%s", h->release, err->message, names,
+		     err->n_problems > 3 ? ", ...)" : err->n_problems ? ")" : "");
+	ko_context_destroy(ctx);
+	ctx = NULL;
+	ko_crc_table_destroy(crcs);
+	return -ENOEXEC;
 }
 
 static void *kernel_export(const char *name)
@@ -324,29 +493,111 @@ static int set_param(const char *setting)
 	return -ENOENT;
 }
 
-int start_runtime(const char *runtime, const char *const *modules, int n_modules,
-		  const char *const *params, int n_params, int *init_status)
+int load_modules(const char *runtime, const char *symvers, const char *const *modules,
+		 int n_modules, char *used, size_t used_len, struct problems *why)
 {
-	static struct ko_options kopts = { .resolve = resolve_ddekit };
-	struct ko_crc_table *crcs;
-	char err[256];
+	struct half halves[MAX_HALVES];
+	struct problems detail = { 0 };
+	char vermagic[256], release[64], dir[PATH_MAX], next_to[PATH_MAX + 16];
+	int n_halves = 1, i, err;
 
+	for (i = 0; i < n_modules; i++)
+		if (access(modules[i], R_OK)) {
+			problems_add(why, "%s: %s", modules[i], strerror(errno));
+			return errno == ENOENT ? -ENOENT : -ENOEXEC;
+		}
+	err = read_vermagic(modules[0], vermagic, sizeof(vermagic), why);
+	if (err)
+		return err;
+	snprintf(release, sizeof(release), "%.*s", (int)strcspn(vermagic, " "), vermagic);
+	if (runtime) {
+		/* A half is a directory: its ABI's Module.symvers lies next to it. */
+		if (!symvers && realpath(runtime, dir)) {
+			snprintf(next_to, sizeof(next_to), "%.*s/Module.symvers",
+				 (int)(strrchr(dir, '/') - dir), dir);
+			symvers = next_to;
+		}
+		err = half_at(&halves[0], runtime, symvers ? symvers : "", why);
+		if (err)
+			return err;
+	} else {
+		n_halves = find_halves(release, halves, why);
+	}
+	err = -ENOEXEC;
+	for (i = 0; i < n_halves && err; i++)
+		err = try_half(&halves[i], modules, n_modules, n_halves > 1, why, &detail);
+	if (err) {
+		/* Each half's summary first, then every problem: a reply cut short keeps the summaries. */
+		for (char *line = detail.text; line && *line; line = strchr(line, '\n') + 1)
+			problems_add(why, "%.*s", (int)strcspn(line, "\n"), line);
+		problems_clear(&detail);
+		return err;
+	}
+	problems_clear(&detail);
+	snprintf(used, used_len, "abi=%s half=%s", halves[i - 1].release, halves[i - 1].ko);
+	if (strcmp(halves[i - 1].release, release))
+		snprintf(used + strlen(used), used_len - strlen(used), " module_abi=%s", release);
+	problems_clear(why);	/* the halves tried before */
+	printf("LOADED modules=%zu %s\n", ko_module_count(ctx), used);
+	for (size_t m = 0; m < ko_module_count(ctx); m++)
+		debugger_register_module(ko_module_at(ctx, m));
+	return 0;
+}
+
+/* struct pci_device_id (include/linux/mod_devicetable.h), as a module's table holds it. */
+struct pci_device_id {
+	uint32_t vendor, device, subvendor, subdevice;
+	uint32_t class, class_mask;
+	uint64_t driver_data;
+	uint32_t override_only;	/* for driver_override binding; pci_match_id ignores it */
+};
+
+_Static_assert(sizeof(struct pci_device_id) == 40, "struct pci_device_id of 6.1");
+
+#define PCI_ANY_ID (~0u)
+
+static bool any_or(uint32_t id, uint16_t value)
+{
+	return id == PCI_ANY_ID || id == value;
+}
+
+int pci_table_match(uint16_t vendor, uint16_t device, uint16_t subvendor, uint16_t subdevice,
+		    uint32_t class, struct problems *why)
+{
+	char tables[256] = "";
+	size_t len = 0;
+
+	for (size_t i = 1; i < ko_module_count(ctx); i++) {	/* 0: the kernel half */
+		const struct ko_module *m = ko_module_at(ctx, i);
+		const struct pci_device_id *id;
+		uint64_t addr, size;
+		size_t n = 0;
+
+		if (ko_module_find_symbol(m, "__mod_pci__", "_device_table", &addr, &size)) {
+			len += snprintf(tables + len, sizeof(tables) - len, "%s%.32s: no PCI table",
+					len ? "; " : "", m->name);
+			continue;
+		}
+		/* Zero-terminated as the PCI core reads it (pci_match_id), and within its symbol. */
+		for (id = (const void *)addr; (n + 1) * sizeof(*id) <= size &&
+		     (id->vendor || id->subvendor || id->class_mask); id++, n++)
+			if (any_or(id->vendor, vendor) && any_or(id->device, device) &&
+			    any_or(id->subvendor, subvendor) && any_or(id->subdevice, subdevice) &&
+			    !((id->class ^ class) & id->class_mask))
+				return 0;
+		len += snprintf(tables + len, sizeof(tables) - len, "%s%.32s: %zu entries",
+				len ? "; " : "", m->name, n);
+		if (len >= sizeof(tables))
+			len = sizeof(tables) - 1;
+	}
+	problems_add(why, "device %04x:%04x (subsystem %04x:%04x, class %06x) matches no module's "
+		     "PCI table (%s)", vendor, device, subvendor, subdevice, class, tables);
+	return -ENODEV;
+}
+
+int run_modules(const char *const *params, int n_params, int *init_status)
+{
 	ddekit_setup_event_observer(watch_events);
-	crcs = ko_crc_table_load_symvers(symvers, err, sizeof(err));
-	if (!crcs)
-		die("%s", err);
-	kopts.crcs = crcs;
-	kopts.vermagic = read_vermagic(runtime);
-	ctx = ko_context_create(&kopts, err, sizeof(err));
-	if (!ctx)
-		die("%s", err);
-	if (!load(runtime))
-		return -ENOEXEC;
-	for (int i = 0; i < n_modules; i++)
-		if (!load(modules[i]))
-			return -ENOEXEC;
-	printf("LOADED modules=%zu\n", ko_module_count(ctx));
-
 	find_kernel_api();
 	setup_percpu();
 	if (kernel.boot())
@@ -375,6 +626,24 @@ int start_runtime(const char *runtime, const char *const *modules, int n_modules
 			*init_status = ret;
 	}
 	return 0;
+}
+
+int start_runtime(const char *runtime, const char *symvers, const char *const *modules,
+		  int n_modules, const char *const *params, int n_params, int *init_status)
+{
+	struct problems why = { 0 };
+	char used[PATH_MAX + 128];
+	int err = load_modules(runtime, symvers, modules, n_modules, used, sizeof(used), &why);
+
+	if (err) {
+		fprintf(stderr, "understudy-driver: cannot load %s:\n", modules[0]);
+		for (char *line = why.text; line && *line; line = strchr(line, '\n') + 1)
+			fprintf(stderr, "  %.*s\n", (int)strcspn(line, "\n"), line);
+		printf("LOAD_FAILED module=%s result=%d problems=%u\n", modules[0], err, why.count);
+		problems_clear(&why);
+		return err;
+	}
+	return run_modules(params, n_params, init_status);
 }
 
 /* ---- network tests driven from the command line ------------------------- */
@@ -521,21 +790,6 @@ static unsigned long long number(const char *s, const char *what)
 	return v;
 }
 
-/* The kernel half next to this executable: runtime/build/understudy-kernel.ko. */
-static const char *default_runtime(void)
-{
-	static char path[4096];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
-	char *slash;
-
-	if (n < 0)
-		die("readlink /proc/self/exe: %s", strerror(errno));
-	path[n] = '\0';
-	slash = strrchr(path, '/');
-	strcpy(slash + 1, "understudy-kernel.ko");
-	return path;
-}
-
 int main(int argc, char **argv)
 {
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
@@ -563,7 +817,7 @@ int main(int argc, char **argv)
 		{ "param", required_argument, NULL, OPT_PARAM },
 		{ 0 }
 	};
-	const char *runtime = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
+	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
 	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status;
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
@@ -615,8 +869,8 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		die("unexpected argument %s", argv[optind]);
-	if (!runtime)
-		runtime = default_runtime();
+	if (symvers && !runtime)
+		die("--symvers goes with --runtime (a chosen half's CRCs are its own)");
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	install_fault_handlers();
@@ -626,7 +880,7 @@ int main(int argc, char **argv)
 		if (n_modules || n_params || open_dev || arp || wait_carrier > 0 || pci_address)
 			die("with --control-fd the host chooses modules and actions");
 		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
-				    runtime);
+				    runtime, symvers);
 	}
 
 	if ((device_fd >= 0) != (pci_address != NULL))
@@ -638,7 +892,9 @@ int main(int argc, char **argv)
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
 	ddekit_setup_rx(on_rx);
-	if (start_runtime(runtime, modules, n_modules, params, n_params, &init_status))
+	if (!n_modules)
+		die("at least one --module");
+	if (start_runtime(runtime, symvers, modules, n_modules, params, n_params, &init_status))
 		exit(2);
 	if (init_status)
 		status = 1;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * A post-probe template of the driver process (DESIGN.md decision 8; the
+ * A post-probe template of the driver process (docs/design.md §8; the
  * kernel half's part is kernel/template.c).
  *
  * After PROBE the host sends SPAWN with a fresh control socket. The first

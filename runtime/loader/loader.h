@@ -78,7 +78,10 @@ typedef int (*ko_resolve_fn)(void *arg, const char *name, struct ko_symbol *out)
 struct ko_crc_table;
 
 struct ko_options {
-	/* Expected vermagic, compared byte for byte; NULL skips the check. */
+	/*
+	 * Expected vermagic, compared as Linux does: after the release (the
+	 * first word) for a module with CRCs, whole otherwise; NULL skips it.
+	 */
 	const char *vermagic;
 	/* Reference CRCs; NULL checks imports only against module exports. */
 	const struct ko_crc_table *crcs;
@@ -329,6 +332,15 @@ const struct ko_module *ko_module_containing(const struct ko_context *ctx,
 /* An export of any loaded module, or NULL. */
 const struct ko_export *ko_find_export(const struct ko_context *ctx,
 				       const char *name);
+
+/*
+ * A symbol m defines, in a section the loader placed, whose name starts with
+ * prefix and ends with suffix: how modpost finds MODULE_DEVICE_TABLE's
+ * alias, __mod_<bus>__<table>_device_table. Returns 0 with its address and
+ * size (st_size, checked to lie inside its section), or -1 if m defines none.
+ */
+int ko_module_find_symbol(const struct ko_module *m, const char *prefix,
+			  const char *suffix, uint64_t *addr, uint64_t *size);
 
 /* ---------------------------------------------------------------------- */
 /* Lookups for the runtime's fault handlers (no allocation, no locks) */

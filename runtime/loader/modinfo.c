@@ -26,6 +26,22 @@ static const char *modinfo_get(const struct ko_module *m, const char *key)
  * .modinfo is a run of NUL-terminated "key=value" strings, with NUL padding
  * between them where the compiler aligned a variable.
  */
+/*
+ * Linux's rule (kernel/module/version.c, same_magic): a module with CRCs
+ * (__versions) is checked symbol by symbol, so the release at the start of
+ * vermagic is not compared -- a module of an ABI Debian ships no headers for
+ * loads on a kernel half whose CRCs it all matches (runtime/README.md, "One
+ * kernel half per ABI"). Without CRCs the whole string must match.
+ */
+static bool same_magic(const char *module, const char *expected, bool has_crcs)
+{
+	if (has_crcs) {
+		module += strcspn(module, " ");
+		expected += strcspn(expected, " ");
+	}
+	return !strcmp(module, expected);
+}
+
 int modinfo_parse(struct ko_context *ctx, struct loaded_module *m)
 {
 	const struct ko_elf *elf = &m->elf;
@@ -61,11 +77,8 @@ int modinfo_parse(struct ko_context *ctx, struct loaded_module *m)
 	if (!m->pub.vermagic)
 		return ko_fail(ctx, KO_ERR_MODINFO, "no vermagic= in .modinfo");
 
-	/*
-	 * Linux skips the release when the module has CRCs; we compare all of
-	 * it, because understudy pins one exact ABI per runtime build.
-	 */
-	if (ctx->opts.vermagic && strcmp(m->pub.vermagic, ctx->opts.vermagic))
+	if (ctx->opts.vermagic && !same_magic(m->pub.vermagic, ctx->opts.vermagic,
+					      elf_find_section(elf, "__versions")))
 		return ko_fail(ctx, KO_ERR_VERMAGIC,
 			       "vermagic mismatch: module has '%s', expected '%s'",
 			       m->pub.vermagic, ctx->opts.vermagic);

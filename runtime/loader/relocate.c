@@ -89,6 +89,38 @@ int symbols_compute(struct ko_context *ctx, struct loaded_module *m)
 	return 0;
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int ko_module_find_symbol(const struct ko_module *pub, const char *prefix,
+			  const char *suffix, uint64_t *addr, uint64_t *size)
+{
+	const struct loaded_module *m = to_loaded(pub);
+	const struct ko_elf *elf = &m->elf;
+
+	for (size_t i = 1; i < elf->nsyms; i++) {
+		const Elf64_Sym *sym = &elf->syms[i];
+		const char *name = elf_symbol_name(elf, i);
+		uint64_t section_size;
+
+		if (sym->st_shndx == SHN_UNDEF || sym->st_shndx == SHN_ABS ||
+		    sym->st_shndx == m->percpu_shndx || !m->section_addr[sym->st_shndx] ||
+		    strncmp(name, prefix, strlen(prefix)) || !ends_with(name, suffix))
+			continue;
+		section_size = elf->shdrs[sym->st_shndx].sh_size;
+		if (sym->st_value > section_size || sym->st_size > section_size - sym->st_value)
+			continue;
+		*addr = m->symbol_value[i];
+		*size = sym->st_size;
+		return 0;
+	}
+	return -1;
+}
+
 static int apply_one(struct ko_context *ctx, struct loaded_module *m,
 		     unsigned int rela_shndx, size_t j, const Elf64_Rela *r)
 {

@@ -55,6 +55,7 @@ pub const MSG_SET_FEATURES: u16 = 8;
 pub const MSG_ETHTOOL: u16 = 9;
 pub const MSG_PING: u16 = 10;
 pub const MSG_SPAWN: u16 = 11;
+pub const MSG_LOAD: u16 = 12;
 pub const MSG_REPLY: u16 = 64;
 pub const MSG_REGISTERED: u16 = 65;
 pub const MSG_CARRIER: u16 = 66;
@@ -80,6 +81,9 @@ pub const ETHTOOL_STATS: u32 = 3;
 /// Statistics one `ETHTOOL_STATS` reply holds at most.
 pub const ETHTOOL_STATS_PER_REPLY: usize =
     (ETHTOOL_DATA_MAX - size_of::<EthtoolStats>()) / size_of::<EthtoolStat>();
+
+/// The most data a `REPLY` carries: a whole message (`LOAD`'s text fills one).
+pub const REPLY_DATA_MAX: usize = MSG_MAX - size_of::<MsgHeader>() - size_of::<Reply>();
 
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
 /// to whole pages (`us_ring_stride`).
@@ -169,6 +173,18 @@ wire_structs! {
         pub pci_address: [u8; PCI_ADDR_MAX],
         pub n_modules: u32,
         pub modules: [[u8; PATH_MAX]; MAX_MODULES],
+    }
+
+    /// A device's PCI ids (its config space), matched against the modules'
+    /// PCI device tables by `LOAD`. `class` is base class << 16 | subclass << 8 | prog-if.
+    pub struct PciIds {
+        pub vendor: u16, pub device: u16, pub subvendor: u16, pub subdevice: u16, pub class: u32,
+    }
+
+    pub struct Load {
+        pub n_modules: u32,
+        pub modules: [[u8; PATH_MAX]; MAX_MODULES],
+        pub ids: PciIds,
     }
 
     pub struct SetMtu { pub mtu: u32, }
@@ -311,7 +327,7 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
     }
     match type_ {
         MSG_REPLY => {
-            let (reply, data) = with_tail::<Reply>(type_, body, ETHTOOL_DATA_MAX)?;
+            let (reply, data) = with_tail::<Reply>(type_, body, REPLY_DATA_MAX)?;
             if reply.data_len as usize != data.len() {
                 return Err(ProtocolError::OutOfRange { field: "reply.data_len", value: reply.data_len.into() });
             }
@@ -364,7 +380,7 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             let (warn, text) = with_tail::<Warn>(type_, body, TEXT_MAX)?;
             Ok(DriverMessage::Warn { file: c_string("warn.file", &warn.file)?, line: warn.line, text: printable(text) })
         }
-        MSG_HELLO..=MSG_SPAWN => Err(ProtocolError::NotFromDriver(type_)),
+        MSG_HELLO..=MSG_LOAD => Err(ProtocolError::NotFromDriver(type_)),
         other => Err(ProtocolError::UnknownType(other)),
     }
 }
@@ -386,7 +402,18 @@ pub enum Request {
     /// To a post-probe template: fork a driver process. Its control socket
     /// travels with the message (SCM_RIGHTS); the reply's data is its pid.
     Spawn,
+    /// Before `HELLO`: load and check `modules` (dependencies first) for the
+    /// device `ids`, running nothing. The reply's data is UTF-8 text: the
+    /// kernel half used, or every reason for a refusal, one per line.
+    Load { modules: Vec<String>, ids: PciIds },
 }
+
+impl PartialEq for PciIds {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for PciIds {}
 
 impl PartialEq for Hello {
     fn eq(&self, other: &Self) -> bool {
@@ -403,6 +430,18 @@ fn fill_c_string(dst: &mut [u8], s: &str) -> Option<()> {
     }
     dst[..b.len()].copy_from_slice(b);
     Some(())
+}
+
+/// `PROBE`'s and `LOAD`'s module list: 1 to `MAX_MODULES` paths; returns how many.
+fn fill_modules(slots: &mut [[u8; PATH_MAX]; MAX_MODULES], modules: &[String]) -> Result<u32, EncodeError> {
+    if modules.is_empty() || modules.len() > MAX_MODULES {
+        return Err(EncodeError(format!("1 to {MAX_MODULES} modules, not {}", modules.len())));
+    }
+    for (slot, path) in slots.iter_mut().zip(modules) {
+        fill_c_string(slot, path)
+            .ok_or_else(|| EncodeError(format!("module path {path:?} is longer than {} bytes", PATH_MAX - 1)))?;
+    }
+    Ok(modules.len() as u32)
 }
 
 /// A request that cannot be expressed on the wire (the host's own input check).
@@ -424,6 +463,7 @@ impl Request {
             Request::Ethtool { .. } => MSG_ETHTOOL,
             Request::Ping => MSG_PING,
             Request::Spawn => MSG_SPAWN,
+            Request::Load { .. } => MSG_LOAD,
         }
     }
 
@@ -441,6 +481,7 @@ impl Request {
             Request::Ethtool { .. } => "ETHTOOL",
             Request::Ping => "PING",
             Request::Spawn => "SPAWN",
+            Request::Load { .. } => "LOAD",
         }
     }
 
@@ -449,18 +490,16 @@ impl Request {
         match self {
             Request::Hello(h) => out.extend_from_slice(h.as_bytes()),
             Request::Probe { pci_address, modules } => {
-                if modules.is_empty() || modules.len() > MAX_MODULES {
-                    return Err(EncodeError(format!("1 to {MAX_MODULES} modules, not {}", modules.len())));
-                }
-                let mut p = Probe { n_modules: modules.len() as u32, ..Default::default() };
+                let mut p = Probe::default();
+                p.n_modules = fill_modules(&mut p.modules, modules)?;
                 fill_c_string(&mut p.pci_address, pci_address)
                     .ok_or_else(|| EncodeError(format!("PCI address {pci_address:?} is too long")))?;
-                for (slot, path) in p.modules.iter_mut().zip(modules) {
-                    fill_c_string(slot, path).ok_or_else(|| {
-                        EncodeError(format!("module path {path:?} is longer than {} bytes", PATH_MAX - 1))
-                    })?;
-                }
                 out.extend_from_slice(p.as_bytes());
+            }
+            Request::Load { modules, ids } => {
+                let mut l = Load { ids: *ids, ..Default::default() };
+                l.n_modules = fill_modules(&mut l.modules, modules)?;
+                out.extend_from_slice(l.as_bytes());
             }
             Request::Open | Request::Stop | Request::Ping | Request::Spawn => {}
             Request::SetMtu(mtu) => out.extend_from_slice(SetMtu { mtu: *mtu }.as_bytes()),
@@ -624,5 +663,48 @@ mod tests {
         assert_eq!(m.encode(1).unwrap().len(), 8 + 6 + 6);
         assert_eq!(Request::Ethtool { cmd: ETHTOOL_STATS, first: 12 }.encode(1).unwrap().len(), 16);
         assert!(Request::Probe { pci_address: "0".repeat(16), modules: vec!["a".into()] }.encode(1).is_err());
+    }
+
+    fn e1000_ids() -> PciIds {
+        PciIds { vendor: 0x8086, device: 0x100e, subvendor: 0x1af4, subdevice: 0x1100, class: 0x02_0000 }
+    }
+
+    #[test]
+    fn load_encodes_its_modules_and_ids_where_the_c_struct_has_them() {
+        let req = Request::Load { modules: vec!["/m/mii.ko".into(), "/m/8139cp.ko".into()], ids: e1000_ids() };
+        assert_eq!(req.name(), "LOAD");
+        let m = req.encode(7).unwrap();
+        assert_eq!(m.len(), size_of::<MsgHeader>() + size_of::<Load>());
+        let header = MsgHeader::from_prefix(&m).unwrap();
+        assert_eq!((header.type_, header.seq), (MSG_LOAD, 7));
+        let l = Load::from_prefix(&m[size_of::<MsgHeader>()..]).unwrap();
+        let (n, modules, ids) = (l.n_modules, l.modules, l.ids);
+        assert_eq!(n, 2);
+        assert_eq!(&modules[1][..13], b"/m/8139cp.ko\0");
+        assert_eq!(modules[2], [0; PATH_MAX]);
+        assert_eq!(ids, e1000_ids());
+    }
+
+    #[test]
+    fn load_refuses_what_the_wire_cannot_carry() {
+        let load = |modules: Vec<String>| Request::Load { modules, ids: e1000_ids() }.encode(1);
+        assert!(load(vec![]).is_err());
+        assert!(load(vec!["a".into(); MAX_MODULES + 1]).is_err());
+        assert!(load(vec!["x".repeat(PATH_MAX)]).is_err());
+        assert!(load(vec!["a\0b".into()]).is_err());
+        assert!(load(vec!["x".repeat(PATH_MAX - 1)]).is_ok());
+    }
+
+    #[test]
+    fn a_reply_may_fill_a_whole_message_and_no_more() {
+        let reply = |len: usize| {
+            let mut body = Reply { status: -8, data_len: len as u32 }.as_bytes().to_vec();
+            body.resize(body.len() + len, b'x');
+            parse_driver_message(&msg(MSG_REPLY, 3, &body))
+        };
+        assert_eq!(size_of::<MsgHeader>() + size_of::<Reply>() + REPLY_DATA_MAX, MSG_MAX);
+        assert!(matches!(reply(REPLY_DATA_MAX), Ok(DriverMessage::Reply { status: -8, .. })));
+        assert!(reply(REPLY_DATA_MAX + 1).is_err());
+        assert_eq!(parse_driver_message(&msg(MSG_LOAD, 0, &[])), Err(ProtocolError::NotFromDriver(MSG_LOAD)));
     }
 }
