@@ -194,10 +194,6 @@ impl<F> Handover<F> {
                    carrier: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
     }
 
-    pub fn phase(&self) -> Phase {
-        self.phase
-    }
-
     pub fn reason(&self) -> &Reason {
         &self.reason
     }

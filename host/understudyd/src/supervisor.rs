@@ -1261,6 +1261,8 @@ impl Supervisor {
             if !restart {
                 self.abandon_handover("the device was stopped by request");
             } else {
+                // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
+                self.carrier_held_until = Some(Instant::now() + CARRIER_HOLD);
                 self.update(|s| s.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
@@ -1536,11 +1538,16 @@ impl Supervisor {
     /// process that probes. The device's interrupt is allowed again first.
     fn start_successor(&mut self, modules: &[ModuleInfo]) -> Result<StartKind, String> {
         self.vfio.allow_intx().map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
-        let forked = if modules == self.modules.as_slice() { self.fork_from_template() } else { None };
-        let (control, driver, kind) = match (self.loader.take(), forked) {
-            (_, Some((control, driver))) => (control, driver, StartKind::Template),
-            (Some(loader), None) => (loader.control, loader.process, StartKind::Probe),
-            (None, None) => {
+        let forked = match self.loader.take() {
+            Some(loader) => Some((loader.control, loader.process, StartKind::Probe)),
+            None if modules == self.modules.as_slice() => {
+                self.fork_from_template().map(|(control, driver)| (control, driver, StartKind::Template))
+            }
+            None => None,
+        };
+        let (control, driver, kind) = match forked {
+            Some(started) => started,
+            None => {
                 let (control, driver) = spawn_driver(&self.driver_binary, self.placement, &self.vfio, &self.shm,
                                                      self.kick.as_fd(), self.notify.as_fd())?;
                 (control, driver, StartKind::Probe)

@@ -57,7 +57,7 @@ fn a_restart_replays_the_log_waits_for_the_link_then_gives_the_frames_back() {
     assert_eq!(h.on(Event::Started(StartKind::Template), ms(t0, 11)), vec![]);
     let actions = register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 40));
     assert_eq!(actions, vec![Action::WaitForLink]);
-    assert_eq!(h.phase(), Phase::LinkUp);
+    assert_eq!(h.phase, Phase::LinkUp);
     assert!(!h.holds_configuration(), "the TAP's own changes go to the driver while its link comes up");
     assert_eq!(h.on(Event::Carrier(false), ms(t0, 50)), vec![]);
     assert_eq!(h.on(Event::Carrier(true), ms(t0, 2040)), vec![Action::Resubmit(vec![7, 8]), Action::Done(Outcome::Committed)]);
@@ -182,7 +182,7 @@ fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_l
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     register_and_replay(&mut h, e1000(CSUM_TSO), t0);
     h.on(Event::Carrier(true), t0);
-    assert_eq!(h.phase(), Phase::Probation);
+    assert_eq!(h.phase, Phase::Probation);
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![6] }, ms(t0, 1000));
     assert_eq!(actions, vec![Action::Start { modules: module("50") }]);
     assert_eq!(h.on(Event::ProbationOver, ms(t0, 5000)), vec![], "the window of the failed version is over");
