@@ -116,11 +116,12 @@ struct Args {
     /// The longest wait between attempts of --on-exhausted retry [default: 60].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     retry_max_s: Option<u64>,
-    /// A program run after every recovery outcome (not waited for; its exit
-    /// status is logged), with UNDERSTUDY_DEVICE, UNDERSTUDY_IFNAME,
-    /// UNDERSTUDY_OUTCOME (recovered, failed, down, retrying), UNDERSTUDY_CAUSE,
-    /// UNDERSTUDY_RECOVERY_COUNT and, when they apply, UNDERSTUDY_REASON,
-    /// UNDERSTUDY_DOWNTIME_MS and UNDERSTUDY_RETRY_IN_MS in its environment.
+    /// A program run after every recovery or update outcome (not waited for;
+    /// its exit status is logged), with UNDERSTUDY_DEVICE, UNDERSTUDY_IFNAME,
+    /// UNDERSTUDY_OUTCOME (recovered, failed, down, retrying; updated,
+    /// rolled-back, refused), UNDERSTUDY_CAUSE, UNDERSTUDY_RECOVERY_COUNT and,
+    /// when they apply, UNDERSTUDY_REASON, UNDERSTUDY_RESTART_MS and
+    /// UNDERSTUDY_RETRY_IN_MS in its environment.
     /// Also `hook` in the config's [recovery].
     #[arg(long)]
     recovery_hook: Option<PathBuf>,

@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`python3 -m lab scenario update-loop`: live updates back and forth between
+Debian's builds of a driver of several ABIs during one hash-checked transfer
+(docs/live-update.md).
+
+Each update is `understudy update us0 --module ...` with the next version's
+module files from the lab's cache (lab/lab.toml, [live_update]); the daemon's
+record of it gives the phases and the downtime, the receiving application's
+gaps give the outage as it saw it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from . import config, understudy
+from .bench import understudy_up
+from .errors import LabError
+from .guest import Guest
+from .scenario import (GAP_LOG_MS, Report, Us0Transfer, _median, carrier_drops, gaps_per_kill, log,
+                       nic, wait_received)
+
+# An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
+# autonegotiation after its PHY reset) and the daemon's 5 s probation; the
+# transfer is paced to last through all of them.
+SECONDS_PER_UPDATE = 12
+# Between two updates at least this much passes through the serving driver.
+MIN_BYTES_BETWEEN_UPDATES = 1 << 20
+
+
+def module_chain(abi: str, driver: str) -> list[str]:
+    """A driver's module and its dependencies (modinfo's `depends`), dependencies
+    first, as Debian's ABI `abi` built them (the lab's cache, which the guest
+    sees at the same path)."""
+    path = config.cached_module(abi, driver)
+    res = subprocess.run(["modinfo", "-F", "depends", str(path)], capture_output=True, text=True)
+    if res.returncode:
+        raise LabError(f"modinfo {path}: {res.stderr.strip()}")
+    chain: list[str] = []
+    for dep in filter(None, res.stdout.strip().split(",")):
+        chain += [m for m in module_chain(abi, dep) if m not in chain]
+    return chain + [str(path)]
+
+
+def update(daemon: understudy.Daemon, modules: list[str]) -> tuple[int, dict]:
+    """`understudy update us0`: its exit status and JSON answer (with the record)."""
+    argv = ["update", "us0", "--json", *[a for m in modules for a in ("--module", m)]]
+    res = daemon.cli(*argv, timeout=300)
+    try:
+        return res.returncode, json.loads(res.out)
+    except json.JSONDecodeError:
+        raise LabError(f"understudy update printed no JSON (exit {res.returncode}): {res.err.strip()}") from None
+
+
+def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float,
+                nic_props: str = "") -> Report:
+    dev = nic(driver)
+    if len(versions) < 2:
+        raise LabError("give at least two versions to update between", hint="--versions 6.1.0-50,6.1.0-53")
+    chains = {v: module_chain(v, dev.driver) for v in versions}
+    seconds = (updates + 1) * SECONDS_PER_UPDATE
+    nbytes = int(rate_mbps * 1e6 / 8 * seconds)
+    log(f"booting a guest with {dev.name}; {dev.driver} of {versions[0]} behind understudyd; {updates} updates "
+        f"between {', '.join(versions)} during {nbytes >> 20} MiB at {rate_mbps:g} Mbit/s")
+    records: list[dict] = []
+    failure: str | None = None
+    with Guest(devices=[dev.name], nic_props=nic_props) as guest:
+        understudy.prepare(guest)
+        bdf = guest.pci_address("nic0")
+        daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", "3")
+        understudy_up(guest, daemon, bdf, chains[versions[0]])
+        first = daemon.status()[bdf]
+        base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
+        update_times: list[float] = []
+        with Us0Transfer(guest, nbytes, timeout=seconds * 3, gap_log_ms=GAP_LOG_MS, rate_mbps=rate_mbps) as transfer:
+            passed = 0
+            for i in range(updates):
+                to = versions[(i + 1) % len(versions)]
+                st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
+                update_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
+                code, answer = update(daemon, chains[to])
+                record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
+                after = daemon.status()[bdf]
+                # The first frame through the new driver is timed when it passes: wait for it.
+                deadline = time.monotonic() + 30
+                while after["updates"] and after["updates"][-1].get("first_packet_ms") is None \
+                        and time.monotonic() < deadline and transfer.running():
+                    time.sleep(0.1)
+                    after = daemon.status()[bdf]
+                if after["updates"]:
+                    record = {**record, **{k: after["updates"][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
+                records.append({"update": i + 1, "to": to, "exit": code, "at_bytes": st["counters"]["rx_bytes"] - base,
+                                "pid_before": st["pid"], "pid_after": after["pid"], **record})
+                log(f"update {i + 1}/{updates} to {to}: {record['outcome']}, downtime {record.get('downtime_ms')} ms "
+                    f"(load {record.get('load_ms')}, stop {record.get('stop_ms')}, probe {record.get('start_ms')}, "
+                    f"replay {record.get('replay_ms')}, link {record.get('link_ms')})")
+                if code != 0:
+                    failure = f"update {i + 1}: {record['outcome']}"
+                    break
+                passed = after["counters"]["rx_bytes"] - base
+            if failure is None:
+                log("waiting for the transfer to end")
+                result = transfer.result(seconds * 3)
+            else:
+                result = None
+        final = daemon.status()[bdf]
+        alive = daemon.alive()
+        dropped = carrier_drops(guest) - drops
+        daemon_log = daemon.stop()
+        if failure:
+            log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
+    gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], update_times)
+    for rec, gap in zip(records, gaps):
+        rec["app_gap_ms"] = gap
+    summary = result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
+    downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
+    app = [g for g in gaps if g is not None]
+    updated = sum(r["outcome"] == "updated" for r in records)
+    rollbacks = sum(str(r["outcome"]).startswith("rolled back") for r in records)
+    rep = Report({
+        "scenario": "update-loop", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
+        "versions": versions, "rate_mbps": rate_mbps, "bytes": nbytes, "bytes_received": summary["bytes"],
+        "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
+        "updates": updated, "rollbacks": rollbacks, "recoveries": final["recovery_count"],
+        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
+        "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
+                            for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "serving_ms",
+                                      "first_packet_ms")},
+        "carrier_drops": dropped, "daemon_alive": alive, "per_update": records,
+    })
+    rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
+              f"{summary['bytes']} of {nbytes} bytes, hash_ok {summary['hash_ok']}, errors {summary['errors']}")
+    rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
+    rep.check("every_update_updated", updated == updates and rollbacks == 0,
+              f"{updated} of {updates} updated, {rollbacks} rolled back" + (f"; {failure}" if failure else ""))
+    rep.check("no_recovery", final["recovery_count"] == 0, f"{final['recovery_count']} restarts after deaths")
+    rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
+    rep.check("daemon_alive", alive)
+    return rep
+
+
+def table(rep: Report) -> list[str]:
+    from .scenario import _cell
+    f = rep.figures
+    cols = ["update", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms",
+            "first_packet_ms", "downtime_ms", "app_gap_ms", "tx_resubmitted"]
+    rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_update"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    lines.append(f"{f['driver']} between {', '.join(f['versions'])}: {f['updates']} updated, {f['rollbacks']} rolled "
+                 f"back; transfer {f['bytes_received']} of {f['bytes']} bytes, hash "
+                 f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; us0 lost carrier "
+                 f"{f['carrier_drops']} times")
+    lines.append(f"downtime (daemon, last frame → first frame): median {f['downtime_ms_median']} ms, max "
+                 f"{f['downtime_ms_max']} ms; the receiving TCP application: median {f['app_gap_ms_median']} ms, "
+                 f"max {f['app_gap_ms_max']} ms")
+    return lines
