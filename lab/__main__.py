@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .swifi.cli import add_parser as add_swifi
     add_swifi(sub)
     from .scenario import add_parser as add_scenario
-    add_scenario(sub)
+    from .update_loop import add_parser as add_update_loop
+    add_update_loop(add_scenario(sub))
     return p
 
 

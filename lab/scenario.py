@@ -6,8 +6,7 @@ crash-loop  a hash-checked TCP transfer through us0 while the driver process is
             is checked and timed, by the daemon and by the receiving application.
 leak-check  many kill/recover cycles; the daemon's memory, fds, threads and the
             shared pool's free buffers must end where they were after a warm-up.
-update-loop live updates back and forth between Debian builds of a driver of
-            several ABIs during one hash-checked transfer (lab/update_loop.py).
+(update-loop, live updates during one transfer, is lab/update_loop.py.)
 
 The building blocks (a transfer through us0, killing the driver, waiting for the
 daemon's verdict) are also what the recovery tests and `lab demo` use.
@@ -548,10 +547,7 @@ def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int, nic_pr
 def _table(rep: Report) -> str:
     f = rep.figures
     lines: list[str] = []
-    if f["scenario"] == "update-loop":
-        from .update_loop import table
-        lines += table(rep)
-    elif f["scenario"] == "crash-loop":
+    if f["scenario"] == "crash-loop":
         cols = ["kill", "at_bytes", *(["detect_ms"] if f["fault"] == "hang" else []),
                 "outcome", "stop_ms", "start_ms", "replay_ms", "link_ms",
                 "first_packet_ms", "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms",
@@ -580,9 +576,13 @@ def _table(rep: Report) -> str:
                      f"({f['warmup']} warm-up) in {f['seconds']} s; downtime median "
                      f"{f['downtime_ms_median']} ms; ping after: {f['ping_after']['received']}/"
                      f"{f['ping_after']['sent']}")
-    lines.append("checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in rep.checks.items()))
-    lines += [f"  {n}" for n in rep.notes]
-    return "\n".join(lines)
+    return "\n".join(lines + verdict_lines(rep))
+
+
+def verdict_lines(rep: Report) -> list[str]:
+    """A scenario table's last lines: each check, and why a failed one failed."""
+    return ["checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in rep.checks.items()),
+            *[f"  {n}" for n in rep.notes]]
 
 
 def _cell(v) -> str:
@@ -629,9 +629,6 @@ def cmd_scenario(args) -> int:
                      if value is not None for opt in (name, str(value))]
         rep = crash_loop(args.driver, args.kills, args.bytes, args.seed, args.nic_props, args.fault,
                          tuple(heartbeat))
-    elif args.scenario == "update-loop":
-        from .update_loop import update_loop
-        rep = update_loop(args.driver, args.versions.split(","), args.updates, args.rate_mbps, args.nic_props)
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib, args.nic_props)
@@ -643,7 +640,7 @@ def cmd_scenario(args) -> int:
     return 0 if rep.ok else EXIT_FAILED
 
 
-def add_parser(sub) -> None:
+def add_parser(sub):
     s = sub.add_parser("scenario", help="crash scenarios for the shadow driver (exit 1 if a check fails)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ssub = s.add_subparsers(dest="scenario", required=True)
@@ -691,22 +688,4 @@ def add_parser(sub) -> None:
     _nic_props_argument(k)
     k.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     k.set_defaults(func=cmd_scenario)
-    u = ssub.add_parser("update-loop", help="live-update the driver back and forth N times during one transfer",
-                        description="Boots a lab guest, runs DRIVER's module of the first --versions ABI "
-                        "(from the lab's cache, lab/lab.toml [live_update]) behind understudyd, starts a "
-                        "paced host → guest TCP transfer with an end-to-end SHA-256 through us0, and runs "
-                        "`understudy update us0` --updates times, to the next version in turn, each after "
-                        "1 MiB through the serving driver. Reports hash, resets, updates, rollbacks, the "
-                        "daemon's phases and downtime per update and the receiving application's longest "
-                        "gap around each. Exit 0 if every check passed, 1 if one failed, 3 lab problem.",
-                        epilog="example: python3 -m lab scenario update-loop --driver e1000 "
-                        "--versions 6.1.0-50,6.1.0-53 --updates 20 --json")
-    _driver_argument(u)
-    u.add_argument("--versions", required=True, metavar="ABI,ABI[,...]",
-                   help="Debian ABIs to update between, the first one runs first, e.g. 6.1.0-50,6.1.0-53")
-    u.add_argument("--updates", type=_positive, default=20, help="updates to run (default 20)")
-    u.add_argument("--rate-mbps", type=float, default=50,
-                   help="the transfer's pace, Mbit/s; it is sized to last through every update (default 50)")
-    _nic_props_argument(u)
-    u.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    u.set_defaults(func=cmd_scenario)
+    return ssub

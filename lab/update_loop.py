@@ -11,15 +11,17 @@ gaps give the outage as it saw it.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import time
 
 from . import config, understudy
 from .bench import understudy_up
 from .errors import LabError
 from .guest import Guest
-from .scenario import (GAP_LOG_MS, Report, Us0Transfer, _median, carrier_drops, gaps_per_kill, log,
-                       nic, wait_received)
+from .scenario import (EXIT_FAILED, GAP_LOG_MS, Report, Us0Transfer, _cell, _driver_argument, _median,
+                       _nic_props_argument, _positive, carrier_drops, gaps_per_kill, log, nic, verdict_lines, wait_received)
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
 # autonegotiation after its PHY reset) and the daemon's 5 s probation; the
@@ -141,8 +143,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
     return rep
 
 
-def table(rep: Report) -> list[str]:
-    from .scenario import _cell
+def table(rep: Report) -> str:
     f = rep.figures
     cols = ["update", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms",
             "first_packet_ms", "downtime_ms", "app_gap_ms", "tx_resubmitted"]
@@ -156,4 +157,35 @@ def table(rep: Report) -> list[str]:
     lines.append(f"downtime (daemon, last frame → first frame): median {f['downtime_ms_median']} ms, max "
                  f"{f['downtime_ms_max']} ms; the receiving TCP application: median {f['app_gap_ms_median']} ms, "
                  f"max {f['app_gap_ms_max']} ms")
-    return lines
+    return "\n".join(lines + verdict_lines(rep))
+
+
+def cmd_update_loop(args) -> int:
+    rep = update_loop(args.driver, args.versions.split(","), args.updates, args.rate_mbps, args.nic_props)
+    out = {**rep.as_json(), "command": "python3 -m lab " + shlex.join(sys.argv[1:])}
+    print(json.dumps(out, indent=2) if args.json else table(rep))
+    return 0 if rep.ok else EXIT_FAILED
+
+
+def add_parser(ssub) -> None:
+    """`scenario update-loop`, beside the crash scenarios."""
+    u = ssub.add_parser("update-loop", help="live-update the driver back and forth N times during one transfer",
+                        description="Boots a lab guest, runs DRIVER's module of the first --versions ABI "
+                        "(from the lab's cache, lab/lab.toml [live_update]) behind understudyd, starts a "
+                        "paced host → guest TCP transfer with an end-to-end SHA-256 through us0, and runs "
+                        "`understudy update us0` --updates times, to the next version in turn, each after "
+                        "1 MiB through the serving driver. Reports hash, resets, updates, rollbacks, the "
+                        "daemon's phases and downtime per update and the receiving application's longest "
+                        "gap around each. Exit 0 if every check passed, 1 if one failed, 3 lab problem.",
+                        epilog="example: python3 -m lab scenario update-loop --driver e1000 "
+                        "--versions 6.1.0-50,6.1.0-53 --updates 20 --json")
+    _driver_argument(u)
+    u.add_argument("--versions", required=True, metavar="ABI,ABI[,...]",
+                   help="Debian ABIs to update between, the first one runs first, e.g. 6.1.0-50,6.1.0-53")
+    u.add_argument("--updates", type=_positive, default=20, help="updates to run (default 20)")
+    u.add_argument("--rate-mbps", type=float, default=50,
+                   help="the transfer's pace, Mbit/s; it is sized to last through every update (default 50)")
+    _nic_props_argument(u)
+    u.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    u.set_defaults(func=cmd_update_loop)
+
