@@ -34,10 +34,6 @@ impl RestartBudget {
         RestartBudget { policy, recent: VecDeque::new() }
     }
 
-    pub fn policy(&self) -> RestartPolicy {
-        self.policy
-    }
-
     /// Counts a restart at `now` if the policy allows one, else says why not.
     pub fn take(&mut self, now: Instant) -> Result<(), String> {
         while self.recent.front().is_some_and(|&t| now.duration_since(t) >= self.policy.window) {

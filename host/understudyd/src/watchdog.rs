@@ -47,10 +47,6 @@ impl Watchdog {
         Watchdog { detection, outstanding: VecDeque::new(), head_since: now, idle_since: now }
     }
 
-    pub fn detection(&self) -> Detection {
-        self.detection
-    }
-
     pub fn sent(&mut self, seq: u32, name: &'static str, now: Instant) {
         let timeout = match name {
             "PING" => self.detection.ping,

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The recovery agent (Nooks' user-mode recovery agent; docs/recovery.md,
+//! "When the limit is exceeded"): whether a driver that died is restarted
+//! (the restart limit), what happens when it may not be (left down, or
+//! retried with back-off), and the administrator's hook after every outcome.
+
+use std::time::{Duration, Instant};
+
+use log::{error, info, warn};
+use understudy_api::{DeviceStop, DriverState};
+
+use super::succession::Quiesced;
+use super::{device, Supervisor};
+use crate::handover::{Handover, Reason};
+use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
+use crate::recovery::{RestartBudget, RestartPolicy};
+use crate::shadow::PassiveLog;
+
+pub struct RecoveryAgent {
+    pub restarts: RestartBudget,
+    /// --on-exhausted, the back-off of `retry` and the hook.
+    pub policy: AgentPolicy,
+    pub backoff: Backoff,
+    /// With `retry`, the restart waiting for its back-off to pass.
+    pub retry: Option<PendingRetry>,
+}
+
+/// A restart put off by `--on-exhausted retry` until `at`.
+pub struct PendingRetry {
+    pub at: Instant,
+    cause: String,
+    log: PassiveLog,
+    device_stop: DeviceStop,
+}
+
+impl RecoveryAgent {
+    pub fn new(restarts: RestartPolicy, policy: AgentPolicy) -> Self {
+        RecoveryAgent { restarts: RestartBudget::new(restarts), backoff: Backoff::new(policy.retry_max), policy, retry: None }
+    }
+}
+
+impl Supervisor {
+    /// Starts a restart (a handover to a fresh copy of the modules) with
+    /// `log`, if `restart` and the policy allow; otherwise the device stays
+    /// stopped, its IOMMU mapping is dropped and the interface stays, without carrier.
+    pub(super) fn restart_or_give_up(&mut self, reason: Reason, cause: String, log: Option<PassiveLog>, q: Quiesced,
+                          seen_dead: Instant, restart: bool) {
+        let dev = self.label().clone();
+        let Quiesced { uncompleted, mut device_stop, device_stop_ms } = q;
+        let not_restarted = match (restart, log) {
+            (false, _) => None,
+            (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
+            (true, Some(log)) => match self.agent.restarts.take(seen_dead) {
+                Ok(()) => {
+                    let held = uncompleted.len();
+                    let modules = self.succession.modules.clone();
+                    let (handover, actions) =
+                        Handover::restart(reason, log, modules, uncompleted, seen_dead, device_stop_ms, Instant::now());
+                    warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
+                           {held} frame(s) to give it again; {} keeps its carrier",
+                          device_stop.reset, self.interface.name(), self.interface.name());
+                    self.begin_handover(handover, Some(device_stop));
+                    self.interface.hold_carrier(Instant::now());
+                    self.act_quietly(actions);
+                    return;
+                }
+                Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry => {
+                    let wait = self.agent.backoff.next_delay();
+                    self.agent.retry =
+                        Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
+                    Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64()))
+                }
+                Err(why) => Some(why),
+            },
+        };
+        // Nobody will send the frames the dead driver never completed.
+        self.datapath.free(uncompleted);
+        // The device stays stopped: nothing of the arena stays reachable from it.
+        let unmapped = self.vfio.unmap_all();
+        device_stop.iommu_unmapped = unmapped.is_ok();
+        let _ = self.interface.tap.set_carrier(false);
+        let death = match &not_restarted {
+            Some(why) => format!("{cause}; not restarted: {why}"),
+            None => cause.clone(),
+        };
+        if let Some(why) = &not_restarted {
+            let (outcome, retry_in) = match &self.agent.retry {
+                Some(r) => ("retrying", Some(r.at.saturating_duration_since(seen_dead))),
+                None => ("down", None),
+            };
+            self.hook(outcome, &cause, Some(why), None, retry_in);
+        }
+        error!("{dev}: driver died: {death}. Device stopped (bus mastering {}, interrupts {}, reset: {}), \
+                IOMMU mappings {}; {} kept without carrier. `understudy stop {dev}` releases it.",
+               if device_stop.bus_master_off { "off" } else { "STILL ON" },
+               if device_stop.irqs_disabled { "disabled" } else { "not all disabled" },
+               device_stop.reset,
+               if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
+               self.interface.name());
+        let pool_free = self.datapath.shm.free_count();
+        self.update(|s| {
+            s.pool_free = pool_free;
+            s.state = DriverState::Dead;
+            s.pid = None;
+            s.death = Some(death);
+            s.carrier = false;
+            s.device_stop = Some(device_stop);
+        });
+    }
+
+    /// Starts the administrator's hook (--recovery-hook) for an outcome; not waited for.
+    pub(super) fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, restart_ms: Option<f64>, retry_in: Option<Duration>) {
+        let Some(path) = &self.agent.policy.hook else { return };
+        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
+        run_hook(path, &HookEvent {
+            device: &self.label().to_string(),
+            ifname: self.interface.name(),
+            outcome,
+            cause,
+            reason,
+            recovery_count,
+            restart_ms,
+            retry_in,
+        });
+    }
+
+    /// `--on-exhausted retry`: once the back-off has passed, a fresh driver is
+    /// started (the handover's failure schedules the next attempt); the
+    /// interface has been down meanwhile, so its carrier follows the fresh driver's.
+    pub(super) fn retry_if_due(&mut self, now: Instant) {
+        if self.agent.retry.as_ref().is_none_or(|r| now < r.at) {
+            return;
+        }
+        let retry = self.agent.retry.take().expect("checked");
+        info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.label());
+        // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
+        if self.vfio.mapped_bytes() == 0 {
+            if let Err(e) = device::map_arena(&mut self.vfio, &self.datapath.shm) {
+                let wait = self.agent.backoff.next_delay();
+                let why = format!("cannot map the arena again: {e}");
+                error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.label(), wait.as_secs_f64());
+                self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
+                self.agent.retry = Some(PendingRetry { at: now + wait, ..retry });
+                return;
+            }
+        }
+        let reason = Reason::Death { cause: retry.cause.clone() };
+        let modules = self.succession.modules.clone();
+        let (handover, actions) = Handover::restart(reason, retry.log, modules, Vec::new(), now, 0.0, now);
+        self.begin_handover(handover, Some(retry.device_stop));
+        self.act_quietly(actions);
+    }
+}

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What the rest of the daemon holds of a device's thread: how it is
+//! started and stopped, its status, and the requests the CLI sends it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, ModuleInfo};
+use understudy_shm::Geometry;
+use understudy_vfio::PciAddress;
+
+use super::Supervisor;
+use crate::ethtool_job::Answer;
+use crate::fd;
+use crate::placement::Placement;
+use crate::policy::AgentPolicy;
+use crate::recovery::RestartPolicy;
+use crate::watchdog::Detection;
+
+/// How long a CLI client waits for an ethtool answer; the watchdog ends a
+/// silent driver (and so the query) long before this with sane timeouts.
+const ETHTOOL_WAIT: Duration = Duration::from_secs(120);
+/// How long `understudy update` waits: a load, two probes (an update and its
+/// rollback) each within --probe-timeout-ms, the links and the probation.
+const UPDATE_WAIT: Duration = Duration::from_secs(300);
+
+pub struct Setup {
+    pub device: PciAddress,
+    pub modules: Vec<ModuleInfo>,
+    pub ifname: String,
+    pub driver_binary: PathBuf,
+    pub placement: Option<Placement>,
+    pub geometry: Geometry,
+    pub detection: Detection,
+    pub restarts: RestartPolicy,
+    pub agent: AgentPolicy,
+}
+
+/// What the CLI asks of a running device's thread.
+pub(super) enum Command {
+    Ethtool { queries: EthtoolQueries, answer: Answer },
+    /// `understudy recover`: restart the driver as if it had died.
+    Recover { answer: mpsc::Sender<Result<(), String>> },
+    /// `understudy update`: answered when the update is over.
+    Update { modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer },
+}
+
+/// Where an update's outcome goes: its record, or why it was not started.
+pub(super) type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
+
+/// What the rest of the daemon holds for a device.
+pub struct Handle {
+    status: Arc<Mutex<DeviceStatus>>,
+    started: Instant,
+    stop: OwnedFd,
+    requester: Requester,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Asks a device's thread things, without holding the daemon's device table.
+#[derive(Clone)]
+pub struct Requester {
+    commands: mpsc::Sender<Command>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Requester {
+    /// The driver's ethtool answers (the device thread asks the driver).
+    pub fn ethtool(&self, queries: EthtoolQueries) -> Result<EthtoolReport, String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Ethtool { queries, answer }).map_err(|_| "the device's thread has ended".to_string())?;
+        fd::signal(self.wake.as_fd());
+        answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
+
+    /// Ends the driver process and starts a fresh one through the restart
+    /// path; returns once the restart has begun (`status` follows it).
+    pub fn recover(&self) -> Result<(), String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Recover { answer }).map_err(|_| "the device's thread has ended".to_string())?;
+        fd::signal(self.wake.as_fd());
+        answered.recv_timeout(ETHTOOL_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
+
+    /// Hands the interface to `modules` (live update); returns the update's
+    /// record once it is over: updated, rolled back, or refused.
+    pub fn update(&self, modules: Vec<ModuleInfo>, allow_feature_loss: bool) -> Result<HandoverRecord, String> {
+        let (answer, answered) = mpsc::channel();
+        self.commands.send(Command::Update { modules, allow_feature_loss, answer })
+            .map_err(|_| "the device's thread has ended".to_string())?;
+        fd::signal(self.wake.as_fd());
+        answered.recv_timeout(UPDATE_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
+    }
+}
+
+impl Handle {
+    pub fn status(&self) -> DeviceStatus {
+        let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        st
+    }
+
+    pub fn requester(&self) -> Requester {
+        self.requester.clone()
+    }
+
+    /// Ends the driver, releases the device and removes the interface.
+    pub fn stop(mut self) {
+        fd::signal(self.stop.as_fd());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the device's thread; returns once the device is taken, the
+/// interface exists and the driver process runs, or with why not (and then
+/// nothing is left behind: every resource is dropped on the way out).
+pub fn start(setup: Setup) -> Result<Handle, String> {
+    let (tx, rx) = mpsc::channel();
+    let name = format!("dev-{}", setup.device);
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || match Supervisor::new(setup) {
+            Ok(mut s) => {
+                let stop = s.stop.try_clone().expect("dup of an eventfd");
+                let wake = s.wake.try_clone().expect("dup of an eventfd");
+                let _ = tx.send(Ok((s.status.clone(), stop, s.command_sender.clone(), wake)));
+                s.run();
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    match rx.recv() {
+        Ok(Ok((status, stop, commands, wake))) => {
+            let requester = Requester { commands, wake: Arc::new(wake) };
+            Ok(Handle { status, started: Instant::now(), stop, requester, thread: Some(thread) })
+        }
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err("the device thread ended before reporting".into()),
+    }
+}
+

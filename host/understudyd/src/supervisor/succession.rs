@@ -1,0 +1,660 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The succession of driver processes on one device: the handover under way
+//! (handover.rs decides, this file carries it out), an update's successor
+//! while it loads, the post-probe template restarts fork from, the restart
+//! limit and the recovery agent's policy (docs/recovery.md, docs/live-update.md).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Instant;
+
+use log::{error, info, warn};
+use understudy_api::{DeviceStop, DriverState, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
+use understudy_protocol::{DriverMessage, RegisteredInfo, Request};
+use understudy_shm::TxFrame;
+
+use super::link::{self, DriverLink};
+use super::{device, driver_log, Fault, Purpose, Supervisor, UpdateAnswer};
+use crate::handover::{self, describe, Event, Handover, Outcome, Reason};
+use crate::process::{self, DriverProcess};
+use crate::recovery::{keep_record, ms_or_dash, FirstFrameWatch};
+use crate::shadow::{NetShadow, PassiveLog};
+use crate::template::{self, SpawnError, Template};
+
+pub struct Succession {
+    /// The modules the driver runs (and the template was made from).
+    pub modules: Vec<ModuleInfo>,
+    /// Whether restarts fork from a post-probe template (`--cold-restarts` says no).
+    templates: bool,
+    /// The post-probe template restarts fork from (template.rs), once taken.
+    template: Option<Template>,
+    /// The first driver forked from the template has not announced itself yet.
+    takeover: bool,
+    spawn_seq: u32,
+    /// The handover under way: a restart until its successor serves, an
+    /// update until its probation is over.
+    handover: Option<Handover<TxFrame>>,
+    /// An update's successor while it loads, and the CLI waiting for the update.
+    loader: Option<DriverLink>,
+    update_answer: Option<UpdateAnswer>,
+    probation_until: Option<Instant>,
+    /// `understudy recover` asked for the death being handled.
+    pub recover_requested: bool,
+    /// The last handover, until the first frame through its successor.
+    first_frame: Option<(FirstFrameWatch, HandoverReason)>,
+    /// When a frame last went through the driver (for the downtime of a handover).
+    last_packet: Option<Instant>,
+}
+
+/// A driver that is gone: its device stopped, its buffers back.
+pub(super) struct Quiesced {
+    /// The frames it took and never completed, oldest first.
+    pub uncompleted: Vec<TxFrame>,
+    pub device_stop: DeviceStop,
+    pub device_stop_ms: f64,
+}
+
+impl Succession {
+    pub fn new(modules: Vec<ModuleInfo>, template: bool) -> Self {
+        Succession {
+            modules,
+            templates: template,
+            template: None,
+            takeover: false,
+            spawn_seq: 0,
+            handover: None,
+            loader: None,
+            update_answer: None,
+            probation_until: None,
+            recover_requested: false,
+            first_frame: None,
+            last_packet: None,
+        }
+    }
+
+    pub fn under_way(&self) -> bool {
+        self.handover.is_some()
+    }
+
+    pub fn reason(&self) -> Option<&Reason> {
+        self.handover.as_ref().map(|h| h.reason())
+    }
+
+    /// The log the handover under way gives its successor.
+    pub fn log(&self) -> Option<&PassiveLog> {
+        self.handover.as_ref().map(|h| h.log())
+    }
+
+    /// While a successor starts, replays and waits for its link, the TAP's
+    /// frames wait: the predecessor's go first.
+    pub fn holds_frames(&self) -> bool {
+        self.handover.as_ref().is_some_and(|h| !h.serving())
+    }
+
+    pub fn holds_configuration(&self) -> bool {
+        self.handover.as_ref().is_some_and(|h| h.holds_configuration())
+    }
+
+    /// Completions are asked for while a handover waits for its successor's first frame.
+    pub fn awaits_first_frame(&self) -> bool {
+        self.handover.is_some() || self.first_frame.is_some()
+    }
+
+    /// When the probation under way ends.
+    pub fn probation_until(&self) -> Option<Instant> {
+        self.probation_until
+    }
+
+    /// Whether the probation under way has just passed (once).
+    pub fn probation_over(&mut self, now: Instant) -> bool {
+        let over = self.probation_until.is_some_and(|t| now >= t);
+        if over {
+            self.probation_until = None;
+        }
+        over
+    }
+
+    /// What the device's thread polls for the succession: the template's
+    /// end, the loader's messages and end, in this order (`on_succession_fds`).
+    pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        let mut fds = Vec::new();
+        if let Some(t) = &self.template {
+            fds.push(t.process.pidfd.as_fd());
+        }
+        if let Some(l) = &self.loader {
+            fds.push(l.control());
+            fds.push(l.pidfd());
+        }
+        fds
+    }
+
+    /// The template's first fork registered: true if this REGISTERED was
+    /// its (checked against what the template registered), so nothing else is to be done.
+    pub fn takeover_registered(&mut self, r: &RegisteredInfo, shadow: Option<&NetShadow>) -> Result<bool, Fault> {
+        if !self.takeover {
+            return Ok(false);
+        }
+        self.takeover = false;
+        let shadow = shadow.expect("the template registered");
+        if let Some(why) = shadow.log().incompatibility(r, false) {
+            return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
+        }
+        Ok(true)
+    }
+
+    /// Kills the template and an update's loading successor (the daemon is going).
+    pub fn end_processes(&mut self) {
+        if let Some(t) = self.template.take() {
+            process::kill(t.process.pid);
+            process::wait(t.process.pid);
+        }
+        if let Some(loader) = self.loader.take() {
+            loader.end();
+        }
+    }
+}
+
+impl Supervisor {
+    pub(super) fn on_succession_fds(&mut self, ready: &[bool]) {
+        let mut at = 0;
+        if self.succession.template.is_some() {
+            if ready.first() == Some(&true) {
+                self.template_ended();
+            }
+            at = 1;
+        }
+        if self.succession.loader.is_some() && ready[at..].iter().any(|&r| r) {
+            self.read_loader();
+        }
+    }
+
+    /// Ends a misbehaving or unusable driver process; the device is then
+    /// stopped, and the driver restarted if `restart` and the policy allow.
+    pub(super) fn end_driver(&mut self, why: &str, restart: bool) {
+        let Some(link) = self.link.take() else { return };
+        error!("{}: ending driver process {}: {why}", self.label(), link.pid());
+        let how = link.end();
+        self.after_death(format!("{why} (the process was ended by the daemon: {how})"), restart);
+    }
+
+    /// docs/design.md §4: stops the device and takes every buffer back from
+    /// the driver that is gone; the arena stays mapped (device.rs, `stop`).
+    fn quiesce(&mut self, seen: Instant) -> Quiesced {
+        self.interface.carrier_held_until = None;
+        self.succession.probation_until = None;
+        // A handover whose first frame never came keeps its record without one.
+        self.succession.first_frame = None;
+        let (device_stop, device_stop_ms) = device::stop(&self.vfio);
+        let uncompleted = self.datapath.reclaim();
+        if let Some(job) = self.ethtool.take() {
+            job.fail(format!("{}: the driver died before it answered", self.label()));
+        }
+        self.report_suppressed_logs(seen, true);
+        Quiesced { uncompleted, device_stop, device_stop_ms }
+    }
+
+    /// A driver process is gone: its device is stopped and its buffers taken
+    /// back. A successor in a handover reports it to the handover; a serving
+    /// driver's death starts one (a restart), if `restart` and the policy allow.
+    pub(super) fn after_death(&mut self, cause: String, restart: bool) {
+        let seen_dead = Instant::now();
+        let q = self.quiesce(seen_dead);
+        let shadow = self.shadow.take();
+        let requested = std::mem::take(&mut self.succession.recover_requested);
+        if self.succession.handover.as_ref().is_some_and(|h| h.predecessor_serves()) {
+            // The serving driver died while its update loaded: the update is off.
+            self.feed_quietly(Event::Loaded(Err(format!("the running driver died meanwhile: {cause}"))));
+        }
+        if self.succession.handover.is_some() {
+            if !restart {
+                self.abandon_handover("the device was stopped by request");
+            } else {
+                // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
+                self.interface.hold_carrier(Instant::now());
+                self.update(|s| s.device_stop = Some(q.device_stop.clone()));
+                self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
+                return;
+            }
+        }
+        let reason = if requested { Reason::Requested } else { Reason::Death { cause: cause.clone() } };
+        let log = shadow.map(|s| s.log().clone());
+        self.restart_or_give_up(reason, cause, log, q, seen_dead, restart);
+    }
+
+    /// Shows a handover that begins in `status`: a restart among the
+    /// recoveries, an update among the updates.
+    pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
+        let record = handover.record().clone();
+        let restart = record.reason != HandoverReason::Update;
+        let death = restart.then(|| record.cause.clone());
+        self.succession.handover = Some(handover);
+        self.update(|s| {
+            if restart {
+                s.state = DriverState::Recovering;
+                s.death = death;
+                s.device_stop = device_stop;
+                s.recovery_count += 1;
+                keep_record(&mut s.recoveries, record);
+            } else {
+                keep_record(&mut s.updates, record);
+            }
+        });
+    }
+
+    /// `understudy update`: a successor for `modules` loads while the driver serves (handover.rs).
+    pub(super) fn begin_update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer)
+                               -> Result<(), Fault> {
+        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
+        let reason = Reason::Update { modules, allow_feature_loss };
+        let predecessor = self.succession.modules.clone();
+        let (handover, actions) = Handover::update(reason, log, predecessor, Instant::now());
+        self.begin_handover(handover, None);
+        self.succession.update_answer = Some(answer);
+        self.act(actions)
+    }
+
+    /// The answer of an update's successor to LOAD (or its end meanwhile).
+    fn read_loader(&mut self) {
+        let Some(loader) = self.succession.loader.as_mut() else { return };
+        let result = loop {
+            match loader.receive() {
+                Ok(None) => return,
+                Ok(Some(DriverMessage::Log { level, text })) => driver_log(&mut self.log_limit, self.vfio.address(), level, &text),
+                Ok(Some(DriverMessage::Reply { seq, status, data })) => match loader.answered(seq) {
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&data).trim_end().to_string();
+                        break if status < 0 {
+                            Err(format!("{}:\n{text}", std::io::Error::from_raw_os_error(-status)))
+                        } else {
+                            Ok(text)
+                        };
+                    }
+                    Err(fault) => break Err(self.fault_text(fault)),
+                },
+                Ok(Some(other)) => break Err(format!("protocol violation: {other:?} before LOAD was answered")),
+                Err(Fault::Closed) => break Err("it closed its control socket (it is exiting)".into()),
+                Err(fault) => break Err(self.fault_text(fault)),
+            }
+        };
+        if let Err(why) = &result {
+            warn!("{}: the update's driver was refused: {why}", self.label());
+            self.end_loader();
+        }
+        self.feed_quietly(Event::Loaded(result));
+    }
+
+    fn end_loader(&mut self) {
+        if let Some(loader) = self.succession.loader.take() {
+            loader.end();
+        }
+    }
+
+    /// An event for the handover under way; its actions are taken.
+    pub(super) fn feed(&mut self, event: Event<TxFrame>) -> Result<(), Fault> {
+        let Some(handover) = self.succession.handover.as_mut() else { return Ok(()) };
+        let actions = handover.on(event, Instant::now());
+        self.publish_handover();
+        self.act(actions)
+    }
+
+    /// `feed` where no driver can be ended for a fault (the driver is gone already).
+    fn feed_quietly(&mut self, event: Event<TxFrame>) {
+        if let Err(e) = self.feed(event) {
+            self.fault_in_handover(e);
+        }
+    }
+
+    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<TxFrame>>) {
+        if let Err(e) = self.act(actions) {
+            self.fault_in_handover(e);
+        }
+    }
+
+    /// A fault while the handover acts for a driver that is gone or was just
+    /// started: the successor is ended, which the handover hears of.
+    fn fault_in_handover(&mut self, fault: Fault) {
+        if matches!(fault, Fault::RecoverRequested) {
+            return;
+        }
+        let why = self.fault_text(fault);
+        self.end_driver(&why, true);
+    }
+
+    fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
+        use handover::Action;
+        for action in actions {
+            match action {
+                Action::Load(modules) => self.start_loader(&modules)?,
+                Action::StopPredecessor => {
+                    let now = Instant::now();
+                    if let Some(link) = self.link.take() {
+                        info!("{}: update: the new driver is loaded; ending driver process {}", self.label(), link.pid());
+                        link.end();
+                    }
+                    self.shadow = None;
+                    let q = self.quiesce(now);
+                    self.interface.hold_carrier(Instant::now());
+                    self.update(|s| {
+                        s.state = DriverState::Recovering;
+                        s.device_stop = Some(q.device_stop.clone());
+                    });
+                    self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
+                }
+                Action::Start { modules } => match self.start_successor(&modules) {
+                    Ok(kind) => self.feed(Event::Started(kind))?,
+                    Err(why) => {
+                        error!("{}: handover: the successor did not start: {why}", self.label());
+                        self.feed(Event::SuccessorFailed { cause: why, uncompleted: Vec::new() })?;
+                    }
+                },
+                Action::EndSuccessor(why) => return Err(Fault::Io(why)),
+                Action::Adopt(info) => self.adopt(info),
+                Action::Send(request) => {
+                    info!("{}: handover: giving the successor {}", self.label(), describe(&request));
+                    self.send(request, Purpose::Replay)?;
+                }
+                Action::WaitForLink => {
+                    info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
+                          self.label());
+                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + super::interface::CARRIER_HOLD);
+                    self.interface.carrier_held_until = Some(held);
+                    // Receive buffers are lent now: the link may come up with frames waiting.
+                    self.move_frames(false)?;
+                }
+                Action::Resubmit(frames) => self.give_frames(frames)?,
+                Action::StartProbation(window) => {
+                    info!("{}: update: the new driver serves; it is on probation for {} s", self.label(), window.as_secs());
+                    self.succession.probation_until = Some(Instant::now() + window);
+                }
+                Action::Done(outcome) => self.finish_handover(outcome),
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts an update's successor and sends it LOAD, before anything else:
+    /// it maps no shared memory and touches no device until HELLO and PROBE.
+    fn start_loader(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
+        let ids = match device::pci_ids(self.vfio.address()) {
+            Ok(ids) => ids,
+            Err(e) => return self.feed(Event::Loaded(Err(format!("cannot read the device's PCI ids: {e}")))),
+        };
+        let started = link::spawn(&self.driver_binary, self.placement, &self.vfio, &self.datapath)
+            .and_then(|(control, process)| DriverLink::new(process, control, self.detection, Instant::now()));
+        let mut loader = match started {
+            Ok(loader) => loader,
+            Err(why) => return self.feed(Event::Loaded(Err(why))),
+        };
+        let load = Request::Load { modules: modules.iter().map(|m| m.path.clone()).collect(), ids };
+        let sent = loader.send(load, Purpose::Load);
+        self.succession.loader = Some(loader);
+        if let Err(fault) = sent {
+            let why = format!("sending LOAD: {}", self.fault_text(fault));
+            self.end_loader();
+            return self.feed(Event::Loaded(Err(why)));
+        }
+        Ok(())
+    }
+
+    /// A successor for `modules`: the update's loaded process (sent HELLO and
+    /// PROBE), a fork of the template if it was made from them, else a new
+    /// process that probes. The device's interrupt is allowed again first.
+    fn start_successor(&mut self, modules: &[ModuleInfo]) -> Result<StartKind, String> {
+        self.vfio.allow_intx().map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
+        let now = Instant::now();
+        let (link, kind) = match self.succession.loader.take() {
+            Some(loader) => (loader, StartKind::Probe),
+            None => {
+                let forked = if modules == self.succession.modules.as_slice() { self.fork_from_template() } else { None };
+                let (control, process, kind) = match forked {
+                    Some((control, process)) => (control, process, StartKind::Template),
+                    None => {
+                        let (control, process) = link::spawn(&self.driver_binary, self.placement, &self.vfio, &self.datapath)?;
+                        (control, process, StartKind::Probe)
+                    }
+                };
+                (DriverLink::new(process, control, self.detection, now)?, kind)
+            }
+        };
+        let pid = link.pid();
+        self.link = Some(link);
+        self.update(|s| s.pid = Some(pid as u32));
+        if kind == StartKind::Probe {
+            // A broken control socket shows as the process's end in the run loop.
+            if let Err(fault) = self.send_startup(modules) {
+                error!("{}: the successor {pid} did not take its first requests: {}", self.label(), self.fault_text(fault));
+            }
+        }
+        info!("{}: handover: successor process {pid} started ({})", self.label(), kind.phase_name());
+        Ok(kind)
+    }
+
+    /// The driver registered its net_device: the shadow starts from what it
+    /// says; the TAP keeps the settings in force (a successor is given them by the replay).
+    pub(super) fn adopt(&mut self, r: RegisteredInfo) {
+        let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
+        self.update(|s| {
+            s.mac.get_or_insert_with(|| crate::shadow::format_mac(&r.dev_addr));
+            s.mtu.get_or_insert(r.mtu);
+            s.min_mtu = Some(r.min_mtu);
+            s.max_mtu = Some(r.max_mtu);
+            s.features = Some(r.features);
+            s.hw_features = Some(r.hw_features);
+            s.driver_name = Some(r.driver.clone());
+            s.offloads = offloads;
+        });
+        self.shadow = Some(NetShadow::registered(r));
+    }
+
+    /// The successor can carry frames: gives it the ones its predecessor never
+    /// completed, in order, and goes back to passive mode (the TAP's frames follow).
+    fn give_frames(&mut self, frames: Vec<TxFrame>) -> Result<(), Fault> {
+        let resubmitted = self.datapath.resubmit(frames)?;
+        info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.label());
+        self.show_shadow();
+        let handover = self.succession.handover.as_ref().expect("frames are given in a handover");
+        let watch = FirstFrameWatch::new(handover.began(), self.succession.last_packet);
+        self.succession.first_frame = Some((watch, handover.record().reason));
+        // The fresh rings are empty and nobody waits on them yet: lend receive
+        // buffers, say the host waits for completions, and kick the driver for
+        // the frames just given again -- else a receiving-only stack would wait forever.
+        self.move_frames(false)?;
+        self.datapath.kick();
+        Ok(())
+    }
+
+    /// A frame went through the driver: the downtime of the next handover
+    /// counts from here, and the last one's first frame is timed.
+    pub(super) fn frame_passed(&mut self, now: Instant) {
+        self.succession.last_packet = Some(now);
+        let Some((watch, reason)) = self.succession.first_frame.take() else { return };
+        let mut first = None;
+        self.update(|s| {
+            let records = if reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
+            if let Some(last) = records.last_mut() {
+                watch.frame_passed(last, now);
+                first = Some((last.first_packet_ms, last.downtime_ms));
+            }
+        });
+        if let Some((first_packet, downtime)) = first {
+            info!("{}: the first frame through the successor at {} ms after the handover began; downtime {} ms \
+                   (from the predecessor's last frame)",
+                  self.label(), ms_or_dash(first_packet), ms_or_dash(downtime));
+        }
+    }
+
+    /// The handover is over (handover.rs's `Outcome`).
+    fn finish_handover(&mut self, outcome: Outcome<TxFrame>) {
+        let handover = self.succession.handover.take().expect("a handover under way");
+        let record = handover.record().clone();
+        let dev = self.label().clone();
+        let phases = format!("stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {} ms after it began; \
+                              {} frame(s) given again",
+                             record.stop_ms, record.start.phase_name(), ms_or_dash(record.start_ms),
+                             ms_or_dash(record.replay_ms), ms_or_dash(record.link_ms), ms_or_dash(record.serving_ms),
+                             record.tx_resubmitted);
+        self.publish(&record);
+        let update = record.reason == HandoverReason::Update;
+        match outcome {
+            Outcome::Committed if update => {
+                let modules = record.to_modules.clone().unwrap_or_default();
+                info!("{dev}: updated to {} ({}); {phases}", module_names(&modules),
+                      record.kernel_half.as_deref().unwrap_or("-"));
+                // The template is the old version's: restarts probe the new one from now on.
+                self.end_template("the driver was updated");
+                self.succession.modules = modules.clone();
+                self.update(|s| s.modules = modules);
+                self.hook("updated", &record.cause, None, record.serving_ms, None);
+            }
+            Outcome::Committed => {
+                info!("{dev}: recovered from {}: {phases}", record.cause);
+                self.agent.backoff.reset();
+                self.hook("recovered", &record.cause, None, record.serving_ms, None);
+            }
+            Outcome::RolledBack { why } => {
+                warn!("{dev}: update rolled back to {}: {why}; {phases}", module_names(&self.succession.modules));
+                self.hook("rolled-back", &record.cause, Some(&why), record.serving_ms, None);
+            }
+            Outcome::Refused { why } => {
+                warn!("{dev}: update refused, nothing changed: {why}");
+                self.end_loader();
+                self.hook("refused", &record.cause, Some(&why), None, None);
+            }
+            Outcome::Failed { why, log, uncompleted, replaceable } => {
+                error!("{dev}: handover failed: {why}");
+                self.hook("failed", &record.cause, Some(&why), None, None);
+                self.answer_update(record);
+                // Nobody serves: what follows is a death's, with the handover's log and frames.
+                let device_stop = self.last_device_stop();
+                let q = Quiesced { uncompleted, device_stop, device_stop_ms: 0.0 };
+                self.restart_or_give_up(Reason::Death { cause: why.clone() }, why, Some(log), q, Instant::now(), replaceable);
+                return;
+            }
+        }
+        self.answer_update(record);
+    }
+
+    fn answer_update(&mut self, record: HandoverRecord) {
+        if record.reason != HandoverReason::Update {
+            return;
+        }
+        if let Some(answer) = self.succession.update_answer.take() {
+            let _ = answer.send(Ok(record));
+        }
+    }
+
+    /// A handover ends without an outcome (the device is being released).
+    pub(super) fn abandon_handover(&mut self, why: &str) {
+        self.end_loader();
+        if let Some(h) = self.succession.handover.take() {
+            let mut record = h.record().clone();
+            record.outcome = format!("abandoned: {why}");
+            self.publish(&record);
+            self.answer_update(record);
+        }
+    }
+
+    /// What the last stop did to the device, as `status` shows it.
+    fn last_device_stop(&self) -> DeviceStop {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).device_stop.clone().unwrap_or(DeviceStop {
+            bus_master_off: true, irqs_disabled: true, reset: "done".into(), iommu_unmapped: false,
+        })
+    }
+
+    /// After the first PROBE: makes the process that probed the template
+    /// restarts fork from, and gives the device to its first fork. A process
+    /// that cannot be a template goes on as the driver (restarts then probe).
+    pub(super) fn take_template(&mut self) -> Result<(), Fault> {
+        if !self.succession.templates {
+            return Ok(());
+        }
+        let dev = self.label().clone();
+        self.succession.spawn_seq += 1;
+        let prober = self.link.as_ref().expect("PROBE was answered");
+        let limit = &mut self.log_limit;
+        let spawned = template::spawn(prober.control(), prober.pidfd(), self.succession.spawn_seq,
+                                      |level, text| driver_log(limit, &dev, level, text));
+        match spawned {
+            Ok((control, child)) => {
+                let pid = child.pid;
+                let link = self.link.as_mut().expect("PROBE was answered");
+                let (process, template_control) = link.hand_to_fork(child, control).map_err(Fault::Io)?;
+                info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
+                      process.pid);
+                self.update(|s| {
+                    s.pid = Some(pid as u32);
+                    s.template_pid = Some(process.pid as u32);
+                });
+                self.succession.template = Some(Template { process, control: template_control });
+                self.succession.takeover = true;
+                Ok(())
+            }
+            Err(SpawnError::Refused(e)) => {
+                warn!("{dev}: the driver process cannot be a post-probe template ({e}); it drives the device itself, \
+                       and a restart will load and probe the driver again");
+                Ok(())
+            }
+            Err(SpawnError::Broken(why)) => Err(Fault::Violation(format!("asked to become the template: {why}"))),
+        }
+    }
+
+    /// A fresh driver forked from the template, or None (then a cold start
+    /// follows) if there is none or it failed -- a failed template is ended.
+    fn fork_from_template(&mut self) -> Option<(OwnedFd, DriverProcess)> {
+        let dev = self.label().clone();
+        self.succession.spawn_seq += 1;
+        let limit = &mut self.log_limit;
+        let spawned = self.succession.template.as_ref()?
+            .spawn(self.succession.spawn_seq, |level, text| driver_log(limit, &dev, level, text));
+        match spawned {
+            Ok(forked) => Some(forked),
+            Err(e) => {
+                self.end_template(&format!("it did not fork a driver: {e}"));
+                None
+            }
+        }
+    }
+
+    pub(super) fn end_template(&mut self, why: &str) {
+        let Some(t) = self.succession.template.take() else { return };
+        process::kill(t.process.pid);
+        let how = process::wait(t.process.pid);
+        warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
+              self.label(), t.process.pid);
+        self.update(|s| s.template_pid = None);
+    }
+
+    /// The template exited by itself.
+    fn template_ended(&mut self) {
+        let Some(t) = self.succession.template.take() else { return };
+        let how = process::wait(t.process.pid);
+        warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
+              self.label(), t.process.pid);
+        self.update(|s| s.template_pid = None);
+    }
+
+    /// The handover's record replaces its earlier version in `status`; a
+    /// first frame already timed there is kept.
+    fn publish(&self, record: &HandoverRecord) {
+        self.update(|s| {
+            let records = if record.reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
+            if let Some(last) = records.last_mut() {
+                let timed = (last.first_packet_ms, last.downtime_ms);
+                *last = record.clone();
+                if last.first_packet_ms.is_none() {
+                    (last.first_packet_ms, last.downtime_ms) = timed;
+                }
+            }
+        });
+    }
+
+    fn publish_handover(&self) {
+        if let Some(h) = &self.succession.handover {
+            self.publish(h.record());
+        }
+    }
+}
+
+fn module_names(modules: &[ModuleInfo]) -> String {
+    modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ")
+}
