@@ -71,6 +71,7 @@ def test_an_e1000_without_checksum_offload_is_rolled_back_unless_feature_loss_is
             assert "scatter-gather" not in record["outcome"], record
             assert record["rolled_back_at_ms"] is not None, record
             assert [m["path"] for m in record["from_modules"]] == [ko], record
+            assert [m["path"] for m in record["to_modules"]] == [nocsum], record
             assert refused["hash_ok"] and refused["bytes"] == BULK_BYTES and refused["resets"] == 0, refused
             assert drops == 0, "us0 kept its carrier through the rollback"
             st = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400, mac=MAC)
@@ -84,7 +85,9 @@ def test_an_e1000_without_checksum_offload_is_rolled_back_unless_feature_loss_is
             allowed = result.summary()
             print("update with --allow-feature-loss", answer.get("handover"), "bulk", allowed)
             assert code == 0, answer
-            assert answer["handover"]["outcome"] == "updated", answer
+            record = answer["handover"]
+            assert record["outcome"] == "updated" and config.kernel().abi in record["kernel_half"], record
+            assert [m["path"] for m in record["to_modules"]] == [nocsum], record
             assert allowed["hash_ok"] and allowed["bytes"] == BULK_BYTES and allowed["resets"] == 0, allowed
             assert drops == 0, "us0 kept its carrier through the update"
             after = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400, mac=MAC)
