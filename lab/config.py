@@ -109,6 +109,46 @@ def cached_module(abi: str, name: str) -> Path:
     return found[0]
 
 
+@dataclass(frozen=True)
+class FixtureModule:
+    """A driver module built from Debian's source of the pinned ABI with one
+    patch of lab/fixtures/ (`python3 -m lab setup`, lab/install.py)."""
+    name: str  # e.g. "e1000-nocsum": the patch is lab/fixtures/<name>.patch
+    subdir: str  # the driver's directory in the kernel tree
+    module: str  # the module Kbuild builds there, and its name
+    config: str  # the Kconfig symbol that builds it
+
+    @property
+    def patch(self) -> Path:
+        return LAB_DIR / "fixtures" / f"{self.name}.patch"
+
+    @property
+    def root(self) -> Path:
+        """The extracted source, the record of what it was built from, the module."""
+        return cache_dir() / "fixtures" / self.name
+
+    @property
+    def ko(self) -> Path:
+        return self.root / f"{self.name}.ko"
+
+
+FIXTURE_MODULES = {
+    # e1000 without checksum offload: an update the compatibility check refuses.
+    "e1000-nocsum": FixtureModule("e1000-nocsum", "drivers/net/ethernet/intel/e1000", "e1000", "CONFIG_E1000"),
+}
+
+
+def fixture_module(name: str) -> Path:
+    """The built fixture module `name` (FIXTURE_MODULES), under the cache the guest reads over 9p."""
+    from .errors import LabError
+    if name not in FIXTURE_MODULES:
+        raise LabError(f"no fixture module {name} (there are {', '.join(FIXTURE_MODULES)})")
+    ko = FIXTURE_MODULES[name].ko
+    if not ko.exists():
+        raise LabError(f"the fixture module {ko} is not built", hint="run `python3 -m lab setup`")
+    return ko
+
+
 def guest_defaults() -> GuestDefaults:
     g = _load()["guest"]
     return GuestDefaults(g["cpu_model"], g["memory_mib"], g["cpus"], float(g["boot_timeout_s"]))

@@ -17,6 +17,7 @@ from .errors import LabError
 APT_PACKAGES = [
     "qemu-system-x86", "busybox-static", "cpio", "iperf3", "kmod", "iproute2",
     "iputils-ping", "ethtool", "pciutils", "gcc", "libc6-dev", "make", "gdb",
+    "patch", "xz-utils",
 ]
 PYTHON_MODULES = {"qemu.qmp": "qemu.qmp", "pytest": "pytest",
                   "pytest_timeout": "pytest-timeout", "matplotlib": "matplotlib",
@@ -91,26 +92,30 @@ def available_abis(flavour: str = "amd64") -> list[str]:
     return sorted(set(abis), key=lambda a: int(a.rsplit("-", 1)[1]))
 
 
-def download_package(package: str, dest: Path) -> Path:
-    """Fetches one .deb by exact name (never a glob) and checks its sha256."""
-    sha = _apt_field(package, "SHA256")
+def download_package(package: str, dest: Path, version: str | None = None,
+                     hint: str | None = None) -> Path:
+    """Fetches one .deb by exact name (never a glob), of `version` if given
+    (else the candidate), and checks its sha256."""
+    spec = f"{package}={version}" if version else package
+    sha = _apt_field(spec, "SHA256")
     if sha is None:
         _apt_update()
-        sha = _apt_field(package, "SHA256")
+        sha = _apt_field(spec, "SHA256")
     if sha is None:
-        raise LabError(f"Debian package {package} is not in the archive",
-                       hint="pick an ABI the archive serves (`python3 -m lab setup --list-abis`) "
-                            "in lab/lab.toml ([kernel] abi, [live_update])")
+        raise LabError(f"Debian package {spec} is not in the archive",
+                       hint=hint or "pick an ABI the archive serves (`python3 -m lab setup --list-abis`) "
+                                    "in lab/lab.toml ([kernel] abi, [live_update])")
     dest.mkdir(parents=True, exist_ok=True)
-    for deb in dest.glob(f"{package}_*.deb"):
+    pattern = f"{package}_{version}_*.deb" if version else f"{package}_*.deb"
+    for deb in dest.glob(pattern):
         if hashlib.sha256(deb.read_bytes()).hexdigest() == sha:
             return deb
-    log(f"apt-get download {package}")
-    _run(["apt-get", "download", "-q", package], cwd=dest,
+    log(f"apt-get download {spec}")
+    _run(["apt-get", "download", "-q", spec], cwd=dest,
          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    debs = sorted(dest.glob(f"{package}_*.deb"), key=lambda p: p.stat().st_mtime)
+    debs = sorted(dest.glob(pattern), key=lambda p: p.stat().st_mtime)
     if not debs or hashlib.sha256(debs[-1].read_bytes()).hexdigest() != sha:
-        raise LabError(f"downloaded {package} does not match the archive's sha256 {sha}")
+        raise LabError(f"downloaded {spec} does not match the archive's sha256 {sha}")
     return debs[-1]
 
 
@@ -173,6 +178,103 @@ def ensure_headers(kernels: list[config.KernelConfig]) -> None:
          stdout=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
 
 
+def _installed_version(package: str) -> str | None:
+    res = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    return res.stdout.strip() or None
+
+
+def _modinfo(field: str, ko: Path) -> str:
+    return subprocess.run(["modinfo", "-F", field, str(ko)], capture_output=True, text=True).stdout.strip()
+
+
+def ensure_source(fixture: config.FixtureModule, kernel: config.KernelConfig) -> tuple[str, Path]:
+    """The driver's directory of linux-source-6.1 at the version the pinned
+    ABI was built from (its headers package's), extracted alone into the
+    fixture's cache directory; its package and version in `source-version`.
+
+    The package's 139 MB tarball is streamed, never written out, and the
+    .deb is deleted afterwards: a fixture needs one driver's 0.5 MB of it.
+    """
+    version = _installed_version(kernel.headers_package)
+    if version is None:
+        raise LabError(f"{kernel.headers_package} is not installed",
+                       hint="run `python3 -m lab setup` as root")
+    package = "linux-source-" + ".".join(kernel.abi.split(".")[:2])  # linux-source-6.1
+    record = f"{package} {version}\n"
+    stamp = fixture.root / "source-version"
+    tree = fixture.root / package
+    if (tree / fixture.subdir).is_dir() and stamp.exists() and stamp.read_text() == record:
+        return record.strip(), tree
+    deb = download_package(package, config.cache_dir() / "debs", version,
+                           hint=f"the archive no longer serves the source of {kernel.release}: "
+                                f"pin a newer ABI in lab/lab.toml ([kernel] abi)")
+    log(f"extracting {fixture.subdir} of {deb.name}")
+    fixture.root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=fixture.root) as tmp:
+        tarball = f"./usr/src/{package}.tar.xz"
+        member = f"{package}/{fixture.subdir}/"
+        with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as pkg, \
+             subprocess.Popen(["tar", "-x", "-O", tarball], stdin=pkg.stdout, stdout=subprocess.PIPE) as outer:
+            pkg.stdout.close()
+            inner = subprocess.run(["tar", "-x", "-J", "-C", tmp, member], stdin=outer.stdout)
+            outer.stdout.close()
+        if pkg.returncode or outer.returncode or inner.returncode or not (Path(tmp) / member).is_dir():
+            raise LabError(f"cannot extract {member} from {tarball} in {deb}",
+                           hint="delete the .deb and run `python3 -m lab setup` again")
+        if tree.exists():
+            shutil.rmtree(tree)
+        os.rename(Path(tmp) / package, tree)
+    stamp.write_text(record)
+    deb.unlink()
+    return record.strip(), tree
+
+
+def ensure_fixture_module(fixture: config.FixtureModule, kernel: config.KernelConfig) -> Path:
+    """Builds a fixture module (config.FIXTURE_MODULES): Debian's source of
+    the driver with lab/fixtures/<name>.patch, by Kbuild against the pinned
+    ABI's headers, so that it keeps the module's name, ID table, vermagic
+    and CRCs and differs from Debian's build only by what the patch says.
+    Rebuilt when the source, the patch or the headers change (`built-from`).
+    """
+    source, tree = ensure_source(fixture, kernel)
+    patch = fixture.patch.read_bytes()
+    record = (f"source: {source}\n"
+              f"patch: {fixture.patch.relative_to(config.REPO_DIR)} "
+              f"(sha256 {hashlib.sha256(patch).hexdigest()})\n"
+              f"headers: {kernel.headers_package} {_installed_version(kernel.headers_package)}\n")
+    stamp = fixture.root / "built-from"
+    if fixture.ko.exists() and stamp.exists() and stamp.read_text() == record:
+        return fixture.ko
+    log(f"building {fixture.ko.name} ({fixture.patch.name} on {source})")
+    build = fixture.root / "build"
+    if build.exists():
+        shutil.rmtree(build)
+    shutil.copytree(tree, build)
+    # Exact or not at all (--fuzz=0): a patch that no longer fits the source
+    # must fail here, not build a module that differs in some other way.
+    res = subprocess.run(["patch", "-p1", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch",
+                          "-d", str(build), "-i", str(fixture.patch)], capture_output=True, text=True)
+    if res.returncode:
+        raise LabError(f"{fixture.patch.relative_to(config.REPO_DIR)} does not apply to {source}:\n"
+                       f"{(res.stdout + res.stderr).strip()}",
+                       hint="update the patch to this source (lab/fixtures/)")
+    kbuild = ["make", "-C", str(kernel.headers), f"M={build / fixture.subdir}",
+              f"{fixture.config}=m", "modules"]
+    res = subprocess.run(kbuild, capture_output=True, text=True)
+    built = build / fixture.subdir / f"{fixture.module}.ko"
+    if res.returncode or not built.exists():
+        raise LabError(f"Kbuild of {fixture.name} failed:\n{(res.stdout + res.stderr).strip()[-4000:]}",
+                       hint=f"is {kernel.headers_package} complete? (`python3 -m lab setup` installs it)")
+    name, vermagic = _modinfo("name", built), _modinfo("vermagic", built)
+    if name != fixture.module or not vermagic.startswith(f"{kernel.release} "):
+        raise LabError(f"{built} is module {name!r} of {vermagic!r}, "
+                       f"not {fixture.module} of {kernel.release}")
+    os.replace(built, fixture.ko)
+    shutil.rmtree(build)
+    stamp.write_text(record)
+    return fixture.ko
+
+
 def setup() -> None:
     ensure_apt()
     ensure_python()
@@ -183,5 +285,7 @@ def setup() -> None:
         if k != kernel:
             ensure_net_drivers(k)
     ensure_headers(updates)
+    for fixture in config.FIXTURE_MODULES.values():
+        ensure_fixture_module(fixture, kernel)
     initramfs.build(kernel)
     log(f"ready: guest kernel {kernel.release} in {kernel.root}")

@@ -183,3 +183,17 @@ def test_stand_alone_picks_the_half_by_vermagic(runtime_built):
     assert res.returncode == 0, res.stderr
     assert f"LOADED modules=2 abi=6.1.0-50-amd64 half={half('6.1.0-50')}" in res.stdout
     assert "INIT module=e1000 result=0" in res.stdout
+
+
+def test_the_e1000_nocsum_fixture_loads_like_debians_e1000_of_the_pinned_abi(driver, runtime_built):
+    """The fixture of tests/runtime/test_update_incompatible.py (lab/fixtures/e1000-nocsum.patch,
+    built by `python3 -m lab setup`) passes LOAD's checks as Debian's build does: it is
+    refused later, by the compatibility check, not here."""
+    abi = config.kernel().abi
+    nocsum = config.fixture_module("e1000-nocsum")
+    status, text = driver().load([nocsum], E1000_IDS)
+    assert status == 0, text
+    assert text == f"abi={abi}-amd64 half={half(abi)}"
+    res = subprocess.run([str(DRIVER), "--module", str(nocsum)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "INIT module=e1000 result=0" in res.stdout
