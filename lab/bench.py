@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from . import config, net, understudy
+from . import config, net, provenance, understudy
 from .devices import NIC, lookup
 from .errors import LabError
 from .guest import Guest
@@ -111,7 +111,7 @@ def cmd_baseline(args) -> int:
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
         out = reports[0] if len(reports) == 1 else {"drivers": reports}
-        print(json.dumps({**out, "command": command}, indent=2))
+        print(json.dumps({**out, **provenance.record()}, indent=2))
     else:
         print(table(reports, BASELINE_KEYS))
         print(f"(medians of {args.runs} runs; {command})")
@@ -199,7 +199,7 @@ def cmd_net(args) -> int:
     report = bench_net(args.driver, args.runs, args.seconds, args.network)
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
-        print(json.dumps({**report, "command": command}, indent=2))
+        print(json.dumps({**report, **provenance.record()}, indent=2))
     else:
         rows = [{"driver": f"in-kernel {report['driver']}", **report["kernel"]},
                 {"driver": "understudy", **report["understudy"]}]

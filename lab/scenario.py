@@ -17,7 +17,6 @@ import argparse
 import json
 import random
 import re
-import shlex
 import signal
 import statistics
 import struct
@@ -25,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import config, net, understudy
+from . import config, net, provenance, understudy
 from .agent import GuestProcess
 from .devices import NIC, lookup
 from .errors import LabError
@@ -632,7 +631,7 @@ def cmd_scenario(args) -> int:
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib, args.nic_props)
-    out = {**rep.as_json(), "command": "python3 -m lab " + shlex.join(sys.argv[1:])}
+    out = {**rep.as_json(), **provenance.record()}
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -11,12 +11,10 @@ gaps give the outage as it saw it.
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
-import sys
 import time
 
-from . import config, understudy
+from . import config, provenance, understudy
 from .bench import understudy_up
 from .errors import LabError
 from .guest import Guest
@@ -162,7 +160,7 @@ def table(rep: Report) -> str:
 
 def cmd_update_loop(args) -> int:
     rep = update_loop(args.driver, args.versions.split(","), args.updates, args.rate_mbps, args.nic_props)
-    out = {**rep.as_json(), "command": "python3 -m lab " + shlex.join(sys.argv[1:])}
+    out = {**rep.as_json(), **provenance.record()}
     print(json.dumps(out, indent=2) if args.json else table(rep))
     return 0 if rep.ok else EXIT_FAILED
 
