@@ -39,7 +39,9 @@ pub struct Succession {
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
     pub recover_requested: bool,
-    /// The last handover, until the first frame through its successor.
+    /// The last handover, from its predecessor's end until the first frame
+    /// through its successor (which may come before the handover is over: a
+    /// frame received while the successor waits for its link).
     first_frame: Option<(FirstFrameWatch, HandoverReason)>,
     /// When a frame last went through the driver (for the downtime of a handover).
     last_packet: Option<Instant>,
@@ -225,6 +227,10 @@ impl Supervisor {
     pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
         let restart = record.reason != HandoverReason::Update;
+        if restart {
+            // The predecessor is gone already: the outage starts at its last frame.
+            self.watch_first_frame(handover.began(), record.reason);
+        }
         let death = restart.then(|| record.cause.clone());
         self.succession.handover = Some(handover);
         self.update(|s| {
@@ -333,6 +339,8 @@ impl Supervisor {
                     }
                     self.shadow = None;
                     let q = self.quiesce(now);
+                    let began = self.succession.handover.as_ref().expect("an update").began();
+                    self.watch_first_frame(began, HandoverReason::Update);
                     self.interface.hold_carrier(Instant::now());
                     self.update(|s| {
                         s.state = DriverState::Recovering;
@@ -452,15 +460,18 @@ impl Supervisor {
         let resubmitted = self.datapath.resubmit(frames)?;
         info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.label());
         self.show_shadow();
-        let handover = self.succession.handover.as_ref().expect("frames are given in a handover");
-        let watch = FirstFrameWatch::new(handover.began(), self.succession.last_packet);
-        self.succession.first_frame = Some((watch, handover.record().reason));
         // The fresh rings are empty and nobody waits on them yet: lend receive
         // buffers, say the host waits for completions, and kick the driver for
         // the frames just given again -- else a receiving-only stack would wait forever.
         self.move_frames(false)?;
         self.datapath.kick();
         Ok(())
+    }
+
+    /// Times the first frame through the successor of the handover that
+    /// began at `began`, and the outage from the predecessor's last frame.
+    fn watch_first_frame(&mut self, began: Instant, reason: HandoverReason) {
+        self.succession.first_frame = Some((FirstFrameWatch::new(began, self.succession.last_packet), reason));
     }
 
     /// A frame went through the driver: the downtime of the next handover
