@@ -18,8 +18,9 @@ from . import config, provenance, understudy
 from .bench import understudy_up
 from .errors import LabError
 from .guest import Guest
-from .scenario import (EXIT_FAILED, GAP_LOG_MS, Report, Us0Transfer, _cell, _driver_argument, _median,
-                       _nic_props_argument, _positive, carrier_drops, gaps_per_kill, log, nic, verdict_lines, wait_received)
+from .scenario import (EXIT_FAILED, GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Report, Us0Transfer, _cell,
+                       _driver_argument, _median, _nic_props_argument, _positive, carrier_drops, gaps_between,
+                       gaps_per_kill, log, nic, verdict_lines, wait_received)
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
 # autonegotiation after its PHY reset) and the daemon's 5 s probation; the
@@ -73,7 +74,10 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         first = daemon.status()[bdf]
         base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
         update_times: list[float] = []
-        with Us0Transfer(guest, nbytes, timeout=seconds * 3, gap_log_ms=GAP_LOG_MS, rate_mbps=rate_mbps) as transfer:
+        # The ping probe sees when us0 carries frames both ways again, free of
+        # TCP's retransmission timer, which decides when the transfer resumes.
+        with PingProbe(guest) as probe, \
+                Us0Transfer(guest, nbytes, timeout=seconds * 3, gap_log_ms=GAP_LOG_MS, rate_mbps=rate_mbps) as transfer:
             passed = 0
             for i in range(updates):
                 to = versions[(i + 1) % len(versions)]
@@ -104,6 +108,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
                 result = transfer.result(seconds * 3)
             else:
                 result = None
+            replies = probe.reply_times()
         final = daemon.status()[bdf]
         alive = daemon.alive()
         dropped = carrier_drops(guest) - drops
@@ -111,11 +116,14 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
     gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], update_times)
-    for rec, gap in zip(records, gaps):
+    probed = gaps_per_kill(gaps_between(replies, GAP_LOG_MS), update_times)
+    for rec, gap, probe_gap in zip(records, gaps, probed):
         rec["app_gap_ms"] = gap
+        rec["probe_gap_ms"] = probe_gap
     summary = result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
     downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
     app = [g for g in gaps if g is not None]
+    pinged = [g for g in probed if g is not None]
     updated = sum(r["outcome"] == "updated" for r in records)
     rollbacks = sum(str(r["outcome"]).startswith("rolled back") for r in records)
     rep = Report({
@@ -125,6 +133,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         "updates": updated, "rollbacks": rollbacks, "recoveries": final["recovery_count"],
         "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
         "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
+        "probe_gap_ms_median": _median(pinged), "probe_gap_ms_max": max(pinged, default=None),
         "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
                             for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "serving_ms",
                                       "first_packet_ms")},
@@ -144,7 +153,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
 def table(rep: Report) -> str:
     f = rep.figures
     cols = ["update", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms",
-            "first_packet_ms", "downtime_ms", "app_gap_ms", "tx_resubmitted"]
+            "first_packet_ms", "downtime_ms", "probe_gap_ms", "app_gap_ms", "tx_resubmitted"]
     rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_update"]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
@@ -153,8 +162,9 @@ def table(rep: Report) -> str:
                  f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; us0 lost carrier "
                  f"{f['carrier_drops']} times")
     lines.append(f"downtime (daemon, last frame → first frame): median {f['downtime_ms_median']} ms, max "
-                 f"{f['downtime_ms_max']} ms; the receiving TCP application: median {f['app_gap_ms_median']} ms, "
-                 f"max {f['app_gap_ms_max']} ms")
+                 f"{f['downtime_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
+                 f"{f['probe_gap_ms_median']} ms, max {f['probe_gap_ms_max']} ms; the receiving TCP application: "
+                 f"median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
     return "\n".join(lines + verdict_lines(rep))
 
 
