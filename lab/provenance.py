@@ -12,12 +12,13 @@ from . import config
 
 
 def commit() -> str:
-    """HEAD, with "-dirty" if the work tree has changes a result could depend on."""
+    """HEAD, with "-dirty" if the work tree has changes a result could depend on
+    (anything but docs/, where results are written while others are measured)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(config.REPO_DIR), *args],
                               capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
-    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs") else "")
 
 
 def machine() -> dict:
