@@ -155,9 +155,12 @@ void ddekit_irq_close(int eventfd);
  * an event line on stdout and, with a control socket, a protocol message.
  */
 /*
- * Offloads a driver takes (REGISTERED), what a tx frame asks of it, and what
- * a received frame says: protocol.h's US_OFFLOAD_*, US_TX_* and US_RX_*
- * (host.c checks that the values agree).
+ * Offloads a driver takes (REGISTERED), what a tx frame asks of it, what a
+ * received frame says and SET_RX_MODE's flags: the US_OFFLOAD_*, US_TX_*,
+ * US_RX_* and US_RX_MODE_* of include/understudy/protocol.h under the kernel
+ * half's names. That header includes <stdint.h>, which this one may not, so
+ * the values are repeated here and host.c asserts each equal to the
+ * protocol's at compile time.
  */
 #define DDEKIT_OFFLOAD_CSUM	0x0001
 #define DDEKIT_OFFLOAD_TSO4	0x0002
@@ -169,6 +172,8 @@ void ddekit_irq_close(int eventfd);
 #define DDEKIT_TX_GSO_TCPV6	0x0004
 #define DDEKIT_TX_GSO_ECN	0x0008
 #define DDEKIT_RX_CSUM_VALID	0x0001
+#define DDEKIT_RX_MODE_PROMISC	0x0001
+#define DDEKIT_RX_MODE_ALLMULTI	0x0002
 /* Room a tx frame's span leaves after it for skb_shared_info. */
 #define DDEKIT_TX_TAILROOM	512
 
