@@ -8,11 +8,12 @@
  * "network taps", says how its copies of the flags are checked).
  *
  * understudyd's mirror is host/protocol/src/lib.rs. host/protocol/tests/layout.rs
- * reads this file, finds every US_* constant (#define or enum member), every
- * struct us_* and every static inline us_*() and fails unless the Rust crate
- * declares the same set with the same values, sizes and offsets. Keep this
- * file as regular as it is: one #define, enum member or struct member per
- * declaration; that test's parser reads nothing else.
+ * reads this file, lists every US_* constant (#define or enum member), every
+ * member of every struct us_* and sample calls of every static inline us_*(),
+ * and fails unless the Rust crate declares the same constants, structs and
+ * members with the same values, sizes and offsets. Keep the file as regular
+ * as it is (one #define, enum member or struct member per declaration): a
+ * construct that test's reader does not know fails it.
  *
  * Everything is little-endian (x86_64) and packed: these structs are wire and
  * shared-memory formats, never handed to kernel code.
