@@ -327,6 +327,9 @@ fn rust_and_c_agree_on_every_constant_struct_and_member() {
     assert!(problems.is_empty(), "include/understudy/protocol.h and host/protocol disagree:\n{}", problems.join("\n"));
 }
 
+/// The negative test: the comparison, run on copies of the header changed
+/// alone, reports each change (a constant or member added, a constant dropped,
+/// a value changed), so the test above cannot pass by comparing too little.
 #[test]
 fn a_change_to_the_header_alone_is_reported() {
     let original = std::fs::read_to_string(header()).unwrap();
@@ -356,6 +359,7 @@ fn a_change_to_the_header_alone_is_reported() {
     }
 }
 
+/// A declaration the reader cannot list must fail the test, not go unchecked.
 #[test]
 fn constructs_the_reader_does_not_know_fail() {
     for text in ["#define US_F(x) (x)\n", "struct us_u { union { uint8_t a; } u; };\n", "struct us_m { int a, b; };\n"] {
