@@ -33,22 +33,12 @@
 /*
  * The kernel half cannot include <understudy/protocol.h> (Kbuild compiles it
  * without <stdint.h>), so ddekit.h gives it names of its own for the
- * protocol's flags ("network taps" there); each must be the protocol's value.
+ * protocol constants it uses ("network taps" there); each must be the
+ * protocol's value.
  */
-#define SAME_AS_PROTOCOL(name) _Static_assert(DDEKIT_##name == US_##name, #name)
-SAME_AS_PROTOCOL(OFFLOAD_CSUM);
-SAME_AS_PROTOCOL(OFFLOAD_TSO4);
-SAME_AS_PROTOCOL(OFFLOAD_TSO6);
-SAME_AS_PROTOCOL(OFFLOAD_TSO_ECN);
-SAME_AS_PROTOCOL(OFFLOAD_RX_CSUM);
-SAME_AS_PROTOCOL(TX_CSUM);
-SAME_AS_PROTOCOL(TX_GSO_TCPV4);
-SAME_AS_PROTOCOL(TX_GSO_TCPV6);
-SAME_AS_PROTOCOL(TX_GSO_ECN);
-SAME_AS_PROTOCOL(RX_CSUM_VALID);
-SAME_AS_PROTOCOL(TX_TAILROOM);
-SAME_AS_PROTOCOL(RX_MODE_PROMISC);
-SAME_AS_PROTOCOL(RX_MODE_ALLMULTI);
+#define SAME_AS_PROTOCOL(name, value) \
+	_Static_assert(DDEKIT_##name == US_##name, "DDEKIT_" #name " is not US_" #name);
+DDEKIT_PROTOCOL_CONSTANTS(SAME_AS_PROTOCOL)
 
 static int control_fd = -1;
 
