@@ -155,22 +155,31 @@ void ddekit_irq_close(int eventfd);
  * an event line on stdout and, with a control socket, a protocol message.
  */
 /*
- * Offloads a driver takes (REGISTERED), what a tx frame asks of it, and what
- * a received frame says: protocol.h's US_OFFLOAD_*, US_TX_* and US_RX_*
- * (host.c checks that the values agree).
+ * Offloads a driver takes (REGISTERED), what a tx frame asks of it, what a
+ * received frame says, SET_RX_MODE's flags and the room a tx frame's span
+ * leaves after it for skb_shared_info: the US_<name> of
+ * include/understudy/protocol.h as DDEKIT_<name>. That header includes
+ * <stdint.h>, which this one may not, so the values are repeated in this one
+ * table; host.c asserts every entry equal to the protocol's at compile time.
  */
-#define DDEKIT_OFFLOAD_CSUM	0x0001
-#define DDEKIT_OFFLOAD_TSO4	0x0002
-#define DDEKIT_OFFLOAD_TSO6	0x0004
-#define DDEKIT_OFFLOAD_TSO_ECN	0x0008
-#define DDEKIT_OFFLOAD_RX_CSUM	0x0010
-#define DDEKIT_TX_CSUM		0x0001
-#define DDEKIT_TX_GSO_TCPV4	0x0002
-#define DDEKIT_TX_GSO_TCPV6	0x0004
-#define DDEKIT_TX_GSO_ECN	0x0008
-#define DDEKIT_RX_CSUM_VALID	0x0001
-/* Room a tx frame's span leaves after it for skb_shared_info. */
-#define DDEKIT_TX_TAILROOM	512
+#define DDEKIT_PROTOCOL_CONSTANTS(X)	\
+	X(OFFLOAD_CSUM,		0x0001)	\
+	X(OFFLOAD_TSO4,		0x0002)	\
+	X(OFFLOAD_TSO6,		0x0004)	\
+	X(OFFLOAD_TSO_ECN,	0x0008)	\
+	X(OFFLOAD_RX_CSUM,	0x0010)	\
+	X(TX_CSUM,		0x0001)	\
+	X(TX_GSO_TCPV4,		0x0002)	\
+	X(TX_GSO_TCPV6,		0x0004)	\
+	X(TX_GSO_ECN,		0x0008)	\
+	X(RX_CSUM_VALID,	0x0001)	\
+	X(RX_MODE_PROMISC,	0x0001)	\
+	X(RX_MODE_ALLMULTI,	0x0002)	\
+	X(TX_TAILROOM,		512)
+
+#define DDEKIT_PROTOCOL_CONSTANT(name, value) DDEKIT_##name = value,
+enum { DDEKIT_PROTOCOL_CONSTANTS(DDEKIT_PROTOCOL_CONSTANT) };
+#undef DDEKIT_PROTOCOL_CONSTANT
 
 void ddekit_net_registered(const char *name, const char *driver, const char *version,
 			   const unsigned char *perm_addr, const unsigned char *dev_addr,

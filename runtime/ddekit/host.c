@@ -25,18 +25,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "ddekit.h"
-#include "protocol.h"
 #include "setup.h"
 
-/* The kernel half speaks ddekit.h's names for the protocol's flags. */
-_Static_assert(DDEKIT_OFFLOAD_CSUM == US_OFFLOAD_CSUM && DDEKIT_OFFLOAD_TSO4 == US_OFFLOAD_TSO4 &&
-	       DDEKIT_OFFLOAD_TSO6 == US_OFFLOAD_TSO6 && DDEKIT_OFFLOAD_TSO_ECN == US_OFFLOAD_TSO_ECN &&
-	       DDEKIT_OFFLOAD_RX_CSUM == US_OFFLOAD_RX_CSUM, "offload flags");
-_Static_assert(DDEKIT_TX_CSUM == US_TX_CSUM && DDEKIT_TX_GSO_TCPV4 == US_TX_GSO_TCPV4 &&
-	       DDEKIT_TX_GSO_TCPV6 == US_TX_GSO_TCPV6 && DDEKIT_TX_GSO_ECN == US_TX_GSO_ECN &&
-	       DDEKIT_RX_CSUM_VALID == US_RX_CSUM_VALID, "tx and rx flags");
-_Static_assert(DDEKIT_TX_TAILROOM == US_TX_TAILROOM, "tx tailroom");
+/*
+ * The kernel half cannot include <understudy/protocol.h> (Kbuild compiles it
+ * without <stdint.h>), so ddekit.h gives it names of its own for the
+ * protocol constants it uses ("network taps" there); each must be the
+ * protocol's value.
+ */
+#define SAME_AS_PROTOCOL(name, value) \
+	_Static_assert(DDEKIT_##name == US_##name, "DDEKIT_" #name " is not US_" #name);
+DDEKIT_PROTOCOL_CONSTANTS(SAME_AS_PROTOCOL)
 
 static int control_fd = -1;
 

@@ -19,8 +19,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "../ddekit/ddekit.h"
-#include "../ddekit/protocol.h"
 #include "../ddekit/setup.h"
 #include "driver.h"
 

@@ -159,9 +159,6 @@ struct rx_mode {
 	const u8 *mc;
 };
 
-#define US_RX_MODE_PROMISC	0x1
-#define US_RX_MODE_ALLMULTI	0x2
-
 static void free_mc_list(struct net_device *dev)
 {
 	struct netdev_hw_addr *ha, *next;
@@ -193,9 +190,9 @@ static int do_set_rx_mode(struct net_device *dev, void *arg)
 		dev->mc.count++;
 	}
 	dev->flags &= ~(IFF_PROMISC | IFF_ALLMULTI);
-	if (mode->flags & US_RX_MODE_PROMISC)
+	if (mode->flags & DDEKIT_RX_MODE_PROMISC)
 		dev->flags |= IFF_PROMISC;
-	if (mode->flags & US_RX_MODE_ALLMULTI)
+	if (mode->flags & DDEKIT_RX_MODE_ALLMULTI)
 		dev->flags |= IFF_ALLMULTI;
 	if (netif_running(dev) && dev->netdev_ops->ndo_set_rx_mode) {
 		netif_addr_lock_bh(dev);

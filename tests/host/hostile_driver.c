@@ -49,7 +49,7 @@
 #include <sys/socket.h>
 #include <linux/vfio.h>
 
-#include "../../runtime/ddekit/protocol.h"
+#include <understudy/protocol.h>
 
 static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1, kick_fd = -1, arena_fd = -1;
 

@@ -1,6 +1,6 @@
 """The host crates' own unit tests (ring validation against a hostile producer,
-control-message parsing, protocol.h ↔ Rust layout, VFIO sysfs checks), run as
-part of the repository's test suite."""
+control-message parsing, include/understudy/protocol.h ↔ Rust layout, VFIO
+sysfs checks), run as part of the repository's test suite."""
 import subprocess
 
 from tests.host.conftest import HOST_DIR

@@ -3,8 +3,8 @@
 of several ABIs. No VM: LOAD touches no device, so the device and arena fds here are
 ones the driver could not use.
 
-Messages are built with struct from runtime/ddekit/protocol.h's layouts (the host's
-crate checks its own against the header in host/protocol/tests/layout.rs).
+Messages are built with struct from include/understudy/protocol.h's layouts (the
+host's crate checks its own against the header in host/protocol/tests/layout.rs).
 """
 import errno
 import os

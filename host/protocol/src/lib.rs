@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The host ↔ driver-process wire formats of `docs/protocol.md`.
 //!
-//! Every struct here mirrors one in `runtime/ddekit/protocol.h` field by field;
-//! `tests/layout.rs` compiles a C program against that header and checks that
-//! both agree on every size and offset.
+//! Every constant and struct here mirrors one in `include/understudy/protocol.h`,
+//! the driver's side. [`CONSTANTS`] and [`layouts`] list them all, generated
+//! with the items themselves; `tests/layout.rs` reads the header, lists its
+//! `US_*` constants and `us_*` structs, and fails unless both lists hold the
+//! same names with the same values, sizes and offsets (docs/protocol.md,
+//! "Control messages").
 //!
 //! Everything a driver sends is untrusted: [`parse_driver_message`] turns raw
 //! bytes into a [`DriverMessage`] or a [`ProtocolError`] that names the
@@ -13,77 +16,93 @@ use std::mem::size_of;
 
 pub mod ethtool;
 
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Declares the protocol's constants and [`CONSTANTS`] from one list, so that
+/// no constant can be declared without being listed (and compared with the
+/// header by `tests/layout.rs`). Each constant's C name is `US_` and its name.
+macro_rules! protocol_constants {
+    ($($(#[$meta:meta])* $name:ident: $ty:ty = $value:expr;)*) => {
+        $($(#[$meta])* pub const $name: $ty = $value;)*
 
-pub const ARENA_SIZE: u64 = 64 << 20;
-pub const ARENA_IOVA: u64 = 0x1000_0000;
-pub const POOL_BUFFERS: u32 = 4096;
-pub const BUFFER_SIZE: u32 = 2048;
-pub const RING_SIZE: u32 = 512;
+        /// Every constant of the protocol as (its C name, its value):
+        /// `tests/layout.rs` fails unless `include/understudy/protocol.h`
+        /// defines exactly these `US_*` names with these values.
+        pub const CONSTANTS: &[(&str, u64)] = &[$((concat!("US_", stringify!($name)), $name as u64),)*];
+    };
+}
 
-pub const RING_TX: usize = 0;
-pub const RING_TX_DONE: usize = 1;
-pub const RING_RX_FILL: usize = 2;
-pub const RING_RX: usize = 3;
-pub const RING_COUNT: usize = 4;
+protocol_constants! {
+    PROTOCOL_VERSION: u32 = 2;
 
-pub const TX_CSUM: u16 = 0x0001;
-pub const TX_GSO_TCPV4: u16 = 0x0002;
-pub const TX_GSO_TCPV6: u16 = 0x0004;
-pub const TX_GSO_ECN: u16 = 0x0008;
-pub const TX_DONE_DROPPED: u16 = 0x0001;
-pub const RX_CSUM_VALID: u16 = 0x0001;
-pub const TX_TAILROOM: u32 = 512;
-pub const TX_MAX_FRAME: u32 = 65536 + 18;
+    ARENA_SIZE: u64 = 64 << 20;
+    ARENA_IOVA: u64 = 0x1000_0000;
+    POOL_BUFFERS: u32 = 4096;
+    BUFFER_SIZE: u32 = 2048;
+    RING_SIZE: u32 = 512;
 
-pub const OFFLOAD_CSUM: u32 = 0x0001;
-pub const OFFLOAD_TSO4: u32 = 0x0002;
-pub const OFFLOAD_TSO6: u32 = 0x0004;
-pub const OFFLOAD_TSO_ECN: u32 = 0x0008;
-pub const OFFLOAD_RX_CSUM: u32 = 0x0010;
-pub const RING_ENTRIES_OFFSET: usize = 192;
-pub const PAGE_SIZE: u64 = 4096;
+    RING_TX: usize = 0;
+    RING_TX_DONE: usize = 1;
+    RING_RX_FILL: usize = 2;
+    RING_RX: usize = 3;
+    RING_COUNT: usize = 4;
 
-pub const MSG_HELLO: u16 = 1;
-pub const MSG_PROBE: u16 = 2;
-pub const MSG_OPEN: u16 = 3;
-pub const MSG_STOP: u16 = 4;
-pub const MSG_SET_MTU: u16 = 5;
-pub const MSG_SET_MAC: u16 = 6;
-pub const MSG_SET_RX_MODE: u16 = 7;
-pub const MSG_SET_FEATURES: u16 = 8;
-pub const MSG_ETHTOOL: u16 = 9;
-pub const MSG_PING: u16 = 10;
-pub const MSG_SPAWN: u16 = 11;
-pub const MSG_LOAD: u16 = 12;
-pub const MSG_REPLY: u16 = 64;
-pub const MSG_REGISTERED: u16 = 65;
-pub const MSG_CARRIER: u16 = 66;
-pub const MSG_TX_QUEUE: u16 = 67;
-pub const MSG_LOG: u16 = 68;
-pub const MSG_WARN: u16 = 69;
+    TX_CSUM: u16 = 0x0001;
+    TX_GSO_TCPV4: u16 = 0x0002;
+    TX_GSO_TCPV6: u16 = 0x0004;
+    TX_GSO_ECN: u16 = 0x0008;
+    TX_DONE_DROPPED: u16 = 0x0001;
+    RX_CSUM_VALID: u16 = 0x0001;
+    TX_TAILROOM: u32 = 512;
+    TX_MAX_FRAME: u32 = 65536 + 18;
 
-pub const MSG_MAX: usize = 2048;
-pub const MAX_MODULES: usize = 4;
-pub const PATH_MAX: usize = 256;
-pub const PCI_ADDR_MAX: usize = 16;
-pub const NAME_MAX: usize = 32;
-pub const TEXT_MAX: usize = 1024;
-pub const MAX_MC: usize = 64;
-pub const ETHTOOL_DATA_MAX: usize = 512;
+    OFFLOAD_CSUM: u32 = 0x0001;
+    OFFLOAD_TSO4: u32 = 0x0002;
+    OFFLOAD_TSO6: u32 = 0x0004;
+    OFFLOAD_TSO_ECN: u32 = 0x0008;
+    OFFLOAD_RX_CSUM: u32 = 0x0010;
+    RING_ENTRIES_OFFSET: usize = 192;
+    PAGE_SIZE: u64 = 4096;
 
-pub const RX_MODE_PROMISC: u32 = 0x1;
-pub const RX_MODE_ALLMULTI: u32 = 0x2;
+    MSG_HELLO: u16 = 1;
+    MSG_PROBE: u16 = 2;
+    MSG_OPEN: u16 = 3;
+    MSG_STOP: u16 = 4;
+    MSG_SET_MTU: u16 = 5;
+    MSG_SET_MAC: u16 = 6;
+    MSG_SET_RX_MODE: u16 = 7;
+    MSG_SET_FEATURES: u16 = 8;
+    MSG_ETHTOOL: u16 = 9;
+    MSG_PING: u16 = 10;
+    MSG_SPAWN: u16 = 11;
+    MSG_LOAD: u16 = 12;
+    MSG_REPLY: u16 = 64;
+    MSG_REGISTERED: u16 = 65;
+    MSG_CARRIER: u16 = 66;
+    MSG_TX_QUEUE: u16 = 67;
+    MSG_LOG: u16 = 68;
+    MSG_WARN: u16 = 69;
 
-pub const ETHTOOL_DRVINFO: u32 = 1;
-pub const ETHTOOL_LINK: u32 = 2;
-pub const ETHTOOL_STATS: u32 = 3;
-/// Statistics one `ETHTOOL_STATS` reply holds at most.
-pub const ETHTOOL_STATS_PER_REPLY: usize =
-    (ETHTOOL_DATA_MAX - size_of::<EthtoolStats>()) / size_of::<EthtoolStat>();
+    MSG_MAX: usize = 2048;
+    MAX_MODULES: usize = 4;
+    PATH_MAX: usize = 256;
+    PCI_ADDR_MAX: usize = 16;
+    NAME_MAX: usize = 32;
+    TEXT_MAX: usize = 1024;
+    MAX_MC: usize = 64;
+    ETHTOOL_DATA_MAX: usize = 512;
 
-/// The most data a `REPLY` carries: a whole message (`LOAD`'s text fills one).
-pub const REPLY_DATA_MAX: usize = MSG_MAX - size_of::<MsgHeader>() - size_of::<Reply>();
+    RX_MODE_PROMISC: u32 = 0x1;
+    RX_MODE_ALLMULTI: u32 = 0x2;
+
+    ETHTOOL_DRVINFO: u32 = 1;
+    ETHTOOL_LINK: u32 = 2;
+    ETHTOOL_STATS: u32 = 3;
+    /// Statistics one `ETHTOOL_STATS` reply holds at most.
+    ETHTOOL_STATS_PER_REPLY: usize =
+        (ETHTOOL_DATA_MAX - size_of::<EthtoolStats>()) / size_of::<EthtoolStat>();
+
+    /// The most data a `REPLY` carries: a whole message (`LOAD`'s text fills one).
+    REPLY_DATA_MAX: usize = MSG_MAX - size_of::<MsgHeader>() - size_of::<Reply>();
+}
 
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
 /// to whole pages (`us_ring_stride`).
@@ -118,8 +137,38 @@ pub unsafe trait Wire: Copy + Sized {
     }
 }
 
+/// The layout of one wire struct, what `tests/layout.rs` compares with the C
+/// struct of the same name in `include/understudy/protocol.h`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StructLayout {
+    /// The C struct's tag (`us_ring_entry` for [`RingEntry`]).
+    pub c_name: &'static str,
+    pub size: usize,
+    pub fields: Vec<FieldLayout>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldLayout {
+    /// The C member's name: the Rust field's without the trailing `_` that
+    /// keeps a keyword (`type_`) an identifier.
+    pub c_name: &'static str,
+    pub offset: usize,
+    /// The member's size or, for a flexible array member, one element's.
+    pub size: usize,
+    /// A flexible array member (`entries[]`): not part of the Rust struct,
+    /// its elements follow it.
+    pub flexible: bool,
+}
+
+/// Declares the wire structs and [`layouts`], the list of their layouts, from
+/// one place. `pub struct Rust as c_tag { fields }`: the C struct it mirrors
+/// is `struct c_tag`; a last `..name: [Element]` is the C struct's flexible
+/// array member, which the Rust struct leaves out.
 macro_rules! wire_structs {
-    ($($(#[$meta:meta])* pub struct $name:ident { $(pub $field:ident : $ty:ty,)* })*) => {
+    ($($(#[$meta:meta])* pub struct $name:ident as $c_name:ident {
+        $(pub $field:ident : $ty:ty,)*
+        $(..$tail:ident : [$tail_ty:ty],)?
+    })*) => {
         $(
             $(#[$meta])*
             #[repr(C, packed)]
@@ -133,43 +182,55 @@ macro_rules! wire_structs {
                 }
             }
         )*
-        /// (struct, field, offset, size) for every field, and (struct, "", 0, size) for
-        /// every struct: what the layout test compares with the C header.
-        pub fn layout_table() -> Vec<(&'static str, &'static str, usize, usize)> {
-            let mut table = Vec::new();
-            $(
-                table.push((stringify!($name), "", 0, size_of::<$name>()));
-                $(
-                    table.push((stringify!($name), stringify!($field),
-                                std::mem::offset_of!($name, $field), size_of::<$ty>()));
-                )*
-            )*
-            table
+
+        /// The layout of every wire struct: `tests/layout.rs` fails unless
+        /// `include/understudy/protocol.h` defines exactly these structs with
+        /// these members, sizes and offsets.
+        pub fn layouts() -> Vec<StructLayout> {
+            vec![$(StructLayout {
+                c_name: stringify!($c_name),
+                size: size_of::<$name>(),
+                fields: vec![
+                    $(FieldLayout {
+                        c_name: stringify!($field).trim_end_matches('_'),
+                        offset: std::mem::offset_of!($name, $field),
+                        size: size_of::<$ty>(),
+                        flexible: false,
+                    },)*
+                    $(FieldLayout {
+                        c_name: stringify!($tail),
+                        offset: size_of::<$name>(),
+                        size: size_of::<$tail_ty>(),
+                        flexible: true,
+                    },)?
+                ],
+            },)*]
         }
     };
 }
 
 wire_structs! {
-    pub struct RingEntry {
+    pub struct RingEntry as us_ring_entry {
         pub buf: u32, pub len: u32, pub flags: u16,
         pub gso_size: u16, pub csum_start: u16, pub csum_offset: u16,
     }
 
     /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
-    pub struct RingHeader {
+    pub struct RingHeader as us_ring {
         pub head: u32, pub dropped: u32, pub pad0: [u8; 56],
         pub tail: u32, pub pad1: [u8; 60],
         pub consumer_waiting: u32, pub pad2: [u8; 60],
+        ..entries: [RingEntry],
     }
 
-    pub struct MsgHeader { pub type_: u16, pub flags: u16, pub seq: u32, }
+    pub struct MsgHeader as us_msg_header { pub type_: u16, pub flags: u16, pub seq: u32, }
 
-    pub struct Hello {
+    pub struct Hello as us_hello {
         pub version: u32, pub ring_size: u32, pub pool_buffers: u32, pub buffer_size: u32,
         pub arena_size: u64, pub arena_iova: u64, pub pool_size: u64, pub rings_size: u64,
     }
 
-    pub struct Probe {
+    pub struct Probe as us_probe {
         pub pci_address: [u8; PCI_ADDR_MAX],
         pub n_modules: u32,
         pub modules: [[u8; PATH_MAX]; MAX_MODULES],
@@ -177,35 +238,35 @@ wire_structs! {
 
     /// A device's PCI ids (its config space), matched against the modules'
     /// PCI device tables by `LOAD`. `class` is base class << 16 | subclass << 8 | prog-if.
-    pub struct PciIds {
+    pub struct PciIds as us_pci_ids {
         pub vendor: u16, pub device: u16, pub subvendor: u16, pub subdevice: u16, pub class: u32,
     }
 
-    pub struct Load {
+    pub struct Load as us_load {
         pub n_modules: u32,
         pub modules: [[u8; PATH_MAX]; MAX_MODULES],
         pub ids: PciIds,
     }
 
-    pub struct SetMtu { pub mtu: u32, }
-    pub struct SetMac { pub mac: [u8; 6], }
-    pub struct SetRxMode { pub flags: u32, pub n_mc: u16, }
-    pub struct SetFeatures { pub features: u64, }
-    pub struct Ethtool { pub cmd: u32, pub first: u32, }
+    pub struct SetMtu as us_set_mtu { pub mtu: u32, }
+    pub struct SetMac as us_set_mac { pub mac: [u8; 6], }
+    pub struct SetRxMode as us_set_rx_mode { pub flags: u32, pub n_mc: u16, }
+    pub struct SetFeatures as us_set_features { pub features: u64, }
+    pub struct Ethtool as us_ethtool { pub cmd: u32, pub first: u32, }
 
-    pub struct EthtoolDrvinfo {
+    pub struct EthtoolDrvinfo as us_ethtool_drvinfo {
         pub driver: [u8; NAME_MAX], pub version: [u8; NAME_MAX],
         pub fw_version: [u8; NAME_MAX], pub bus_info: [u8; NAME_MAX],
     }
 
-    pub struct EthtoolLink { pub speed: u32, pub duplex: u8, pub autoneg: u8, pub port: u8, pub link: u8, }
-    pub struct EthtoolStat { pub name: [u8; NAME_MAX], pub value: u64, }
+    pub struct EthtoolLink as us_ethtool_link { pub speed: u32, pub duplex: u8, pub autoneg: u8, pub port: u8, pub link: u8, }
+    pub struct EthtoolStat as us_ethtool_stat { pub name: [u8; NAME_MAX], pub value: u64, }
     /// `n` [`EthtoolStat`]s follow.
-    pub struct EthtoolStats { pub total: u32, pub n: u32, }
+    pub struct EthtoolStats as us_ethtool_stats { pub total: u32, pub n: u32, ..stats: [EthtoolStat], }
 
-    pub struct Reply { pub status: i32, pub data_len: u32, }
+    pub struct Reply as us_reply { pub status: i32, pub data_len: u32, }
 
-    pub struct Registered {
+    pub struct Registered as us_registered {
         pub perm_addr: [u8; 6], pub dev_addr: [u8; 6],
         pub mtu: u32, pub min_mtu: u32, pub max_mtu: u32,
         pub features: u64, pub hw_features: u64,
@@ -214,10 +275,10 @@ wire_structs! {
         pub offloads: u32,
     }
 
-    pub struct Carrier { pub on: u8, }
-    pub struct TxQueue { pub stopped: u8, }
-    pub struct Log { pub level: u32, }
-    pub struct Warn { pub line: u32, pub file: [u8; 128], }
+    pub struct Carrier as us_carrier { pub on: u8, }
+    pub struct TxQueue as us_tx_queue { pub stopped: u8, }
+    pub struct Log as us_log { pub level: u32, }
+    pub struct Warn as us_warn { pub line: u32, pub file: [u8; 128], }
 }
 
 /// Why a driver's message was refused. Each one ends that driver.

@@ -1,15 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The host <-> driver-process protocol, the driver's side (docs/protocol.md).
+ * The host <-> driver-process protocol (docs/protocol.md): the contract
+ * between understudyd and a driver process, in neither world. It includes
+ * nothing but <stdint.h>, so the driver's libc half (runtime/ddekit,
+ * runtime/driver) and the tests' stand-ins build against it without Linux or
+ * host headers; the kernel half does not include it (runtime/ddekit/ddekit.h,
+ * "network taps", says how its copies of the flags are checked).
  *
- * understudyd (host/protocol/src/lib.rs) mirrors every struct and constant
- * here; host/protocol/tests/layout.rs compiles a program against this header
- * and checks that both sides agree on every size and offset. Change both, or
- * neither.
+ * understudyd's mirror is host/protocol/src/lib.rs. host/protocol/tests/layout.rs
+ * reads this file, lists every US_* constant (#define or enum member), every
+ * member of every struct us_* and sample calls of every static inline us_*(),
+ * and fails unless the Rust crate declares the same constants, structs and
+ * members with the same values, sizes and offsets. Keep the file as regular
+ * as it is (one #define, enum member or struct member per declaration): a
+ * construct that test's reader does not know fails it.
  *
  * Everything is little-endian (x86_64) and packed: these structs are wire and
- * shared-memory formats, never handed to kernel code. No Linux header is
- * included (docs/design.md §2: the libc side never includes one).
+ * shared-memory formats, never handed to kernel code.
  */
 #ifndef UNDERSTUDY_PROTOCOL_H
 #define UNDERSTUDY_PROTOCOL_H
