@@ -75,7 +75,8 @@ def cmd_demo(args) -> int:
     traffic; then the driver process is killed in the middle of a TCP transfer,
     understudyd restarts it and replays its settings, and the transfer finishes
     intact."""
-    from . import bench, net, scenario, understudy
+    from . import bench, net, understudy
+    from .traffic import crash_mid_transfer
     from .guest import Guest
 
     def say(msg: str) -> None:
@@ -122,8 +123,8 @@ def cmd_demo(args) -> int:
         rate_mbps = round(nbytes * 8 / 1e6 / CRASH_TRANSFER_S, 1)
         say(f"3. the driver process is killed (SIGKILL) in the middle of a TCP transfer "
             f"(sent at {rate_mbps} Mbit/s, to last {CRASH_TRANSFER_S} s):")
-        crash = scenario.crash_mid_transfer(guest, daemon, bdf, nbytes, kill_after=nbytes // 4,
-                                            rate_mbps=rate_mbps)
+        crash = crash_mid_transfer(guest, daemon, bdf, nbytes, kill_after=nbytes // 4,
+                                   rate_mbps=rate_mbps)
         r = crash.recovery
         transfer = crash.transfer.summary()
         say(f"  daemon alive: {daemon.alive()}; cause: {r['cause']}; outcome: {r['outcome']}")

@@ -44,7 +44,6 @@ from pathlib import Path
 
 from .. import config, net, understudy
 from ..agent import AgentGone
-from ..bench import understudy_up
 from ..devices import NIC, lookup
 from ..errors import LabError
 from ..guest import SLIRP_GATEWAY, Guest
@@ -408,7 +407,7 @@ class UnderstudyWorld:
             g, self.bins, None, "--max-restarts", "1000000", "--restart-window-s", "1",
             "--ping-interval-ms", str(self.s.ping_interval_ms),
             "--ping-timeout-ms", str(self.s.ping_timeout_ms))
-        understudy_up(g, self.daemon, self.bdf, modules)
+        understudy.understudy_up(g, self.daemon, self.bdf, modules)
 
     def ready(self) -> Guest:
         if self.guest is None or not self.guest.alive() or not self.daemon.alive():
@@ -522,7 +521,7 @@ class UnderstudyWorld:
                 st = d.status()[self.bdf]
                 if st["state"] == "dead":
                     understudy_down(g, d, self.bdf)
-                    understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
+                    understudy.understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
                 else:
                     res = d.cli("recover", self.bdf)
                     if res.returncode and "already under way" not in res.err:
