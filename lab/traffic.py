@@ -128,9 +128,9 @@ class Crash:
 
 def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes: int,
                        kill_after: int, restarted: bool = True, timeout: float = 120,
-                       rate_mbps: float | None = None) -> Crash:
-    """Starts a hash-checked host → guest transfer of `nbytes` through us0 (sent
-    at most at `rate_mbps`), SIGKILLs the driver
+                       rate_mbps: float | None = None, network: LabNetwork | None = None) -> Crash:
+    """Starts a hash-checked host → guest transfer of `nbytes` through us0 (from
+    `network`'s peer if given, sent at most at `rate_mbps`), SIGKILLs the driver
     once `kill_after` more bytes have passed, and waits for the verdict: the
     recovery (then for the transfer's end) if `restarted`, else the death (the
     transfer is then abandoned). The kill must land while bytes are still to come,
@@ -139,7 +139,7 @@ def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes
     it longer or slower."""
     before = daemon.status()[bdf]
     drops = understudy.carrier_drops(guest)
-    with Us0Transfer(guest, nbytes, timeout=timeout, rate_mbps=rate_mbps) as transfer:
+    with Us0Transfer(guest, nbytes, timeout=timeout, rate_mbps=rate_mbps, network=network) as transfer:
         st = wait_received(daemon, bdf, before["counters"]["rx_bytes"] + kill_after, transfer)
         understudy.kill_driver(guest, st["pid"])
         if not transfer.running():
