@@ -48,9 +48,8 @@ from ..devices import NIC, lookup
 from ..errors import LabError
 from ..guest import SLIRP_GATEWAY, Guest
 from .faults import FAULT_TYPES, Fault, generator_for
-from .inject import InjectionRefused, inject_kernel
+from .inject import InjectionRefused, build_poke, inject_kernel
 
-POKE_KO = understudy.RUNTIME_DIR / "build" / "swifi-poke.ko"
 FAULT_FILE, TRIGGER = "/tmp/swifi-fault.json", "/tmp/swifi-go"
 RESULTS = "trials.jsonl"
 NOT_INJECTED = "not injected"
@@ -331,8 +330,9 @@ def _guest_outcome(health: dict) -> str | None:
 class KernelWorld:
     """A guest whose NIC is driven by the in-kernel driver."""
 
-    def __init__(self, driver: str):
+    def __init__(self, driver: str, poke_ko: Path):
         self.dev = lookup(driver)
+        self.poke_ko = poke_ko       # build_poke()'s
         self.guest: Guest | None = None
         self.iface = ""
 
@@ -350,7 +350,7 @@ class KernelWorld:
     def trial(self, fault: Fault, nbytes: int) -> dict:
         g = self.ready()
         mark = len(g.console_text())
-        report = exercise(g, self.iface, nbytes, lambda: inject_kernel(g, fault, POKE_KO))
+        report = exercise(g, self.iface, nbytes, lambda: inject_kernel(g, fault, self.poke_ko))
         if "refused" in report:
             self._reset(fault, reverted=True)
             return {"outcome": NOT_INJECTED, **report}
@@ -372,7 +372,7 @@ class KernelWorld:
         g = self.guest
         try:
             if not reverted:
-                inject_kernel(g, fault, POKE_KO, revert=True)
+                inject_kernel(g, fault, self.poke_ko, revert=True)
             g.run(["rmmod", self.dev.driver], check=True, timeout=60)
             g.run(["modprobe", self.dev.driver], check=True, timeout=60)
             net.bring_up(g, "nic0")
@@ -583,8 +583,7 @@ def run_campaign(s: Settings) -> Path:
         raise LabError(f"{results} exists", hint="--resume continues it, or choose another --out")
     gen = generator_for(host_module(dev.driver))
     bins = understudy.build()
-    if not POKE_KO.exists():
-        raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
+    poke_ko = build_poke()
     if s.resume:
         drop_cut_line(results)
     done = done_trials(results, s.rerun) if s.resume else set()
@@ -607,7 +606,7 @@ def run_campaign(s: Settings) -> Path:
     t_start = time.monotonic()
 
     def worker(k: int) -> None:
-        kernel_world = KernelWorld(dev.driver)
+        kernel_world = KernelWorld(dev.driver, poke_ko)
         us_world = UnderstudyWorld(dev.driver, bins, s)
         try:
             while True:

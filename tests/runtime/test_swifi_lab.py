@@ -19,6 +19,7 @@ from lab import config, net, understudy
 from lab.guest import Guest
 from lab.swifi.campaign import KernelWorld, host_module
 from lab.swifi.faults import generator_for
+from lab.swifi.inject import build_poke
 
 pytestmark = pytest.mark.lab
 
@@ -105,7 +106,7 @@ def test_a_fault_injected_into_the_in_kernel_driver_takes_the_guest_down(
         no_leftover_qemu, runtime_built, e1000, fault_type, outcome, evidence):
     fault = e1000.generate(fault_type, 0)
     print("fault:", fault.description)
-    world = KernelWorld("e1000")
+    world = KernelWorld("e1000", build_poke())
     try:
         result = world.trial(fault, 24 << 20)
     finally:
