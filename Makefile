@@ -13,6 +13,7 @@ setup:
 build: setup
 	$(MAKE) -C runtime
 	$(MAKE) -C host
+	$(MAKE) -C lab/swifi/poke
 
 demo: build
 	$(PYTHON) -m lab demo
@@ -23,3 +24,4 @@ test: build
 clean:
 	$(MAKE) -C runtime clean
 	$(MAKE) -C host clean
+	$(MAKE) -C lab/swifi/poke clean

@@ -1,4 +1,4 @@
-"""Host side of the guest agent's serial protocol (lab/guest/agent.c has the spec)."""
+"""Host side of the guest agent's serial protocol (lab/guest_agent/agent.c has the spec)."""
 from __future__ import annotations
 
 import itertools

@@ -19,7 +19,7 @@ import sys
 import time
 
 from . import config, net, provenance, understudy
-from .devices import NIC, lookup
+from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
 from .netns import LabNetwork
@@ -67,9 +67,7 @@ def medians(runs: list[dict]) -> dict:
 
 
 def baseline(driver: str, runs: int, seconds: int) -> dict:
-    dev = lookup(driver)
-    if dev.kind != NIC:
-        raise LabError(f"{driver} is not a network driver")
+    dev = lookup_nic(driver)
     log(f"booting a guest with {dev.name} (in-kernel {dev.driver})")
     results = []
     with Guest(devices=[dev.name]) as guest:
@@ -133,24 +131,6 @@ NETWORKS = {"tap": "a TAP on a bridge in a network namespace, the peer the host'
             "slirp": "QEMU's user-mode network, the peer the host's loopback behind slirp's TCP"}
 
 
-def understudy_up(guest: Guest, daemon: understudy.Daemon, bdf: str, modules: list[str],
-                  network: LabNetwork | None = None, cpu: int | None = None) -> None:
-    """understudy runs the device's driver (on `cpu`, if given) and us0 carries the slirp
-    network (or `network`)."""
-    understudy.bind_vfio(guest, bdf)
-    daemon.run(bdf, modules, "us0", cpu)
-    daemon.wait_state(bdf, "registered", timeout=120)
-    guest.run("ip link set us0 up", check=True)
-    daemon.wait_state(bdf, "open", timeout=30, carrier=True)
-    net.bring_up_iface(guest, "us0", network=network)
-
-
-def understudy_down(guest: Guest, daemon: understudy.Daemon, bdf: str) -> None:
-    res = daemon.cli("stop", bdf)
-    if res.returncode:
-        raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
-
-
 def driver_cpu(guest: Guest) -> int:
     """The vCPU a benchmark runs understudy's driver process on (`understudy run
     --cpu`): the guest's last; the daemon's thread for the device gets the others.
@@ -161,9 +141,7 @@ def driver_cpu(guest: Guest) -> int:
 
 def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device."""
-    dev = lookup(driver)
-    if dev.kind != NIC:
-        raise LabError(f"{driver} is not a network driver")
+    dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     log(f"booting a guest with {dev.name} on {NETWORKS[network_kind]}")
@@ -181,9 +159,9 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
                 net.bring_up(guest, "nic0", network=network)
                 kernel_runs.append(measure_traffic(guest, seconds, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
-                understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
+                understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
                 understudy_runs.append(measure_traffic(guest, seconds, network))
-                understudy_down(guest, daemon, bdf)
+                understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
     kernel, under = medians(kernel_runs), medians(understudy_runs)

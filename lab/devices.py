@@ -53,3 +53,12 @@ def lookup(name: str) -> Device:
         known = ", ".join(CATALOGUE)
         raise LabError(f"unknown device {name!r}; the lab knows: {known}")
     return dev
+
+
+def lookup_nic(name: str) -> Device:
+    """lookup, for commands that need a network device (--driver)."""
+    dev = lookup(name)
+    if dev.kind != NIC:
+        raise LabError(f"{name} is not a network driver",
+                       hint="--driver takes a lab NIC: e1000, pcnet32, rtl8139 (8139cp), ...")
+    return dev

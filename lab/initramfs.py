@@ -18,7 +18,10 @@ NINEP_MODULES = [
     "virtio_pci", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "overlay",
 ]
 BUSYBOX = Path("/bin/busybox")
-INIT = config.LAB_DIR / "guest" / "init.sh"
+# The guest side of the lab (docs/lab.md, "Init and agent"): the initramfs's
+# init and the agent it execs; lab/agent.py is the host side.
+AGENT_DIR = config.LAB_DIR / "guest_agent"
+INIT = AGENT_DIR / "init.sh"
 
 
 def _private_tmp(out: Path) -> Path:
@@ -34,7 +37,7 @@ def agent_binary() -> Path:
 
 def build_agent() -> Path:
     """Compiles the guest agent statically (it runs before any host library is mounted)."""
-    src = config.LAB_DIR / "guest" / "agent.c"
+    src = AGENT_DIR / "agent.c"
     out = agent_binary()
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out

@@ -145,9 +145,11 @@ class HostBulk:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def bulk(guest: Guest, direction: str, nbytes: int, timeout: float = 600) -> BulkResult:
-    """A hash-checked TCP transfer between guest and host; direction "tx" or "rx"."""
-    host = HostBulk(direction, nbytes)
+def bulk(guest: Guest, direction: str, nbytes: int, timeout: float = 600,
+         network: LabNetwork | None = None) -> BulkResult:
+    """A hash-checked TCP transfer between guest and host (through slirp, or with the
+    host's end on `network`'s bridge); direction "tx" or "rx"."""
+    host = HostBulk(direction, nbytes, network=network)
     try:
         g = guest_workload(guest, host.guest_args(nbytes), timeout=timeout)
         return BulkResult(direction, host.result(timeout), g)

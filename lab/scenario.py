@@ -2,41 +2,35 @@
 """Crash scenarios for understudy's shadow driver (docs/design.md §8), driven from the host.
 
 crash-loop  a hash-checked TCP transfer through us0 while the driver process is
-            SIGKILLed again and again at random (seeded) moments; every recovery
-            is checked and timed, by the daemon and by the receiving application.
+            SIGKILLed (or hung) again and again at random (seeded) moments; every
+            recovery is checked and timed, by the daemon and by the receiving application.
 leak-check  many kill/recover cycles; the daemon's memory, fds, threads and the
             shared pool's free buffers must end where they were after a warm-up.
 (update-loop, live updates during one transfer, is lab/update_loop.py.)
 
-The building blocks (a transfer through us0, killing the driver, waiting for the
-daemon's verdict) are also what the recovery tests and `lab demo` use.
+They are built from lab/understudy.py (running, killing and recovering the
+driver) and lab/traffic.py (the transfer and the probe through us0, and their
+gaps), and report through lab/report.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
-import re
-import signal
-import statistics
 import struct
-import sys
 import time
-from dataclasses import dataclass, field
 
-from . import config, net, provenance, understudy
-from .agent import GuestProcess
-from .devices import NIC, lookup
+from . import net, understudy
+from .arguments import add_driver, add_json, add_nic_props, parse_size, positive
+from .devices import lookup_nic
 from .errors import LabError
-from .guest import SLIRP_GATEWAY, Guest
-from .netns import LabNetwork
+from .guest import Guest
+from .report import Report, columns, emit, log, median, verdict_lines
 from .swifi.campaign import ArmedInjection, host_module
 from .swifi.faults import generator_for
+from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill,
+                      wait_received)
 
-EXIT_FAILED = 1
-# Gaps in the received stream longer than this are reported by the workload,
-# to be lined up with the kills (the application's view of each outage).
-GAP_LOG_MS = 20
 # The pcap has every frame, so the wire's gaps need no logging threshold: a
 # restart whose outage on the wire is shorter than GAP_LOG_MS (pcnet32's
 # template restarts come close) is still measured, not lost as "no gap".
@@ -44,246 +38,19 @@ WIRE_GAP_MS = 1
 # After a recovery, at least this much passes through the fresh driver before
 # the next kill, so every outage has a "last packet before".
 MIN_BYTES_BETWEEN_KILLS = 1 << 20
-RECOVERY_TIMEOUT_S = 90
-# The crash loop's ping probe: one echo request every 10 ms (root may go this fast).
-PROBE_INTERVAL_S = 0.01
-PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from", re.M)
 
 
-def log(msg: str) -> None:
-    print(f"[scenario] {msg}", file=sys.stderr, flush=True)
-
-
-# -- building blocks ---------------------------------------------------------
-
-class Us0Transfer:
-    """A host → guest hash-checked TCP transfer through understudy's interface
-    (the guest's default route, or `network`'s bridge), running in the background."""
-
-    def __init__(self, guest: Guest, nbytes: int, timeout: float = 120,
-                 gap_log_ms: float | None = None, network: LabNetwork | None = None,
-                 rate_mbps: float | None = None):
-        self.guest, self.nbytes = guest, nbytes
-        self.host = net.HostBulk("rx", nbytes, timeout=timeout, network=network, rate_mbps=rate_mbps)
-        argv = self.host.guest_args(nbytes)
-        if gap_log_ms is not None:
-            argv += ["--gap-log-ms", str(gap_log_ms)]
-        self.proc: GuestProcess = guest.spawn(["python3", "-m", "lab.workload", *argv],
-                                              cwd=str(config.REPO_DIR))
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def result(self, timeout: float = 300) -> net.BulkResult:
-        """Waits for both ends; their reports (hash, bytes, resets, the guest's gaps)."""
-        res = self.proc.wait(timeout)
-        try:
-            guest_side = json.loads(res.out.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            raise LabError(f"the guest end of the transfer printed no report (exit "
-                           f"{res.returncode}): {res.err[-2000:]}") from None
-        return net.BulkResult("rx", self.host.result(timeout), guest_side)
-
-    def close(self) -> None:
-        if self.running():
-            self.proc.kill()
-        if self.host.proc.poll() is None:
-            self.host.proc.kill()
-        self.host.proc.wait()
-
-    def __enter__(self) -> "Us0Transfer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class PingProbe:
-    """Echo requests from the guest to slirp's gateway through us0 every
-    PROBE_INTERVAL_S, running in the background: a steady stream in both
-    directions whose gaps show when the interface carried frames again, free
-    of TCP's retransmission timer."""
-
-    def __init__(self, guest: Guest):
-        self.proc: GuestProcess = guest.spawn(
-            ["ping", "-D", "-n", "-i", str(PROBE_INTERVAL_S), "-W", "1", SLIRP_GATEWAY])
-
-    def reply_times(self) -> list[float]:
-        """Stops the probe; the guest's wall-clock times of the replies it received."""
-        self.proc.kill(signal.SIGINT)
-        res = self.proc.wait(30)
-        return [float(t) for t in PING_REPLY.findall(res.out)]
-
-    def __enter__(self) -> "PingProbe":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-
-
-def wait_received(daemon: understudy.Daemon, bdf: str, at_least: int, transfer: Us0Transfer,
-                  timeout: float = 60) -> dict:
-    """Waits until the daemon has passed `at_least` received bytes (its rx counter)
-    while `transfer` still runs; returns the device's status."""
-    deadline = time.monotonic() + timeout
-    while (st := daemon.status()[bdf])["counters"]["rx_bytes"] < at_least:
-        if not transfer.running():
-            raise LabError(f"the transfer ended before {at_least} bytes had passed us0 "
-                           f"({st['counters']['rx_bytes']})")
-        if time.monotonic() > deadline:
-            raise LabError(f"the transfer through us0 did not reach {at_least} bytes in "
-                           f"{timeout:.0f} s: {st['counters']}")
-        time.sleep(0.05)
-    return st
-
-
-def kill_driver(guest: Guest, pid: int) -> float:
-    """SIGKILLs the driver process; returns the guest's wall clock just after.
-
-    bash's builtin kill and $EPOCHREALTIME, not `date`: forking a process in a
-    busy TCG guest took long enough that a fast restart (pcnet32's 56 ms) had
-    ended before the clock was read, and its gaps did not count as after the kill."""
-    res = guest.run(["bash", "-c", f"kill -9 {int(pid)} && echo $EPOCHREALTIME"], check=True)
-    return float(res.out.strip())
-
+# -- crash-loop ----------------------------------------------------------------
 
 def fire_hang(hang: ArmedInjection) -> tuple[float, float | None]:
     """Writes the armed `jmp .` and watches the process end; returns the
     guest's wall clock at the write and the milliseconds until the daemon
     had ended the hung process."""
-    res = hang.fire(RECOVERY_TIMEOUT_S + 60)
+    res = hang.fire(understudy.RECOVERY_TIMEOUT_S + 60)
     if res.returncode:
         raise LabError(f"injecting a hang into driver process {hang.pid} failed: {res.err.strip()[-800:]}")
     out = json.loads(res.out.strip().splitlines()[-1])
     return out["written_at"], out["exit_after_ms"]
-
-
-def wait_recovery(daemon: understudy.Daemon, bdf: str, count: int,
-                  timeout: float = RECOVERY_TIMEOUT_S) -> dict:
-    """Waits until the device's `count`-th recovery has an outcome and, if it
-    recovered, its first frame through the fresh driver has been timed (traffic
-    must be flowing); returns the device's status."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st = daemon.status()[bdf]
-        last = st["recoveries"][-1] if st["recovery_count"] >= count and st["recoveries"] else None
-        if last and last["outcome"] != "under way" and \
-                (last["outcome"] != "recovered" or last["first_packet_ms"] is not None):
-            return st
-        if st["state"] == "dead":
-            raise LabError(f"{bdf}: the driver was not restarted: {st['death']}")
-        if time.monotonic() > deadline:
-            idle = bool(last) and last["outcome"] == "recovered"
-            raise LabError(f"{bdf}: recovery {count} not over within {timeout:.0f} s: "
-                           f"state {st['state']}, {st['recoveries'][-1:]}"
-                           + ("; the fresh driver serves but no frame has passed through it: "
-                              "was anything still being sent?" if idle else ""))
-        time.sleep(0.05)
-
-
-def carrier_drops(guest: Guest, ifname: str = "us0") -> int:
-    return int(guest.run(f"cat /sys/class/net/{ifname}/carrier_down_count", check=True).out)
-
-
-@dataclass
-class Crash:
-    """One SIGKILL of the driver in the middle of a transfer, and the daemon's verdict."""
-    killed_pid: int
-    status: dict                         # the device's status at the verdict
-    transfer: net.BulkResult | None      # None when the driver stayed dead
-    carrier_drops: int
-
-    @property
-    def recovery(self) -> dict:
-        return self.status["recoveries"][-1]
-
-
-def crash_mid_transfer(guest: Guest, daemon: understudy.Daemon, bdf: str, nbytes: int,
-                       kill_after: int, restarted: bool = True, timeout: float = 120,
-                       rate_mbps: float | None = None) -> Crash:
-    """Starts a hash-checked host → guest transfer of `nbytes` through us0 (sent at
-    most at `rate_mbps`), SIGKILLs the driver once `kill_after` more bytes have
-    passed, and waits for the verdict: the recovery (then for the transfer's end) if
-    `restarted`, else the death (the transfer is then abandoned). The kill must land
-    while bytes are still to come, as the verdict waits for the fresh driver's first
-    frame: a transfer too short to outlast the lab's reaction (a status query, then
-    the kill) is refused; make it longer or slower."""
-    before = daemon.status()[bdf]
-    drops = carrier_drops(guest)
-    with Us0Transfer(guest, nbytes, timeout=timeout, rate_mbps=rate_mbps) as transfer:
-        st = wait_received(daemon, bdf, before["counters"]["rx_bytes"] + kill_after, transfer)
-        kill_driver(guest, st["pid"])
-        if not transfer.running():
-            raise LabError(f"the {nbytes >> 20} MiB transfer was over before the driver was killed",
-                           hint="give crash_mid_transfer more bytes or a lower rate_mbps")
-        if not restarted:
-            dead = daemon.wait_state(bdf, "dead", timeout=30)
-            return Crash(st["pid"], dead, None, carrier_drops(guest) - drops)
-        after = wait_recovery(daemon, bdf, before["recovery_count"] + 1)
-        result = transfer.result(timeout * 3)
-    return Crash(st["pid"], after, result, carrier_drops(guest) - drops)
-
-
-def start_understudy(guest: Guest, driver: str, max_restarts: int,
-                     *options: str) -> tuple[understudy.Daemon, str]:
-    """understudyd with restarts on, running `driver` (lab device nic0) behind us0,
-    which carries the guest's slirp network; returns the daemon and the device."""
-    from .bench import understudy_up
-    dev = lookup(driver)
-    bdf = guest.pci_address("nic0")
-    understudy.prepare(guest)
-    modules = understudy.module_chain(guest, dev.driver)
-    daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", str(max_restarts),
-                               "--restart-window-s", "86400", *options)
-    understudy_up(guest, daemon, bdf, modules)
-    return daemon, bdf
-
-
-def nic(driver: str):
-    dev = lookup(driver)
-    if dev.kind != NIC:
-        raise LabError(f"{driver} is not a network driver",
-                       hint="--driver takes a lab NIC: e1000, pcnet32, rtl8139 (8139cp), ...")
-    return dev
-
-
-def _median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 1) if values else None
-
-
-# -- crash-loop ----------------------------------------------------------------
-
-def gaps_per_kill(gaps: list[dict], kill_times: list[float]) -> list[float | None]:
-    """For each kill, the longest gap ({"start": s, "ms": ms}) that ended after it
-    and before the next kill (the stream had resumed by then: each kill waits for
-    bytes through the fresh driver): that outage as the gaps' observer saw it."""
-    out: list[float | None] = []
-    for i, t in enumerate(kill_times):
-        nxt = kill_times[i + 1] if i + 1 < len(kill_times) else float("inf")
-        around = [g["ms"] for g in gaps if t < g["start"] + g["ms"] / 1000 <= nxt]
-        out.append(max(around) if around else None)
-    return out
-
-
-@dataclass
-class Report:
-    """A scenario's figures and checks; failed checks make the exit status 1."""
-    figures: dict
-    checks: dict[str, bool] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def check(self, name: str, ok: bool, why: str = "") -> None:
-        self.checks[name] = bool(ok)
-        if not ok:
-            self.notes.append(f"{name} failed{': ' + why if why else ''}")
-
-    @property
-    def ok(self) -> bool:
-        return all(self.checks.values())
-
-    def as_json(self) -> dict:
-        return {**self.figures, "ok": self.ok, "checks": self.checks, "failures": self.notes}
 
 
 def frames_from(pcap: bytes, mac: str) -> list[float]:
@@ -301,17 +68,11 @@ def frames_from(pcap: bytes, mac: str) -> list[float]:
     return times
 
 
-def gaps_between(times: list[float], over_ms: float) -> list[dict]:
-    """The gaps longer than `over_ms` in a list of timestamps, as gaps_per_kill takes them."""
-    return [{"start": a, "ms": round((b - a) * 1000, 1)}
-            for a, b in zip(times, times[1:]) if (b - a) * 1000 > over_ms]
-
-
 def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "",
                fault: str = "kill", daemon_options: tuple[str, ...] = ()) -> Report:
     """`fault` "kill": SIGKILL; "hang": a `jmp .` in a hot-path function
     (lab/swifi's hang fault, seed + i for the i-th), found by the heartbeat."""
-    dev = nic(driver)
+    dev = lookup_nic(driver)
     rng = random.Random(seed)
     # Kill points spread over the stream (the daemon's counter includes headers,
     # so every point is passed before the payload ends).
@@ -325,12 +86,12 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
         f"during {nbytes >> 20} MiB (seed {seed})")
     records: list[dict] = []
     with Guest(devices=[dev.name], pcap=True, nic_props=nic_props) as guest:
-        daemon, bdf = start_understudy(guest, dev.name, kills + 10, *daemon_options)
+        daemon, bdf = understudy.start_understudy(guest, dev.name, kills + 10, *daemon_options)
         for i, hang in enumerate(hangs):
             guest.write_file(f"/tmp/hang-{i}.json", json.dumps(hang.to_json()).encode())
         first = daemon.status()[bdf]
         host_kill_times: list[float] = []
-        base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
+        base, drops = first["counters"]["rx_bytes"], understudy.carrier_drops(guest)
         kill_times: list[float] = []
         failure: str | None = None
         with PingProbe(guest) as probe, \
@@ -342,7 +103,7 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
                 if hangs:
                     # Armed first, so that the hang lands at the byte position.
                     hang = ArmedInjection(guest, daemon.status()[bdf]["pid"], f"/tmp/hang-{i}.json",
-                                          f"/tmp/hang-{i}.go", watch_exit_s=RECOVERY_TIMEOUT_S)
+                                          f"/tmp/hang-{i}.go", watch_exit_s=understudy.RECOVERY_TIMEOUT_S)
                     try:
                         st = wait_received(daemon, bdf, target, transfer, timeout=180)
                         host_kill_times.append(time.time())
@@ -360,10 +121,10 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
                 else:
                     st = wait_received(daemon, bdf, target, transfer, timeout=180)
                     host_kill_times.append(time.time())
-                    kill_times.append(kill_driver(guest, st["pid"]))
+                    kill_times.append(understudy.kill_driver(guest, st["pid"]))
                 passed = st["counters"]["rx_bytes"] - base
                 try:
-                    after = wait_recovery(daemon, bdf, first["recovery_count"] + i + 1)
+                    after = understudy.wait_recovery(daemon, bdf, first["recovery_count"] + i + 1)
                 except LabError as e:
                     # A missing recovery is the scenario's verdict (exit 1), not a lab problem.
                     failure = str(e)
@@ -388,7 +149,7 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
         final = daemon.status()[bdf]
         alive = daemon.alive()
         gone = guest.run("test -e /sys/class/net/us0").returncode != 0
-        dropped = None if gone else carrier_drops(guest) - drops
+        dropped = None if gone else understudy.carrier_drops(guest) - drops
         daemon_log = daemon.stop()
         if failure or gone:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
@@ -415,16 +176,16 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
         "recoveries": recoveries,
         "recovered": sum(r["outcome"] == "recovered" for r in records),
-        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
-        "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
-        "wire_gap_ms_median": _median(wired), "wire_gap_ms_max": max(wired, default=None),
-        "probe_gap_ms_median": _median(pinged), "probe_gap_ms_max": max(pinged, default=None),
-        "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
+        "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "app_gap_ms_median": median(app), "app_gap_ms_max": max(app, default=None),
+        "wire_gap_ms_median": median(wired), "wire_gap_ms_max": max(wired, default=None),
+        "probe_gap_ms_median": median(pinged), "probe_gap_ms_max": max(pinged, default=None),
+        "phase_ms_median": {k: median([r[k] for r in records if r.get(k) is not None])
                             for k in ("stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms")},
         "carrier_drops": dropped, "daemon_alive": alive, "per_recovery": records,
     })
     if hangs:
-        rep.figures.update(detect_ms_median=_median(detects), detect_ms_max=max(detects, default=None))
+        rep.figures.update(detect_ms_median=median(detects), detect_ms_max=max(detects, default=None))
         rep.check("every_hang_detected", len(detects) == kills and all(
             r["cause"].startswith("hung:") for r in records),
             f"{len(detects)} of {kills} hung processes ended; causes {[r['cause'] for r in records]}")
@@ -465,39 +226,20 @@ def daemon_resources(guest: Guest, daemon: understudy.Daemon, bdf: str) -> dict:
             "pool_free": st["pool_free"], "pool_buffers": st["pool_buffers"]}
 
 
-def kill_and_recover(guest: Guest, daemon: understudy.Daemon, bdf: str, count: int) -> dict:
-    """One cycle: SIGKILL the driver, ping until the fresh one answers (its first
-    frame is timed), and check the daemon's verdict; returns the record."""
-    pid = daemon.status()[bdf]["pid"]
-    # ping gives up early once the neighbour entry fails (3 s of ARP without an
-    # answer, as when the fresh driver's link is slow to come up): ping again.
-    res = guest.run(f"kill -9 {int(pid)} && end=$(($(date +%s) + 60)) && "
-                    f"while [ $(date +%s) -lt $end ]; do "
-                    f"ping -n -q -c 1 -i 0.1 -w 10 {SLIRP_GATEWAY} >/dev/null && exit 0; done; exit 1",
-                    timeout=90)
-    if res.returncode:
-        raise LabError(f"no ping answered through us0 within 60 s of killing driver {pid}: "
-                       f"{daemon.status()[bdf]}")
-    r = wait_recovery(daemon, bdf, count)["recoveries"][-1]
-    if r["outcome"] != "recovered":
-        raise LabError(f"{bdf}: recovery {count} failed: {r['outcome']}")
-    return r
-
-
 def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int, nic_props: str = "") -> Report:
-    dev = nic(driver)
+    dev = lookup_nic(driver)
     if not 0 <= warmup < cycles:
         raise LabError(f"--warmup {warmup} must be below --cycles {cycles}")
     log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {cycles} kill/recover "
         f"cycles, the first {warmup} as warm-up")
     with Guest(devices=[dev.name], nic_props=nic_props) as guest:
-        daemon, bdf = start_understudy(guest, dev.name, cycles + 10)
+        daemon, bdf = understudy.start_understudy(guest, dev.name, cycles + 10)
         start = daemon.status()[bdf]["recovery_count"]
         before = daemon_resources(guest, daemon, bdf) if warmup == 0 else None
         downtimes: list[float] = []
         t0 = time.monotonic()
         for i in range(cycles):
-            r = kill_and_recover(guest, daemon, bdf, start + i + 1)
+            r = understudy.kill_and_recover(guest, daemon, bdf, start + i + 1)
             if r["downtime_ms"] is not None:
                 downtimes.append(r["downtime_ms"])
             if i + 1 == warmup:
@@ -524,7 +266,7 @@ def leak_check(driver: str, cycles: int, warmup: int, rss_slack_kib: int, nic_pr
         "warmup": warmup, "before": before, "after": after, "growth": growth,
         "rss_kib_per_cycle": round(growth["vm_rss_kib"] / measured, 3) if measured else None,
         "recoveries": final["recovery_count"] - start,
-        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
         "seconds": round(time.monotonic() - t0, 1), "ping_after": ping,
         "rss_slack_kib": rss_slack_kib,
     })
@@ -551,9 +293,7 @@ def _table(rep: Report) -> str:
                 "outcome", "stop_ms", "start_ms", "replay_ms", "link_ms",
                 "first_packet_ms", "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms",
                 "tx_resubmitted"]
-        rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_recovery"]]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-        lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+        lines += columns(f["per_recovery"], cols)
         if f["fault"] == "hang":
             lines.append(f"hangs detected and ended: median {f['detect_ms_median']} ms, max "
                          f"{f['detect_ms_max']} ms after the write")
@@ -578,49 +318,6 @@ def _table(rep: Report) -> str:
     return "\n".join(lines + verdict_lines(rep))
 
 
-def verdict_lines(rep: Report) -> list[str]:
-    """A scenario table's last lines: each check, and why a failed one failed."""
-    return ["checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in rep.checks.items()),
-            *[f"  {n}" for n in rep.notes]]
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.1f}" if isinstance(v, float) else str(v)
-
-
-def parse_size(text: str) -> int:
-    """500M, 60M, 2G, 1000000 → bytes (K/M/G are binary)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    try:
-        n = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 500M, 2G, 1000000)") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return int(n)
-
-
-def _positive(text: str) -> int:
-    n = int(text)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return n
-
-
-def _driver_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--driver", default="e1000", help="e1000, pcnet32 or rtl8139/8139cp (default e1000)")
-
-
-def _nic_props_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nic-props", default="", metavar="PROPS",
-                        help="more QEMU -device properties for the NIC, e.g. autonegotiation=off "
-                        "(QEMU's e1000 then has link at once after its driver resets the PHY, "
-                        "instead of emulating 500 ms of autonegotiation)")
-
-
 def cmd_scenario(args) -> int:
     if args.scenario == "crash-loop":
         heartbeat = [opt for name, value in (("--ping-interval-ms", args.ping_interval_ms),
@@ -631,12 +328,7 @@ def cmd_scenario(args) -> int:
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib, args.nic_props)
-    out = {**rep.as_json(), **provenance.record()}
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        print(_table(rep))
-    return 0 if rep.ok else EXIT_FAILED
+    return emit(rep, args.json, _table)
 
 
 def add_parser(sub):
@@ -654,21 +346,21 @@ def add_parser(sub):
                         "to a 10 ms ping from the guest, and in the TCP receiver's reads. Exit 0 if every check passed, 1 if one "
                         "failed, 3 lab problem, 4 guest failure. Progress on stderr.",
                         epilog="example: python3 -m lab scenario crash-loop --driver e1000 --kills 20 --json")
-    _driver_argument(c)
-    c.add_argument("--kills", type=_positive, default=20, help="faults given the driver process: SIGKILLs or hangs (default 20)")
+    add_driver(c)
+    c.add_argument("--kills", type=positive, default=20, help="faults given the driver process: SIGKILLs or hangs (default 20)")
     c.add_argument("--bytes", type=parse_size, default=500 << 20,
                    help="size of the transfer: 500M, 60M, 2G or plain bytes (default 500M)")
     c.add_argument("--seed", type=int, default=1, help="seed of the kill positions (default 1)")
-    _nic_props_argument(c)
+    add_nic_props(c)
     c.add_argument("--fault", choices=["kill", "hang"], default="kill",
                    help="kill: SIGKILL the driver process (default); hang: write `jmp .` into its "
                    "transmit, interrupt or poll function (lab/swifi's hang fault) and let the "
                    "daemon's heartbeat find it (detect_ms: from the write to the process's end)")
-    c.add_argument("--ping-interval-ms", type=_positive, metavar="MS",
+    c.add_argument("--ping-interval-ms", type=positive, metavar="MS",
                    help="understudyd --ping-interval-ms (default: the daemon's)")
-    c.add_argument("--ping-timeout-ms", type=_positive, metavar="MS",
+    c.add_argument("--ping-timeout-ms", type=positive, metavar="MS",
                    help="understudyd --ping-timeout-ms (default: the daemon's)")
-    c.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_json(c)
     c.set_defaults(func=cmd_scenario)
     k = ssub.add_parser("leak-check", help="N kill/recover cycles; no growth of the daemon's resources",
                         description="Boots a lab guest, runs DRIVER behind understudyd and SIGKILLs "
@@ -679,12 +371,12 @@ def add_parser(sub):
                         "through us0. Exit 0 if nothing grew (memory within --rss-slack-kib), 1 "
                         "if something did.",
                         epilog="example: python3 -m lab scenario leak-check --driver e1000 --cycles 1000 --json")
-    _driver_argument(k)
-    k.add_argument("--cycles", type=_positive, default=1000, help="kill/recover cycles (default 1000)")
+    add_driver(k)
+    k.add_argument("--cycles", type=positive, default=1000, help="kill/recover cycles (default 1000)")
     k.add_argument("--warmup", type=int, help="cycles before the first measurement (default cycles/10)")
     k.add_argument("--rss-slack-kib", type=int, default=256,
                    help="memory growth tolerated (allocator noise), KiB (default 256)")
-    _nic_props_argument(k)
-    k.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_nic_props(k)
+    add_json(k)
     k.set_defaults(func=cmd_scenario)
     return ssub

@@ -1,9 +1,13 @@
-"""understudy in a lab guest, driven from the host: the pieces tests and benchmarks share.
+"""understudy in a lab guest, driven from the host: building it, handing it a
+device, running its driver behind us0, and killing and recovering that driver.
 
 The host builds understudyd, the CLI and the driver process; the guest runs them
 unchanged (the host root is its read-only root).  A device moves between its
 in-kernel driver and vfio-pci with bind_vfio / bind_kernel, so one guest can
 compare the two on the same NIC.
+
+Traffic through us0 and the gaps a kill or an update leaves in it are
+lab/traffic.py; the demo, the benchmarks, the scenarios and the tests build on both.
 """
 from __future__ import annotations
 
@@ -12,9 +16,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import config
+from . import config, net
+from .devices import lookup_nic
 from .errors import LabError
-from .guest import Guest
+from .guest import SLIRP_GATEWAY, Guest
+from .netns import LabNetwork
 
 HOST_DIR = config.REPO_DIR / "host"
 TARGET = HOST_DIR / "target" / "debug"
@@ -22,6 +28,7 @@ RELEASE_TARGET = HOST_DIR / "target" / "release"
 RUNTIME_DIR = config.REPO_DIR / "runtime"
 DRIVER = RUNTIME_DIR / "build" / "understudy-driver"
 SOCKET = "/run/understudy-lab.sock"
+RECOVERY_TIMEOUT_S = 90
 
 
 def build(release: bool = False) -> dict[str, Path]:
@@ -170,3 +177,91 @@ class Daemon:
 
 def driver_pids(g: Guest, executable: Path | str) -> list[int]:
     return [int(p) for p in g.run(["pgrep", "-x", Path(executable).name[:15]]).out.split()]
+
+
+def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
+                  network: LabNetwork | None = None, cpu: int | None = None) -> None:
+    """understudy runs the device's driver (on `cpu`, if given) and us0 carries the slirp
+    network (or `network`)."""
+    bind_vfio(guest, bdf)
+    daemon.run(bdf, modules, "us0", cpu)
+    daemon.wait_state(bdf, "registered", timeout=120)
+    guest.run("ip link set us0 up", check=True)
+    daemon.wait_state(bdf, "open", timeout=30, carrier=True)
+    net.bring_up_iface(guest, "us0", network=network)
+
+
+def understudy_down(guest: Guest, daemon: Daemon, bdf: str) -> None:
+    res = daemon.cli("stop", bdf)
+    if res.returncode:
+        raise LabError(f"understudy stop {bdf} failed: {res.err.strip()}")
+
+
+def start_understudy(guest: Guest, driver: str, max_restarts: int,
+                     *options: str) -> tuple[Daemon, str]:
+    """understudyd with restarts on, running `driver` (lab device nic0) behind us0,
+    which carries the guest's slirp network; returns the daemon and the device."""
+    dev = lookup_nic(driver)
+    bdf = guest.pci_address("nic0")
+    prepare(guest)
+    modules = module_chain(guest, dev.driver)
+    daemon = Daemon(guest, build(), None, "--max-restarts", str(max_restarts),
+                    "--restart-window-s", "86400", *options)
+    understudy_up(guest, daemon, bdf, modules)
+    return daemon, bdf
+
+
+def kill_driver(guest: Guest, pid: int) -> float:
+    """SIGKILLs the driver process; returns the guest's wall clock just after.
+
+    bash's builtin kill and $EPOCHREALTIME, not `date`: forking a process in a
+    busy TCG guest took long enough that a fast restart (pcnet32's 56 ms) had
+    ended before the clock was read, and its gaps did not count as after the kill."""
+    res = guest.run(["bash", "-c", f"kill -9 {int(pid)} && echo $EPOCHREALTIME"], check=True)
+    return float(res.out.strip())
+
+
+def wait_recovery(daemon: Daemon, bdf: str, count: int,
+                  timeout: float = RECOVERY_TIMEOUT_S) -> dict:
+    """Waits until the device's `count`-th recovery has an outcome and, if it
+    recovered, its first frame through the fresh driver has been timed (traffic
+    must be flowing); returns the device's status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = daemon.status()[bdf]
+        last = st["recoveries"][-1] if st["recovery_count"] >= count and st["recoveries"] else None
+        if last and last["outcome"] != "under way" and \
+                (last["outcome"] != "recovered" or last["first_packet_ms"] is not None):
+            return st
+        if st["state"] == "dead":
+            raise LabError(f"{bdf}: the driver was not restarted: {st['death']}")
+        if time.monotonic() > deadline:
+            idle = bool(last) and last["outcome"] == "recovered"
+            raise LabError(f"{bdf}: recovery {count} not over within {timeout:.0f} s: "
+                           f"state {st['state']}, {st['recoveries'][-1:]}"
+                           + ("; the fresh driver serves but no frame has passed through it: "
+                              "was anything still being sent?" if idle else ""))
+        time.sleep(0.05)
+
+
+def kill_and_recover(guest: Guest, daemon: Daemon, bdf: str, count: int) -> dict:
+    """One cycle: SIGKILL the driver, ping until the fresh one answers (its first
+    frame is timed), and check the daemon's verdict; returns the record."""
+    pid = daemon.status()[bdf]["pid"]
+    # ping gives up early once the neighbour entry fails (3 s of ARP without an
+    # answer, as when the fresh driver's link is slow to come up): ping again.
+    res = guest.run(f"kill -9 {int(pid)} && end=$(($(date +%s) + 60)) && "
+                    f"while [ $(date +%s) -lt $end ]; do "
+                    f"ping -n -q -c 1 -i 0.1 -w 10 {SLIRP_GATEWAY} >/dev/null && exit 0; done; exit 1",
+                    timeout=90)
+    if res.returncode:
+        raise LabError(f"no ping answered through us0 within 60 s of killing driver {pid}: "
+                       f"{daemon.status()[bdf]}")
+    r = wait_recovery(daemon, bdf, count)["recoveries"][-1]
+    if r["outcome"] != "recovered":
+        raise LabError(f"{bdf}: recovery {count} failed: {r['outcome']}")
+    return r
+
+
+def carrier_drops(guest: Guest, ifname: str = "us0") -> int:
+    return int(guest.run(f"cat /sys/class/net/{ifname}/carrier_down_count", check=True).out)

@@ -14,13 +14,14 @@ import json
 import subprocess
 import time
 
-from . import config, provenance, understudy
-from .bench import understudy_up
+from . import config, understudy
+from .arguments import add_driver, add_json, add_nic_props, positive
+from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
-from .scenario import (EXIT_FAILED, GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Report, Us0Transfer, _cell,
-                       _driver_argument, _median, _nic_props_argument, _positive, carrier_drops, gaps_between,
-                       gaps_per_kill, log, nic, verdict_lines, wait_received)
+from .report import Report, columns, emit, log, median, verdict_lines
+from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill,
+                      wait_received)
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
 # autonegotiation after its PHY reset) and the daemon's 5 s probation; the
@@ -56,7 +57,7 @@ def update(daemon: understudy.Daemon, modules: list[str]) -> tuple[int, dict]:
 
 def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float,
                 nic_props: str = "") -> Report:
-    dev = nic(driver)
+    dev = lookup_nic(driver)
     if len(versions) < 2:
         raise LabError("give at least two versions to update between", hint="--versions 6.1.0-50,6.1.0-53")
     chains = {v: module_chain(v, dev.driver) for v in versions}
@@ -70,9 +71,9 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         understudy.prepare(guest)
         bdf = guest.pci_address("nic0")
         daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", "3")
-        understudy_up(guest, daemon, bdf, chains[versions[0]])
+        understudy.understudy_up(guest, daemon, bdf, chains[versions[0]])
         first = daemon.status()[bdf]
-        base, drops = first["counters"]["rx_bytes"], carrier_drops(guest)
+        base, drops = first["counters"]["rx_bytes"], understudy.carrier_drops(guest)
         update_times: list[float] = []
         # The ping probe sees when us0 carries frames both ways again, free of
         # TCP's retransmission timer, which decides when the transfer resumes.
@@ -111,7 +112,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
             replies = probe.reply_times()
         final = daemon.status()[bdf]
         alive = daemon.alive()
-        dropped = carrier_drops(guest) - drops
+        dropped = understudy.carrier_drops(guest) - drops
         daemon_log = daemon.stop()
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
@@ -131,10 +132,10 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         "versions": versions, "rate_mbps": rate_mbps, "bytes": nbytes, "bytes_received": summary["bytes"],
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
         "updates": updated, "rollbacks": rollbacks, "recoveries": final["recovery_count"],
-        "downtime_ms_median": _median(downtimes), "downtime_ms_max": max(downtimes, default=None),
-        "app_gap_ms_median": _median(app), "app_gap_ms_max": max(app, default=None),
-        "probe_gap_ms_median": _median(pinged), "probe_gap_ms_max": max(pinged, default=None),
-        "phase_ms_median": {k: _median([r[k] for r in records if r.get(k) is not None])
+        "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "app_gap_ms_median": median(app), "app_gap_ms_max": max(app, default=None),
+        "probe_gap_ms_median": median(pinged), "probe_gap_ms_max": max(pinged, default=None),
+        "phase_ms_median": {k: median([r[k] for r in records if r.get(k) is not None])
                             for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "serving_ms",
                                       "first_packet_ms")},
         "carrier_drops": dropped, "daemon_alive": alive, "per_update": records,
@@ -154,9 +155,7 @@ def table(rep: Report) -> str:
     f = rep.figures
     cols = ["update", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms",
             "first_packet_ms", "downtime_ms", "probe_gap_ms", "app_gap_ms", "tx_resubmitted"]
-    rows = [cols] + [[_cell(r.get(c)) for c in cols] for r in f["per_update"]]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    lines = columns(f["per_update"], cols)
     lines.append(f"{f['driver']} between {', '.join(f['versions'])}: {f['updates']} updated, {f['rollbacks']} rolled "
                  f"back; transfer {f['bytes_received']} of {f['bytes']} bytes, hash "
                  f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; us0 lost carrier "
@@ -170,9 +169,7 @@ def table(rep: Report) -> str:
 
 def cmd_update_loop(args) -> int:
     rep = update_loop(args.driver, args.versions.split(","), args.updates, args.rate_mbps, args.nic_props)
-    out = {**rep.as_json(), **provenance.record()}
-    print(json.dumps(out, indent=2) if args.json else table(rep))
-    return 0 if rep.ok else EXIT_FAILED
+    return emit(rep, args.json, table)
 
 
 def add_parser(ssub) -> None:
@@ -187,13 +184,13 @@ def add_parser(ssub) -> None:
                         "gap around each. Exit 0 if every check passed, 1 if one failed, 3 lab problem.",
                         epilog="example: python3 -m lab scenario update-loop --driver e1000 "
                         "--versions 6.1.0-50,6.1.0-53 --updates 20 --json")
-    _driver_argument(u)
+    add_driver(u)
     u.add_argument("--versions", required=True, metavar="ABI,ABI[,...]",
                    help="Debian ABIs to update between, the first one runs first, e.g. 6.1.0-50,6.1.0-53")
-    u.add_argument("--updates", type=_positive, default=20, help="updates to run (default 20)")
+    u.add_argument("--updates", type=positive, default=20, help="updates to run (default 20)")
     u.add_argument("--rate-mbps", type=float, default=50,
                    help="the transfer's pace, Mbit/s; it is sized to last through every update (default 50)")
-    _nic_props_argument(u)
-    u.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_nic_props(u)
+    add_json(u)
     u.set_defaults(func=cmd_update_loop)
 

@@ -22,7 +22,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from .. import bench, net, understudy
+from .. import net, understudy
 from ..guest import Guest
 
 TRACING = "/sys/kernel/tracing"
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
         daemon = understudy.Daemon(g, bins)
-        bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"))
+        understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"))
         roles = threads(g, "understudyd", "understudy-driver")
         if args.pin is not None:
             for tid in roles:

@@ -239,9 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 daemon = understudy.Daemon(g, build[0], build[1])
                 try:
-                    bench.understudy_up(g, daemon, bdf, chain, network, bench.driver_cpu(g))
+                    understudy.understudy_up(g, daemon, bdf, chain, network, bench.driver_cpu(g))
                     runs[mode].append(measure(g, network, bdf, not args.tx, build[1]))
-                    bench.understudy_down(g, daemon, bdf)
+                    understudy.understudy_down(g, daemon, bdf)
                 finally:
                     daemon.stop()
     report = {"driver": dev.driver, "direction": "guest -> host" if args.tx else "host -> guest",

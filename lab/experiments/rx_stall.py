@@ -27,7 +27,7 @@ import json
 import sys
 import time
 
-from .. import bench, net, understudy
+from .. import net, understudy
 from ..devices import lookup
 from ..errors import LabError
 from ..guest import Guest
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         stalled = False
         try:
             if daemon:
-                bench.understudy_up(g, daemon, bdf, understudy.module_chain(g, dev.driver), network)
+                understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, dev.driver), network)
             else:
                 understudy.bind_kernel(g, bdf, dev.driver)
                 net.bring_up(g, "nic0", network=network)

@@ -44,14 +44,12 @@ from pathlib import Path
 
 from .. import config, net, understudy
 from ..agent import AgentGone
-from ..bench import understudy_up
 from ..devices import NIC, lookup
 from ..errors import LabError
 from ..guest import SLIRP_GATEWAY, Guest
 from .faults import FAULT_TYPES, Fault, generator_for
-from .inject import InjectionRefused, inject_kernel
+from .inject import InjectionRefused, build_poke, inject_kernel
 
-POKE_KO = understudy.RUNTIME_DIR / "build" / "swifi-poke.ko"
 FAULT_FILE, TRIGGER = "/tmp/swifi-fault.json", "/tmp/swifi-go"
 RESULTS = "trials.jsonl"
 NOT_INJECTED = "not injected"
@@ -332,8 +330,9 @@ def _guest_outcome(health: dict) -> str | None:
 class KernelWorld:
     """A guest whose NIC is driven by the in-kernel driver."""
 
-    def __init__(self, driver: str):
+    def __init__(self, driver: str, poke_ko: Path):
         self.dev = lookup(driver)
+        self.poke_ko = poke_ko       # build_poke()'s
         self.guest: Guest | None = None
         self.iface = ""
 
@@ -351,7 +350,7 @@ class KernelWorld:
     def trial(self, fault: Fault, nbytes: int) -> dict:
         g = self.ready()
         mark = len(g.console_text())
-        report = exercise(g, self.iface, nbytes, lambda: inject_kernel(g, fault, POKE_KO))
+        report = exercise(g, self.iface, nbytes, lambda: inject_kernel(g, fault, self.poke_ko))
         if "refused" in report:
             self._reset(fault, reverted=True)
             return {"outcome": NOT_INJECTED, **report}
@@ -373,7 +372,7 @@ class KernelWorld:
         g = self.guest
         try:
             if not reverted:
-                inject_kernel(g, fault, POKE_KO, revert=True)
+                inject_kernel(g, fault, self.poke_ko, revert=True)
             g.run(["rmmod", self.dev.driver], check=True, timeout=60)
             g.run(["modprobe", self.dev.driver], check=True, timeout=60)
             net.bring_up(g, "nic0")
@@ -408,7 +407,7 @@ class UnderstudyWorld:
             g, self.bins, None, "--max-restarts", "1000000", "--restart-window-s", "1",
             "--ping-interval-ms", str(self.s.ping_interval_ms),
             "--ping-timeout-ms", str(self.s.ping_timeout_ms))
-        understudy_up(g, self.daemon, self.bdf, modules)
+        understudy.understudy_up(g, self.daemon, self.bdf, modules)
 
     def ready(self) -> Guest:
         if self.guest is None or not self.guest.alive() or not self.daemon.alive():
@@ -522,7 +521,7 @@ class UnderstudyWorld:
                 st = d.status()[self.bdf]
                 if st["state"] == "dead":
                     understudy_down(g, d, self.bdf)
-                    understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
+                    understudy.understudy_up(g, d, self.bdf, understudy.module_chain(g, self.dev.driver))
                 else:
                     res = d.cli("recover", self.bdf)
                     if res.returncode and "already under way" not in res.err:
@@ -584,8 +583,7 @@ def run_campaign(s: Settings) -> Path:
         raise LabError(f"{results} exists", hint="--resume continues it, or choose another --out")
     gen = generator_for(host_module(dev.driver))
     bins = understudy.build()
-    if not POKE_KO.exists():
-        raise LabError(f"{POKE_KO} was not built", hint="make -C runtime")
+    poke_ko = build_poke()
     if s.resume:
         drop_cut_line(results)
     done = done_trials(results, s.rerun) if s.resume else set()
@@ -608,7 +606,7 @@ def run_campaign(s: Settings) -> Path:
     t_start = time.monotonic()
 
     def worker(k: int) -> None:
-        kernel_world = KernelWorld(dev.driver)
+        kernel_world = KernelWorld(dev.driver, poke_ko)
         us_world = UnderstudyWorld(dev.driver, bins, s)
         try:
             while True:

@@ -12,8 +12,8 @@ Nothing in the driver process had to change for it.  Runs inside the guest:
 `python3 -m lab.swifi inject-process ...`.
 
 in-kernel: the section addresses are /sys/module/NAME/sections/*, and
-runtime/build/swifi-poke.ko writes the bytes (a module text page is written
-through a writable alias).  Driven from the host through the guest agent.
+swifi-poke.ko (lab/swifi/poke/, which build_poke builds) writes the bytes
+(a module text page is written through a writable alias).  Driven from the host through the guest agent.
 
 In both worlds the bytes in memory must be the patch's old bytes, or nothing
 is written.
@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -33,6 +34,8 @@ from .faults import Fault, Patch
 
 JIT_DESCRIPTOR = "__jit_debug_descriptor"
 POKE_MODULE = "swifi_poke"
+# The in-kernel injector's source, its Kbuild and its Makefile, where it is also built.
+POKE_DIR = Path(__file__).resolve().parent / "poke"
 SHF_ALLOC = 0x2
 
 
@@ -266,6 +269,16 @@ def kernel_sections(guest, module: str, names: set[str]) -> dict[str, int]:
                            "(is the module loaded?)") from None
         out[name] = int(raw.decode().strip(), 16)
     return out
+
+
+def build_poke() -> Path:
+    """Builds swifi-poke.ko against the pinned kernel's headers (make skips it if
+    it is up to date); its path, which the guest sees too (its root is the host's)."""
+    res = subprocess.run(["make", "-s", "-C", str(POKE_DIR)], capture_output=True, text=True)
+    if res.returncode:
+        raise LabError(f"make -C {POKE_DIR} failed:\n{res.stdout}{res.stderr}",
+                       hint="python3 -m lab setup installs the kernel headers")
+    return POKE_DIR / "swifi-poke.ko"
 
 
 def inject_kernel(guest, fault: Fault, poke_ko: Path | str, revert: bool = False,

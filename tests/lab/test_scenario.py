@@ -14,7 +14,9 @@ import sys
 import pytest
 
 from lab import config
-from lab.scenario import frames_from, gaps_between, gaps_per_kill, parse_size
+from lab.arguments import parse_size
+from lab.scenario import frames_from
+from lab.traffic import gaps_between, gaps_per_kill
 
 
 def test_each_kill_gets_the_longest_gap_that_ended_before_the_next_kill():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from lab import net, scenario, understudy
+from lab import net, traffic, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 
 pytestmark = pytest.mark.lab
@@ -81,7 +81,7 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
             d.wait_state(bdf, "open", timeout=30, template_pid=None)
 
         try:
-            crash = scenario.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000)
+            crash = traffic.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000)
         except BaseException:
             print(d.stop()[-6000:])
             raise

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lab import net, scenario, understudy
+from lab import net, understudy
 from lab.guest import Guest
 
 pytestmark = pytest.mark.lab
@@ -57,8 +57,8 @@ def test_a_driver_killed_at_every_restart_is_given_up_and_the_hook_runs(no_lefto
         install_hook(g)
 
         # down: two restarts allowed; the first kill is recovered, then every fresh driver is killed.
-        d, bdf = scenario.start_understudy(g, "e1000", 2, "--recovery-hook", HOOK)
-        scenario.kill_and_recover(g, d, bdf, 1)
+        d, bdf = understudy.start_understudy(g, "e1000", 2, "--recovery-hook", HOOK)
+        understudy.kill_and_recover(g, d, bdf, 1)
         recovered = wait_hook(g, "recovered")[0]
         assert recovered["UNDERSTUDY_DEVICE"] == bdf and recovered["UNDERSTUDY_IFNAME"] == "us0", recovered
         assert "killed by signal 9" in recovered["UNDERSTUDY_CAUSE"], recovered
@@ -86,7 +86,7 @@ def test_with_on_exhausted_retry_a_driver_killed_at_every_restart_is_retried_unt
     # One restart allowed, then attempts after 1 s, 2 s, 2 s, ... until one stays up.
     with Guest(devices=["e1000"]) as g:
         install_hook(g)
-        d, bdf = scenario.start_understudy(g, "e1000", 1, "--recovery-hook", HOOK,
+        d, bdf = understudy.start_understudy(g, "e1000", 1, "--recovery-hook", HOOK,
                                            "--on-exhausted", "retry", "--retry-max-s", "2")
         killer = g.spawn(LATE_KILLER)
         try:

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from lab import config, net, understudy
-from lab.bench import understudy_up
 from lab.guest import Guest
 from lab.swifi.campaign import KernelWorld, host_module
 from lab.swifi.faults import generator_for
+from lab.swifi.inject import build_poke
 
 pytestmark = pytest.mark.lab
 
@@ -50,7 +50,7 @@ def test_a_hang_injected_into_the_understudy_driver_is_detected_and_recovered(no
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300",
                               "--ping-interval-ms", str(PING_INTERVAL_MS),
                               "--ping-timeout-ms", str(PING_TIMEOUT_MS))
-        understudy_up(g, d, bdf, understudy.module_chain(g, "e1000"))
+        understudy.understudy_up(g, d, bdf, understudy.module_chain(g, "e1000"))
         opened = d.status()[bdf]
         g.write_file("/tmp/fault.json", json.dumps(fault.to_json()).encode())
 
@@ -106,7 +106,7 @@ def test_a_fault_injected_into_the_in_kernel_driver_takes_the_guest_down(
         no_leftover_qemu, runtime_built, e1000, fault_type, outcome, evidence):
     fault = e1000.generate(fault_type, 0)
     print("fault:", fault.description)
-    world = KernelWorld("e1000")
+    world = KernelWorld("e1000", build_poke())
     try:
         result = world.trial(fault, 24 << 20)
     finally:

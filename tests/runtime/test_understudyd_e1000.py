@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-from lab import net, scenario, understudy
-from lab.bench import understudy_up
+from lab import net, traffic, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 from lab.netns import LabNetwork, guest_address
 
@@ -99,7 +98,7 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
 
         # SIGKILL the driver process while a transfer runs through it.
         assert understudy.bus_master_on(g, bdf), "e1000's probe enabled bus mastering"
-        crash = scenario.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000, restarted=False)
+        crash = traffic.crash_mid_transfer(g, d, bdf, BULK_BYTES, kill_after=5_000_000, restarted=False)
         dead = crash.status
         assert crash.killed_pid == opened["pid"]
         print("dead", dead)
@@ -160,10 +159,10 @@ def test_a_stalled_daemon_makes_the_nic_hold_frames_and_the_driver_drop_none(no_
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
         d = understudy.Daemon(g, bins)
-        understudy_up(g, d, bdf, [understudy.module_path(g, "e1000")], network)
+        understudy.understudy_up(g, d, bdf, [understudy.module_path(g, "e1000")], network)
         opened = d.status()[bdf]
-        with scenario.Us0Transfer(g, BULK_BYTES, timeout=300, network=network) as transfer:
-            scenario.wait_received(d, bdf, opened["counters"]["rx_bytes"] + 20_000_000, transfer)
+        with traffic.Us0Transfer(g, BULK_BYTES, timeout=300, network=network) as transfer:
+            traffic.wait_received(d, bdf, opened["counters"]["rx_bytes"] + 20_000_000, transfer)
             d.proc.kill(signal.SIGSTOP)
             time.sleep(1)
             d.proc.kill(signal.SIGCONT)

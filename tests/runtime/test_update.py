@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from lab import config, net, scenario, understudy
+from lab import config, net, traffic, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 
 pytestmark = pytest.mark.lab
@@ -47,13 +47,13 @@ def during_transfer(g: Guest, d: understudy.Daemon, bdf: str, act) -> tuple[obje
     """Runs `act()` once 2 MB of a paced transfer have passed us0; returns what
     it returned, the transfer's result and the carrier drops meanwhile."""
     before = d.status()[bdf]
-    drops = scenario.carrier_drops(g)
-    with scenario.Us0Transfer(g, BULK_BYTES, timeout=180, rate_mbps=RATE_MBPS) as transfer:
-        scenario.wait_received(d, bdf, before["counters"]["rx_bytes"] + 2_000_000, transfer)
+    drops = understudy.carrier_drops(g)
+    with traffic.Us0Transfer(g, BULK_BYTES, timeout=180, rate_mbps=RATE_MBPS) as transfer:
+        traffic.wait_received(d, bdf, before["counters"]["rx_bytes"] + 2_000_000, transfer)
         outcome = act()
         assert transfer.running(), "the update was over before the transfer: pace it slower"
         result = transfer.result(300)
-    return outcome, result, scenario.carrier_drops(g) - drops
+    return outcome, result, understudy.carrier_drops(g) - drops
 
 
 def test_e1000_is_updated_to_another_abis_build_under_traffic_and_refused_updates_change_nothing(no_leftover_qemu, bins):
