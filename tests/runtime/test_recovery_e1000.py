@@ -125,7 +125,10 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         # without carrier, which drops them.
         assert r["link_ms"] is not None and r["link_ms"] > 0, r
         assert "its frames wait for its link" in log and "the successor's carrier is on" in log, log[-3000:]
-        assert r["first_packet_ms"] >= r["stop_ms"] + r["start_ms"] + r["replay_ms"] + r["link_ms"] - 0.5, r
+        assert r["serving_ms"] >= r["stop_ms"] + r["start_ms"] + r["replay_ms"] + r["link_ms"] - 0.5, r
+        # Nothing passes before the fresh driver is open; a frame it receives
+        # while its link is not reported yet is its first (docs/recovery.md).
+        assert r["first_packet_ms"] >= r["stop_ms"] + r["start_ms"] + r["replay_ms"] - 0.5, r
 
 
 def test_a_restart_nothing_passes_through_is_over_when_the_fresh_driver_serves(no_leftover_qemu, bins):
