@@ -165,11 +165,11 @@ impl<F> Handover<F> {
         (h, vec![Action::Start { modules }])
     }
 
-    /// An update of a serving driver that runs `modules`, to `Reason::Update`'s.
-    pub fn update(reason: Reason, log: PassiveLog, modules: Vec<ModuleInfo>, now: Instant) -> (Self, Vec<Action<F>>) {
-        let Reason::Update { modules: to, .. } = &reason else { panic!("an update needs Reason::Update") };
+    /// An update of a serving driver that runs `modules`, to `to`.
+    pub fn update(to: Vec<ModuleInfo>, allow_feature_loss: bool, log: PassiveLog, modules: Vec<ModuleInfo>, now: Instant)
+                  -> (Self, Vec<Action<F>>) {
         let load = Action::Load(to.clone());
-        let mut h = Handover::new(reason, log, modules, now);
+        let mut h = Handover::new(Reason::Update { modules: to, allow_feature_loss }, log, modules, now);
         h.phase = Phase::Loading;
         (h, vec![load])
     }

@@ -63,6 +63,18 @@ enum Fault {
     RecoverRequested,
 }
 
+impl Fault {
+    /// Why the driver is ended, for the log and `status`.
+    fn describe(self) -> String {
+        match self {
+            Fault::Violation(v) => format!("protocol violation: {v}"),
+            Fault::Io(e) => e,
+            Fault::Closed => "the driver closed its control socket".into(),
+            Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
+        }
+    }
+}
+
 /// Why a request was sent, so its reply goes to the right place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Purpose {
@@ -175,7 +187,7 @@ impl Supervisor {
         };
         let modules = s.succession.modules.clone();
         if let Err(e) = s.send_startup(&modules) {
-            s.end_driver(&format!("could not send its first requests: {}", s.fault_text(e)), false);
+            s.end_driver(&format!("could not send its first requests: {}", e.describe()), false);
             return Err("the driver process did not take its first requests".into());
         }
         Ok(s)
@@ -288,20 +300,12 @@ impl Supervisor {
                 if matches!(fault, Fault::RecoverRequested) {
                     self.succession.recover_requested = true;
                 }
-                let why = self.fault_text(fault);
+                let why = fault.describe();
                 self.end_driver(&why, true);
             }
         }
     }
 
-    fn fault_text(&self, fault: Fault) -> String {
-        match fault {
-            Fault::Violation(v) => format!("protocol violation: {v}"),
-            Fault::Io(e) => e,
-            Fault::Closed => "the driver closed its control socket".into(),
-            Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
-        }
-    }
 
     /// The serving driver's process ended by itself.
     fn driver_exited(&mut self) {

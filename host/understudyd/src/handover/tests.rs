@@ -111,8 +111,7 @@ fn a_recovery_whose_successor_dies_hands_the_death_back_with_the_log() {
 #[test]
 fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_probation() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
-    let (mut h, actions) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    let (mut h, actions) = Handover::<u32>::update(module("53"), false, open_log(), module("50"), t0);
     assert_eq!(actions, vec![Action::Load(module("53"))]);
     assert!(h.serving() && h.predecessor_serves() && !h.holds_configuration());
     assert_eq!(h.on(Event::Loaded(Ok("6.1.0-53".into())), ms(t0, 300)), vec![Action::StopPredecessor]);
@@ -134,8 +133,7 @@ fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_
 #[test]
 fn an_update_refused_at_load_never_stops_the_predecessor() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("48"), allow_feature_loss: false };
-    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    let (mut h, _) = Handover::<u32>::update(module("48"), false, open_log(), module("50"), t0);
     let actions = h.on(Event::Loaded(Err("crc-mismatch: register_netdev".into())), ms(t0, 50));
     assert_eq!(actions, vec![Action::Done(Outcome::Refused { why: "crc-mismatch: register_netdev".into() })]);
     assert!(!actions.iter().any(|a| matches!(a, Action::StopPredecessor | Action::Start { .. })));
@@ -145,8 +143,7 @@ fn an_update_refused_at_load_never_stops_the_predecessor() {
 #[test]
 fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_same_log_and_frames() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("nocsum"), allow_feature_loss: false };
-    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("55"), t0);
+    let (mut h, _) = Handover::<u32>::update(module("nocsum"), false, open_log(), module("55"), t0);
     h.on(Event::Loaded(Ok("6.1.0-55".into())), t0);
     h.on(Event::Quiesced { uncompleted: vec![1, 2], device_stop_ms: 1.0 }, t0);
     let actions = h.on(Event::Registered(e1000(1 << 16)), ms(t0, 400));
@@ -166,8 +163,7 @@ fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_sa
 #[test]
 fn an_update_told_to_allow_feature_loss_goes_on_with_fewer_features() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("nocsum"), allow_feature_loss: true };
-    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("55"), t0);
+    let (mut h, _) = Handover::<u32>::update(module("nocsum"), true, open_log(), module("55"), t0);
     h.on(Event::Loaded(Ok("6.1.0-55".into())), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     assert_eq!(register_and_replay(&mut h, e1000(1 << 16), t0), vec![Action::WaitForLink]);
@@ -176,8 +172,7 @@ fn an_update_told_to_allow_feature_loss_goes_on_with_fewer_features() {
 #[test]
 fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_log() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
-    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    let (mut h, _) = Handover::<u32>::update(module("53"), false, open_log(), module("50"), t0);
     h.on(Event::Loaded(Ok("6.1.0-53".into())), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     register_and_replay(&mut h, e1000(CSUM_TSO), t0);
@@ -195,8 +190,7 @@ fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_l
 #[test]
 fn a_refused_replay_is_named_and_rolls_an_update_back() {
     let t0 = Instant::now();
-    let reason = Reason::Update { modules: module("53"), allow_feature_loss: false };
-    let (mut h, _) = Handover::<u32>::update(reason, open_log(), module("50"), t0);
+    let (mut h, _) = Handover::<u32>::update(module("53"), false, open_log(), module("50"), t0);
     h.on(Event::Loaded(Ok("6.1.0-53".into())), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     h.on(Event::Registered(e1000(CSUM_TSO)), t0);

@@ -251,9 +251,8 @@ impl Supervisor {
                                -> Result<(), Fault> {
         let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
-        let reason = Reason::Update { modules, allow_feature_loss };
         let predecessor = self.succession.modules.clone();
-        let (handover, actions) = Handover::update(reason, log, predecessor, Instant::now());
+        let (handover, actions) = Handover::update(modules, allow_feature_loss, log, predecessor, Instant::now());
         self.begin_handover(handover, None);
         self.succession.update_answer = Some(answer);
         self.act(actions)
@@ -275,11 +274,11 @@ impl Supervisor {
                             Ok(text)
                         };
                     }
-                    Err(fault) => break Err(self.fault_text(fault)),
+                    Err(fault) => break Err(fault.describe()),
                 },
                 Ok(Some(other)) => break Err(format!("protocol violation: {other:?} before LOAD was answered")),
                 Err(Fault::Closed) => break Err("it closed its control socket (it is exiting)".into()),
-                Err(fault) => break Err(self.fault_text(fault)),
+                Err(fault) => break Err(fault.describe()),
             }
         };
         if let Err(why) = &result {
@@ -322,7 +321,7 @@ impl Supervisor {
         if matches!(fault, Fault::RecoverRequested) {
             return;
         }
-        let why = self.fault_text(fault);
+        let why = fault.describe();
         self.end_driver(&why, true);
     }
 
@@ -397,7 +396,7 @@ impl Supervisor {
         let sent = loader.send(load, Purpose::Load);
         self.succession.loader = Some(loader);
         if let Err(fault) = sent {
-            let why = format!("sending LOAD: {}", self.fault_text(fault));
+            let why = format!("sending LOAD: {}", fault.describe());
             self.end_loader();
             return self.feed(Event::Loaded(Err(why)));
         }
@@ -430,7 +429,7 @@ impl Supervisor {
         if kind == StartKind::Probe {
             // A broken control socket shows as the process's end in the run loop.
             if let Err(fault) = self.send_startup(modules) {
-                error!("{}: the successor {pid} did not take its first requests: {}", self.label(), self.fault_text(fault));
+                error!("{}: the successor {pid} did not take its first requests: {}", self.label(), fault.describe());
             }
         }
         info!("{}: handover: successor process {pid} started ({})", self.label(), kind.phase_name());
