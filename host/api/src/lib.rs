@@ -12,7 +12,10 @@ pub enum Request {
     /// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
     /// `cpu`: the CPU the driver process runs on, the daemon's thread for the
     /// device kept off it (`understudy run --cpu`).
-    Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32> },
+    /// `standby`: devices the interface may move to, each with its modules
+    /// (as `Migrate`'s); the interface advertises only what every one's driver offers.
+    Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32>,
+          #[serde(default)] standby: Vec<StandbyRequest> },
     Status,
     /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
     Ethtool { device: String, queries: EthtoolQueries },
@@ -27,6 +30,21 @@ pub enum Request {
     /// fails or offers less (unless `allow_feature_loss`). Answered when the
     /// update is over (committed, rolled back or refused).
     Update { device: String, modules: Vec<String>, #[serde(default)] allow_feature_loss: bool },
+    /// Move the interface of `device` to the device `to`, driven by `modules`
+    /// (dependencies first; empty: a declared standby's, else the module
+    /// tree's match for the device). The destination is checked -- present,
+    /// free, its driver loads and probes, it offers what the interface
+    /// advertises -- while the running driver serves; if the new driver
+    /// fails, the interface goes back. Answered when the move is over.
+    Migrate { device: String, to: String, #[serde(default)] modules: Vec<String> },
+}
+
+/// A standby device of `run`, and its driver's modules (empty: found for it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StandbyRequest {
+    pub device: String,
+    #[serde(default)]
+    pub modules: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -38,7 +56,7 @@ pub struct Response {
     pub devices: Vec<DeviceStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ethtool: Option<EthtoolReport>,
-    /// `update`'s record: how it ended and its phases.
+    /// `update`'s and `migrate`'s record: how it ended and its phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<HandoverRecord>,
 }
@@ -103,6 +121,17 @@ pub enum StartKind {
     Probe,
 }
 
+impl HandoverReason {
+    /// What the handover is called in log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            HandoverReason::Death | HandoverReason::Requested => "restart",
+            HandoverReason::Update => "update",
+            HandoverReason::Migrate => "move",
+        }
+    }
+}
+
 impl StartKind {
     /// The start phase's name in log lines and tables.
     pub fn phase_name(self) -> &'static str {
@@ -124,6 +153,8 @@ pub enum HandoverReason {
     Requested,
     /// `understudy update`: another build of the driver.
     Update,
+    /// `understudy migrate`: another device and its driver.
+    Migrate,
 }
 
 /// One handover of the interface to a successor driver process (a restart
@@ -138,15 +169,21 @@ pub struct HandoverRecord {
     /// "under way", "recovered", "updated", "rolled back: why",
     /// "refused: why" (an update that changed nothing) or "failed: why".
     pub outcome: String,
-    /// An update's modules before and after.
+    /// An update's or a move's modules before and after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_modules: Option<Vec<ModuleInfo>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_modules: Option<Vec<ModuleInfo>>,
-    /// An update: the kernel half the successor's LOAD chose.
+    /// A move's devices before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_device: Option<String>,
+    /// An update or a move: the kernel half the successor's LOAD chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_half: Option<String>,
-    /// An update: the successor loaded and checked its modules while the
+    /// An update or a move: the successor loaded and checked its modules --
+    /// a move's also probed its device on scratch memory -- while the
     /// predecessor still served (not part of the downtime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_ms: Option<f64>,
@@ -178,6 +215,10 @@ pub struct HandoverRecord {
     pub downtime_ms: Option<f64>,
     /// Frames the predecessor took and never completed, given to the successor.
     pub tx_resubmitted: u32,
+    /// A move: gratuitous ARP and unsolicited neighbour advertisements sent
+    /// from the interface once its successor served.
+    #[serde(default)]
+    pub announced: u32,
 }
 
 /// What the daemon did to the device after its driver died.
@@ -241,8 +282,23 @@ pub struct DeviceStatus {
     /// Updates (`understudy update`), oldest first: the last `RECOVERIES_KEPT`.
     #[serde(default)]
     pub updates: Vec<HandoverRecord>,
+    /// Moves to another device (`understudy migrate`), oldest first: the last `RECOVERIES_KEPT`.
+    #[serde(default)]
+    pub migrations: Vec<HandoverRecord>,
+    /// The devices the interface may move to (`run --standby`), with their drivers.
+    #[serde(default)]
+    pub standby: Vec<Standby>,
     /// The post-probe template restarts fork from, if the driver has one.
     pub template_pid: Option<u32>,
+}
+
+/// A device an interface may move to, and the driver that would run it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Standby {
+    pub device: String,
+    pub modules: Vec<ModuleInfo>,
+    /// The offloads its driver registered when it was probed (`run --standby`).
+    pub offloads: Vec<String>,
 }
 
 /// How many recovery records `status` keeps: a driver restarted thousands of

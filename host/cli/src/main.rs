@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, Request, Response, DEFAULT_SOCKET};
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, Request, Response, StandbyRequest,
+                     DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
 ///
@@ -17,7 +18,7 @@ use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord
 ///
 /// Exit status: 0 done; 1 the daemon refused or failed the request (the
 /// message says why); 2 bad usage; 3 the daemon is not reachable; 4 an
-/// update was rolled back (the old driver serves again).
+/// update or a move was rolled back (the old driver serves again).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -52,6 +53,14 @@ enum Command {
         /// the daemon's thread slows sending (docs/performance.md §5).
         #[arg(long)]
         cpu: Option<u32>,
+        /// A device the interface may move to (`understudy migrate`, and by
+        /// itself when its device fails), as ADDR or ADDR=MODULE.ko (default:
+        /// the module that claims it in the driver's module tree; its
+        /// dependencies come from modules.dep). Repeatable. Each is probed
+        /// now on memory of its own and kept for the interface, which then
+        /// advertises only the offloads and MTU range every driver has.
+        #[arg(long, value_name = "ADDR[=MODULE]")]
+        standby: Vec<String>,
     },
     /// Show every device: driver module and its sha256, process, uptime,
     /// counters, carrier, and why a driver died.
@@ -117,6 +126,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Move an interface to another device, usually with another driver,
+    /// keeping its name, addresses, MAC, settings and open connections.
+    ///
+    /// The destination is checked while the old driver serves: it must be
+    /// present, bound to vfio-pci and free, and its driver must load, probe
+    /// it (on memory of its own) and offer the offloads and MTU the interface
+    /// uses; otherwise nothing changes. Then the old driver is stopped, the
+    /// new one probes the destination and is given the settings in force
+    /// (the MAC included), its frames follow once its link is up, and
+    /// gratuitous ARP / neighbour advertisements tell the network. If it
+    /// fails within 5 s the interface goes back to the old device. The device
+    /// left stays reserved as a standby. Waits until the move is over.
+    Migrate {
+        /// The interface (e.g. us0) or the PCI address of the device serving it.
+        device: String,
+        /// PCI address of the destination.
+        #[arg(long)]
+        to: String,
+        /// The destination's driver module(s), dependencies first (one module
+        /// gets its dependencies from modules.dep). Default: a standby's, or
+        /// the module that claims the destination in the running driver's tree.
+        #[arg(long = "module")]
+        modules: Vec<String>,
+        /// Print the daemon's JSON (with the move's record) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// End a device's driver, release the device and remove its interface.
     Stop {
         /// PCI address of the device.
@@ -164,8 +200,16 @@ fn print_device(d: &DeviceStatus) {
     if let Some(death) = &d.death {
         println!("    died: {death}");
     }
+    for s in &d.standby {
+        let modules = s.modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ");
+        println!("    standby {}  {modules}  offloads {}", s.device, if s.offloads.is_empty() { "none".into() } else { s.offloads.join(", ") });
+    }
     for r in &d.updates {
         print!("    update ");
+        print_update(r);
+    }
+    for r in &d.migrations {
+        print!("    move ");
         print_update(r);
     }
     for r in &d.recoveries {
@@ -240,7 +284,10 @@ fn print_update(r: &HandoverRecord) {
     let names = |m: &Option<Vec<understudy_api::ModuleInfo>>| {
         m.iter().flatten().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ")
     };
-    println!("{}: {} -> {}", r.outcome, names(&r.from_modules), names(&r.to_modules));
+    match (&r.from_device, &r.to_device) {
+        (Some(from), Some(to)) => println!("{}: {from} ({}) -> {to} ({})", r.outcome, names(&r.from_modules), names(&r.to_modules)),
+        _ => println!("{}: {} -> {}", r.outcome, names(&r.from_modules), names(&r.to_modules)),
+    }
     if let Some(half) = &r.kernel_half {
         println!("  kernel half: {half}");
     }
@@ -248,6 +295,9 @@ fn print_update(r: &HandoverRecord) {
               serving {} ms after the request, first frame at {} ms, downtime {} ms, {} frame(s) given again",
              ms(r.load_ms), r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
              ms(r.serving_ms), ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
+    if r.announced > 0 {
+        println!("  announced with {} gratuitous ARP / neighbour advertisement(s)", r.announced);
+    }
 }
 
 fn main() -> ExitCode {
@@ -266,7 +316,14 @@ fn main() -> ExitCode {
             };
             (Request::Update { device, modules, allow_feature_loss }, json)
         }
-        Command::Run { device, modules, ifname, cpu } => (Request::Run { device, modules, ifname, cpu }, false),
+        Command::Run { device, modules, ifname, cpu, standby } => {
+            let standby = standby.into_iter().map(|s| match s.split_once('=') {
+                Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
+                None => StandbyRequest { device: s, modules: Vec::new() },
+            }).collect();
+            (Request::Run { device, modules, ifname, cpu, standby }, false)
+        }
+        Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),
         Command::Status { json } => (Request::Status, json),
         Command::Ethtool { device, driver_info, link, stats, json } => {
             let all = !(driver_info || link || stats);
@@ -298,7 +355,7 @@ fn main() -> ExitCode {
             Request::Ethtool { .. } => response.ethtool.iter().for_each(print_ethtool),
             Request::Stop { device } => println!("{device}: stopped and released"),
             Request::Recover { device } => println!("{device}: restarting its driver (see `understudy status`)"),
-            Request::Update { .. } => response.handover.iter().for_each(print_update),
+            Request::Update { .. } | Request::Migrate { .. } => response.handover.iter().for_each(print_update),
         }
     }
     let rolled_back = response.handover.as_ref().is_some_and(|r| r.outcome.starts_with("rolled back"));

@@ -2,23 +2,26 @@
 //! The handover: a driver hands its interface to a successor, which is given
 //! the predecessor's log and the frames it never sent (docs/recovery.md).
 //!
-//! Recovery, `understudy recover` and live update are one move with three
-//! reasons, as MINIX 3's reincarnation server restarts a service by updating
-//! it to a fresh copy of itself:
+//! Recovery, `understudy recover`, live update and migration are one move
+//! with four reasons, as MINIX 3's reincarnation server restarts a service by
+//! updating it to a fresh copy of itself. A successor is a `Driver`: modules
+//! on a device; only a move changes the device.
 //!
 //! ```text
-//!  Update:            Loading ─▶ Quiescing ─┐  (the successor loads while the predecessor serves)
+//!  Update, Migrate:   Loading ─▶ Quiescing ─┐  (the successor loads -- a move's also probes its
+//!                                           │   device on scratch memory -- while the predecessor serves)
 //!  Death, Requested:  (the predecessor is gone already)
 //!                                           └─▶ Registering ─▶ Replaying ─▶ LinkUp ─▶ resubmit ─┐
 //!  Death, Requested:  recovered ◀───────────────────────────────────────────────────────────────┤
-//!  Update:            Probation ──(the window passes)──▶ updated ◀───────────────────────────────┘
+//!  Update, Migrate:   Probation ──(the window passes)──▶ updated, moved ◀────────────────────────┘
 //! ```
 //!
-//! An update whose successor fails -- it dies, hangs, offers less than its
-//! predecessor exposed, refuses a setting of the log, or fails on probation --
-//! rolls back: the predecessor's modules go through the same phases with the
-//! same log and frames. An update refused at load changes nothing: the
-//! predecessor never stopped.
+//! An update or a move whose successor fails -- it dies, hangs, offers less
+//! than its predecessor exposed, refuses a setting of the log, or fails on
+//! probation -- rolls back: the predecessor's driver goes through the same
+//! phases with the same log and frames. One refused at load changes nothing:
+//! the predecessor never stopped. After a move, and after its rollback, the
+//! interface announces its MAC from where it now is.
 //!
 //! This module decides; the device's thread (supervisor.rs) acts. Events go
 //! in, actions come out, and no device, process or clock is touched here, so
@@ -30,9 +33,17 @@ use std::time::{Duration, Instant};
 
 use understudy_api::{HandoverReason, HandoverRecord, ModuleInfo, StartKind};
 use understudy_protocol::{RegisteredInfo, Request};
+use understudy_vfio::PciAddress;
 
 use crate::recovery::round_ms;
-use crate::shadow::{self, PassiveLog};
+use crate::shadow::{self, PassiveLog, Place};
+
+/// What serves an interface: these modules (dependencies first) on this device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Driver {
+    pub device: PciAddress,
+    pub modules: Vec<ModuleInfo>,
+}
 
 /// Why the interface changes hands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,12 +54,15 @@ pub enum Reason {
     Requested,
     /// `understudy update`: another build of the driver.
     Update { modules: Vec<ModuleInfo>, allow_feature_loss: bool },
+    /// `understudy migrate`: another device, usually with another driver.
+    Migrate { to: Driver },
 }
 
 /// What the handover waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// The successor loads and checks its modules (LOAD) while the predecessor still serves.
+    /// The successor loads and checks its modules (LOAD) while the predecessor
+    /// still serves; a move's successor also probes its device.
     Loading,
     /// The predecessor is being ended and its device stopped.
     Quiescing,
@@ -65,8 +79,8 @@ pub enum Phase {
 
 #[derive(Debug, PartialEq)]
 pub enum Event<F> {
-    /// The successor's answer to LOAD: the kernel half it chose, or every problem.
-    Loaded(Result<String, String>),
+    /// The successor's answer to LOAD (and a move's, to its probe), or every problem.
+    Loaded(Result<Loaded, String>),
     /// The predecessor is gone and its device stopped: the frames it took and
     /// never completed, oldest first, and how long the device's stop took.
     Quiesced { uncompleted: Vec<F>, device_stop_ms: f64 },
@@ -85,15 +99,27 @@ pub enum Event<F> {
     ProbationOver,
 }
 
+/// A successor that loaded while its predecessor served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The kernel half LOAD chose.
+    pub kernel_half: String,
+    /// What it registered when it probed its device: a move's successor
+    /// probes (on scratch memory), an update's cannot (its device is busy).
+    pub registration: Option<RegisteredInfo>,
+}
+
 #[derive(Debug, PartialEq)]
 pub enum Action<F> {
-    /// Start a process for `modules` and send it LOAD, nothing else yet.
-    Load(Vec<ModuleInfo>),
+    /// Start a process for this driver and send it LOAD -- and, on a device
+    /// other than the serving one, HELLO and PROBE on scratch memory; then `Loaded`.
+    Load(Driver),
     /// End the serving driver, stop its device, take back its buffers; then `Quiesced`.
     StopPredecessor,
-    /// Start a successor for `modules`: the process that loaded them (an
-    /// update), else a fork of the template made from them, else a probe.
-    Start { modules: Vec<ModuleInfo> },
+    /// Start a successor for this driver: the process that loaded it (an
+    /// update), else a fork of the template made from it, else a probe. On
+    /// another device than the serving one, that device serves from now on.
+    Start(Driver),
     /// End the successor for this reason; the daemon then reports `SuccessorFailed`.
     EndSuccessor(String),
     /// The successor registered: the net shadow starts from it.
@@ -105,6 +131,9 @@ pub enum Action<F> {
     Resubmit(Vec<F>),
     /// A failure of the successor within this window still rolls the update back.
     StartProbation(Duration),
+    /// Tell the network where the interface's MAC now is: gratuitous ARP and
+    /// unsolicited neighbour advertisements from the interface.
+    Announce,
     /// The handover is over.
     Done(Outcome<F>),
 }
@@ -112,11 +141,11 @@ pub enum Action<F> {
 /// How a handover ended.
 #[derive(Debug, PartialEq)]
 pub enum Outcome<F> {
-    /// The successor serves: recovered, or updated and through probation.
+    /// The successor serves: recovered, or updated or moved and through probation.
     Committed,
-    /// An update failed and its predecessor's modules serve again.
+    /// An update or a move failed and its predecessor serves again.
     RolledBack { why: String },
-    /// An update refused at load: nothing changed.
+    /// An update or a move refused at load: nothing changed.
     Refused { why: String },
     /// Nobody serves. The daemon's death handling decides what follows, with
     /// this log and these frames; `replaceable` is false when a fresh copy
@@ -133,8 +162,8 @@ pub struct Handover<F> {
     phase: Phase,
     /// The predecessor's log: what every successor is given.
     log: PassiveLog,
-    /// The predecessor's modules: what a rollback runs.
-    predecessor: Vec<ModuleInfo>,
+    /// What served before: what a rollback runs.
+    predecessor: Driver,
     /// Why the update failed, once it is rolling back.
     rolling_back: Option<String>,
     /// Why the handover asked for its successor's end (`EndSuccessor`), until it failed.
@@ -152,50 +181,82 @@ pub struct Handover<F> {
 }
 
 impl<F> Handover<F> {
-    /// A restart: the predecessor running `modules` is gone, its device
-    /// stopped since `began` (`device_stop_ms` of it the device's own stop),
-    /// and `uncompleted` its frames. Death and `recover`.
-    pub fn restart(reason: Reason, log: PassiveLog, modules: Vec<ModuleInfo>, uncompleted: Vec<F>,
+    /// A restart: the predecessor is gone, its device stopped since `began`
+    /// (`device_stop_ms` of it the device's own stop), and `uncompleted` its
+    /// frames. Death and `recover`.
+    pub fn restart(reason: Reason, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
                    began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
-        let mut h = Handover::new(reason, log, modules.clone(), began);
+        let mut h = Handover::new(reason, log, predecessor.clone(), began);
         h.uncompleted = uncompleted;
         h.record.device_stop_ms = device_stop_ms;
         h.record.stop_ms = h.lap(now);
         h.phase = Phase::Registering;
-        (h, vec![Action::Start { modules }])
+        (h, vec![Action::Start(predecessor)])
     }
 
-    /// An update of a serving driver that runs `modules`, to `to`.
-    pub fn update(to: Vec<ModuleInfo>, allow_feature_loss: bool, log: PassiveLog, modules: Vec<ModuleInfo>, now: Instant)
+    /// An update of the serving `predecessor` to the modules `to`.
+    pub fn update(to: Vec<ModuleInfo>, allow_feature_loss: bool, log: PassiveLog, predecessor: Driver, now: Instant)
                   -> (Self, Vec<Action<F>>) {
-        let load = Action::Load(to.clone());
-        let mut h = Handover::new(Reason::Update { modules: to, allow_feature_loss }, log, modules, now);
+        Handover::loading(Reason::Update { modules: to, allow_feature_loss }, log, predecessor, now)
+    }
+
+    /// A move of the serving `predecessor`'s interface to the driver `to`.
+    pub fn migrate(to: Driver, log: PassiveLog, predecessor: Driver, now: Instant) -> (Self, Vec<Action<F>>) {
+        Handover::loading(Reason::Migrate { to }, log, predecessor, now)
+    }
+
+    fn loading(reason: Reason, log: PassiveLog, predecessor: Driver, now: Instant) -> (Self, Vec<Action<F>>) {
+        let mut h = Handover::new(reason, log, predecessor, now);
         h.phase = Phase::Loading;
+        let load = Action::Load(h.successor());
         (h, vec![load])
     }
 
-    fn new(reason: Reason, log: PassiveLog, predecessor: Vec<ModuleInfo>, began: Instant) -> Self {
-        let (kind, cause, to) = match &reason {
-            Reason::Death { cause } => (HandoverReason::Death, cause.clone(), None),
-            Reason::Requested => (HandoverReason::Requested, "restart requested (`understudy recover`)".into(), None),
-            Reason::Update { modules, .. } => {
-                (HandoverReason::Update, "update requested (`understudy update`)".into(), Some(modules.clone()))
-            }
+    fn new(reason: Reason, log: PassiveLog, predecessor: Driver, began: Instant) -> Self {
+        let (kind, cause) = match &reason {
+            Reason::Death { cause } => (HandoverReason::Death, cause.clone()),
+            Reason::Requested => (HandoverReason::Requested, "restart requested (`understudy recover`)".into()),
+            Reason::Update { .. } => (HandoverReason::Update, "update requested (`understudy update`)".into()),
+            Reason::Migrate { to } => (HandoverReason::Migrate, format!("move to {} requested (`understudy migrate`)", to.device)),
         };
-        let record = HandoverRecord {
-            reason: kind,
-            cause,
-            outcome: "under way".into(),
-            from_modules: to.is_some().then(|| predecessor.clone()),
-            to_modules: to,
-            ..HandoverRecord::default()
-        };
+        let mut record = HandoverRecord { reason: kind, cause, outcome: "under way".into(), ..HandoverRecord::default() };
+        if matches!(reason, Reason::Update { .. } | Reason::Migrate { .. }) {
+            let to = Handover::<F>::successor_of(&reason, &predecessor);
+            record.from_modules = Some(predecessor.modules.clone());
+            record.to_modules = Some(to.modules);
+        }
+        if let Reason::Migrate { to } = &reason {
+            record.from_device = Some(predecessor.device.to_string());
+            record.to_device = Some(to.device.to_string());
+        }
         Handover { reason, phase: Phase::Registering, log, predecessor, rolling_back: None, ending: None, unreplaceable: false,
                    carrier: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
     }
 
     pub fn reason(&self) -> &Reason {
         &self.reason
+    }
+
+    /// The driver the handover hands the interface to (before any rollback).
+    pub fn successor(&self) -> Driver {
+        Handover::<F>::successor_of(&self.reason, &self.predecessor)
+    }
+
+    fn successor_of(reason: &Reason, predecessor: &Driver) -> Driver {
+        match reason {
+            Reason::Death { .. } | Reason::Requested => predecessor.clone(),
+            Reason::Update { modules, .. } => Driver { device: predecessor.device.clone(), modules: modules.clone() },
+            Reason::Migrate { to } => to.clone(),
+        }
+    }
+
+    fn moves(&self) -> bool {
+        matches!(self.reason, Reason::Migrate { .. })
+    }
+
+    /// The interface's MAC was announced with this many frames.
+    pub fn announced(&mut self, frames: u32) {
+        self.record.announced += frames;
     }
 
     /// The log every successor is given.
@@ -238,9 +299,19 @@ impl<F> Handover<F> {
 
     pub fn on(&mut self, event: Event<F>, now: Instant) -> Vec<Action<F>> {
         match (self.phase, event) {
-            (Phase::Loading, Event::Loaded(Ok(half))) => {
+            (Phase::Loading, Event::Loaded(Ok(loaded))) => {
                 self.record.load_ms = Some(self.lap(now));
-                self.record.kernel_half = Some(half);
+                self.record.kernel_half = Some(loaded.kernel_half);
+                if self.moves() {
+                    // Checked before anything stops: the probe said what it offers.
+                    let unfit = match &loaded.registration {
+                        None => Some("it registered no net_device when it probed".to_string()),
+                        Some(info) => self.log.incompatibility(info, Place::OtherDevice),
+                    };
+                    if let Some(why) = unfit {
+                        return self.finish(Outcome::Refused { why: format!("it cannot take the interface: {why}") });
+                    }
+                }
                 self.phase = Phase::Quiescing;
                 vec![Action::StopPredecessor]
             }
@@ -253,8 +324,7 @@ impl<F> Handover<F> {
                 self.record.device_stop_ms = device_stop_ms;
                 self.record.stop_ms = self.lap(now);
                 self.phase = Phase::Registering;
-                let Reason::Update { modules, .. } = &self.reason else { unreachable!("only an update quiesces") };
-                vec![Action::Start { modules: modules.clone() }]
+                vec![Action::Start(self.successor())]
             }
             (Phase::Registering, Event::Started(kind)) => {
                 self.record.start = kind;
@@ -296,9 +366,12 @@ impl<F> Handover<F> {
 
     fn registered(&mut self, info: RegisteredInfo, now: Instant) -> Vec<Action<F>> {
         // A rollback returns to what served before: it is never held to the update's override.
-        let allow_feature_loss =
-            matches!(self.reason, Reason::Update { allow_feature_loss: true, .. }) && self.rolling_back.is_none();
-        if let Some(why) = self.log.incompatibility(&info, allow_feature_loss) {
+        let place = match (&self.reason, self.rolling_back.is_some()) {
+            (Reason::Migrate { .. }, false) => Place::OtherDevice,
+            (Reason::Update { allow_feature_loss, .. }, false) => Place::SameDevice { allow_feature_loss: *allow_feature_loss },
+            _ => Place::SameDevice { allow_feature_loss: false },
+        };
+        if let Some(why) = self.log.incompatibility(&info, place) {
             return self.end_successor(format!("it cannot take its predecessor's place: {why}"));
         }
         self.record.start_ms = Some(self.lap(now));
@@ -336,9 +409,12 @@ impl<F> Handover<F> {
         self.record.tx_resubmitted = frames.len() as u32;
         self.record.serving_ms = Some(round_ms(now.saturating_duration_since(self.began)));
         let mut actions = vec![Action::Resubmit(frames)];
+        if self.moves() {
+            actions.push(Action::Announce);
+        }
         match (&self.reason, self.rolling_back.take()) {
             (_, Some(why)) => actions.extend(self.finish(Outcome::RolledBack { why })),
-            (Reason::Update { .. }, None) => {
+            (Reason::Update { .. } | Reason::Migrate { .. }, None) => {
                 self.phase = Phase::Probation;
                 actions.push(Action::StartProbation(PROBATION));
             }
@@ -347,12 +423,12 @@ impl<F> Handover<F> {
         actions
     }
 
-    /// The successor cannot serve. An update not rolled back yet goes back
-    /// to its predecessor's modules; anything else ends here.
+    /// The successor cannot serve. An update or a move not rolled back yet
+    /// goes back to its predecessor; anything else ends here.
     fn failed(&mut self, cause: String, now: Instant) -> Vec<Action<F>> {
         let cause = self.ending.take().unwrap_or(cause);
         let first_failure = self.rolling_back.is_none();
-        if matches!(self.reason, Reason::Update { .. }) && first_failure {
+        if matches!(self.reason, Reason::Update { .. } | Reason::Migrate { .. }) && first_failure {
             self.record.rolled_back_at_ms = Some(round_ms(now.saturating_duration_since(self.began)));
             self.rolling_back = Some(format!("the new driver failed: {cause}"));
             self.unreplaceable = false;
@@ -361,7 +437,7 @@ impl<F> Handover<F> {
             self.record.start_ms = None;
             self.record.replay_ms = None;
             self.record.link_ms = None;
-            return vec![Action::Start { modules: self.predecessor.clone() }];
+            return vec![Action::Start(self.predecessor.clone())];
         }
         let why = match self.rolling_back.take() {
             Some(update) => format!("{update}; rolling back failed too: {cause}"),
@@ -375,6 +451,7 @@ impl<F> Handover<F> {
     fn finish(&mut self, outcome: Outcome<F>) -> Vec<Action<F>> {
         self.record.outcome = match &outcome {
             Outcome::Committed if matches!(self.reason, Reason::Update { .. }) => "updated".into(),
+            Outcome::Committed if self.moves() => "moved".into(),
             Outcome::Committed => "recovered".into(),
             Outcome::RolledBack { why } => format!("rolled back: {why}"),
             Outcome::Refused { why } => format!("refused: {why}"),

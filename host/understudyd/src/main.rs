@@ -6,11 +6,13 @@
 //! untrusted driver process (docs/protocol.md). The `understudy` CLI talks to
 //! it over a unix socket.
 
+mod announce;
 mod coalesce;
 mod config;
 mod ethtool_job;
 mod fd;
 mod handover;
+mod modtree;
 mod multicast;
 mod netlink;
 mod placement;
@@ -20,6 +22,7 @@ mod ratelimit;
 mod recovery;
 mod server;
 mod shadow;
+mod standby;
 mod supervisor;
 mod tap;
 mod template;

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The CLI's socket: one JSON request per connection, one JSON response.
 
-use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -10,23 +9,46 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use sha2::{Digest, Sha256};
-use understudy_api::{ModuleInfo, Request, Response};
+use understudy_api::{ModuleInfo, Request, Response, StandbyRequest};
 use understudy_protocol::{MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use crate::config::Config;
+use crate::handover::Driver;
+use crate::modtree;
 use crate::placement::Placement;
 use crate::supervisor::{self, Handle, Setup};
 use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
 use crate::watchdog::Detection;
 
-/// A device is `Starting` while `run` sets it up: a second `run` is refused
-/// from the first moment, not only once the first has finished.
+/// An interface is `Starting` while `run` sets it up: a second `run` of its
+/// devices is refused from the first moment, not only once the first has
+/// finished. A running one is found by its interface or its devices, which a
+/// move changes.
 enum Slot {
-    Starting,
+    Starting { devices: Vec<PciAddress> },
     Running(Handle),
+}
+
+impl Slot {
+    /// The interface that uses `device` (serving it, or holding it as a standby).
+    fn uses(&self, device: &PciAddress) -> Option<String> {
+        match self {
+            Slot::Starting { devices } => devices.contains(device).then(|| "an interface being set up".into()),
+            Slot::Running(h) => {
+                let st = h.status();
+                let name = device.as_str();
+                (st.device == name || st.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
+            }
+        }
+    }
+
+    /// Whether `name` is this interface or the device serving it.
+    fn is(&self, name: &str) -> bool {
+        matches!(self, Slot::Running(h) if { let st = h.status(); st.device == name || st.ifname == name })
+    }
 }
 
 struct Daemon {
@@ -34,7 +56,7 @@ struct Daemon {
     detection: Detection,
     restarts: RestartPolicy,
     agent: AgentPolicy,
-    devices: Mutex<BTreeMap<PciAddress, Slot>>,
+    devices: Mutex<Vec<Slot>>,
 }
 
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
@@ -52,10 +74,10 @@ pub fn serve(socket: &Path, driver: PathBuf, detection: Detection, restarts: Res
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, detection, restarts, agent, devices: Mutex::new(BTreeMap::new()) });
+    let daemon = Arc::new(Daemon { driver, detection, restarts, agent, devices: Mutex::new(Vec::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
-        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu) {
+        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new()) {
             Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
             Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
                                    fix the cause and `understudy run` it", d.pci),
@@ -94,7 +116,7 @@ fn spawn_signal_handler(daemon: Arc<Daemon>, socket: PathBuf) -> Result<(), Stri
             unsafe { libc::sigwait(&set, &mut sig) };
             info!("signal {sig}: stopping every device");
             let devices = std::mem::take(&mut *daemon.devices.lock().unwrap_or_else(|p| p.into_inner()));
-            for (_, slot) in devices {
+            for slot in devices {
                 if let Slot::Running(h) = slot {
                     h.stop();
                 }
@@ -146,7 +168,7 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run { device, modules, ifname, cpu } => match self.run(&device, &modules, ifname, cpu) {
+            Request::Run { device, modules, ifname, cpu, standby } => match self.run(&device, &modules, ifname, cpu, standby) {
                 Ok(status) => Response::ok(vec![status]),
                 Err(e) => {
                     warn!("run {device}: refused: {e}");
@@ -155,9 +177,9 @@ impl Daemon {
             },
             Request::Status => {
                 let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-                Response::ok(devices.values().filter_map(|s| match s {
+                Response::ok(devices.iter().filter_map(|s| match s {
                     Slot::Running(h) => Some(h.status()),
-                    Slot::Starting => None,
+                    Slot::Starting { .. } => None,
                 }).collect())
             }
             Request::Ethtool { device, queries } => match self.requester_for(&device) {
@@ -179,36 +201,43 @@ impl Daemon {
                 let update = module_infos(&modules)
                     .and_then(|infos| self.requester_for(&device).map(|r| (r, infos)))
                     .and_then(|(requester, infos)| requester.update(infos, allow_feature_loss));
-                match update {
-                    Ok(record) if record.outcome == "updated" => Response { handover: Some(record), ..Response::ok(Vec::new()) },
-                    Ok(record) => Response { handover: Some(record.clone()), ..Response::error(format!("{device}: {}", record.outcome)) },
-                    Err(e) => {
-                        warn!("update {device}: refused: {e}");
-                        Response::error(e)
-                    }
-                }
+                handover_response("update", &device, "updated", update)
+            }
+            Request::Migrate { device, to, modules } => {
+                let moved = self.migrate(&device, &to, &modules);
+                handover_response("migrate", &device, "moved", moved)
             }
         }
     }
 
-    fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>)
-           -> Result<understudy_api::DeviceStatus, String> {
-        let addr: PciAddress = device.parse().map_err(|e: understudy_vfio::VfioError| e.to_string())?;
+    fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>,
+           standby: Vec<StandbyRequest>) -> Result<understudy_api::DeviceStatus, String> {
+        let addr = parse_address(device)?;
         let placement = cpu.map(Placement::on).transpose()?;
         let infos = module_infos(modules)?;
+        let standby = standby.iter().map(|s| {
+            let device = parse_address(&s.device)?;
+            if device == addr {
+                return Err(format!("standby {device} is the device itself"));
+            }
+            let modules = resolve_modules(&s.modules, &infos, &device)?;
+            Ok(Driver { device, modules: module_infos(&modules)? })
+        }).collect::<Result<Vec<_>, String>>()?;
         if !self.driver.is_file() {
             return Err(format!("the driver executable {} does not exist (build it with `make -C runtime`, or start understudyd with --driver)", self.driver.display()));
         }
         let ifname = {
             let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-            if devices.contains_key(&addr) {
-                return Err(format!("{addr} is already run by this understudyd (see `understudy status`; `understudy stop {addr}` releases it)"));
+            let claimed = std::iter::once(&addr).chain(standby.iter().map(|d| &d.device));
+            if let Some((device, user)) = claimed.filter_map(|d| devices.iter().find_map(|s| s.uses(d)).map(|u| (d, u))).next() {
+                return Err(format!("{device} is already used by this understudyd ({user}; see `understudy status`, \
+                                    `understudy stop` releases it)"));
             }
             let ifname = match ifname {
                 Some(name) => name,
                 None => (0..).map(|i| format!("us{i}")).find(|n| !Path::new("/sys/class/net").join(n).exists()).expect("a free name"),
             };
-            devices.insert(addr.clone(), Slot::Starting);
+            devices.push(Slot::Starting { devices: std::iter::once(addr.clone()).chain(standby.iter().map(|d| d.device.clone())).collect() });
             ifname
         };
         let setup = Setup {
@@ -221,47 +250,114 @@ impl Daemon {
             detection: self.detection,
             restarts: self.restarts,
             agent: self.agent.clone(),
+            standby,
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        let starting = devices.iter().position(|s| matches!(s, Slot::Starting { devices } if devices[0] == addr))
+            .expect("its slot");
         match result {
             Ok(handle) => {
                 let status = handle.status();
-                devices.insert(addr, Slot::Running(handle));
+                devices[starting] = Slot::Running(handle);
                 Ok(status)
             }
             Err(e) => {
-                devices.remove(&addr);
+                devices.remove(starting);
                 Err(e)
             }
         }
     }
 
+    /// `migrate`: the destination must not be another interface's; the
+    /// modules are the caller's, else the standby's, else the module tree's.
+    fn migrate(&self, device: &str, to: &str, modules: &[String]) -> Result<understudy_api::HandoverRecord, String> {
+        let to = parse_address(to)?;
+        let status = self.status_of(device)?;
+        // Absent, or bound to a kernel driver: said before anything else is looked up.
+        understudy_vfio::check_device(Path::new(understudy_vfio::SYSFS_PCI_DEVICES), &to)
+            .map_err(|e| format!("the destination cannot be taken: {e}"))?;
+        let standby = status.standby.iter().find(|s| s.device == to.as_str());
+        let infos = match (modules.is_empty(), standby) {
+            (true, Some(s)) => s.modules.clone(),
+            _ => module_infos(&resolve_modules(modules, &status.modules, &to)?)?,
+        };
+        if standby.is_none() {
+            let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(user) = devices.iter().find_map(|s| s.uses(&to)) {
+                return Err(format!("{to} is already used by this understudyd ({user})"));
+            }
+        }
+        self.requester_for(device)?.migrate(to, infos)
+    }
+
+    fn status_of(&self, name: &str) -> Result<understudy_api::DeviceStatus, String> {
+        let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        devices.iter().find(|s| s.is(name)).and_then(|s| match s {
+            Slot::Running(h) => Some(h.status()),
+            Slot::Starting { .. } => None,
+        }).ok_or_else(|| not_run(name))
+    }
+
     /// The device named by its PCI address or its interface.
     fn requester_for(&self, name: &str) -> Result<supervisor::Requester, String> {
         let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        devices
-            .iter()
-            .find_map(|(addr, slot)| match slot {
-                Slot::Running(h) if addr.to_string() == name || h.status().ifname == name => Some(h.requester()),
-                _ => None,
-            })
-            .ok_or_else(|| format!("no device or interface {name} is run by this understudyd (see `understudy status`)"))
+        devices.iter().find(|s| s.is(name)).and_then(|s| match s {
+            Slot::Running(h) => Some(h.requester()),
+            Slot::Starting { .. } => None,
+        }).ok_or_else(|| not_run(name))
     }
 
     fn stop(&self, device: &str) -> Result<(), String> {
-        let addr: PciAddress = device.parse().map_err(|e: understudy_vfio::VfioError| e.to_string())?;
         let slot = {
             let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-            match devices.get(&addr) {
-                None => return Err(format!("{addr} is not run by this understudyd")),
-                Some(Slot::Starting) => return Err(format!("{addr} is still starting; try again")),
-                Some(Slot::Running(_)) => devices.remove(&addr).expect("present"),
+            if let Ok(addr) = parse_address(device) {
+                if devices.iter().any(|s| matches!(s, Slot::Starting { devices } if devices[0] == addr)) {
+                    return Err(format!("{addr} is still starting; try again"));
+                }
             }
+            let at = devices.iter().position(|s| s.is(device)).ok_or_else(|| not_run(device))?;
+            devices.remove(at)
         };
         if let Slot::Running(h) = slot {
             h.stop();
         }
         Ok(())
+    }
+}
+
+fn parse_address(device: &str) -> Result<PciAddress, String> {
+    device.parse().map_err(|e: understudy_vfio::VfioError| e.to_string())
+}
+
+fn not_run(name: &str) -> String {
+    format!("no device or interface {name} is run by this understudyd (see `understudy status`)")
+}
+
+/// The modules for `device`: `given` (one module gets its dependencies from
+/// its tree's modules.dep), or if none, the one that claims the device in
+/// the module tree of `running` (the interface's driver today).
+fn resolve_modules(given: &[String], running: &[ModuleInfo], device: &PciAddress) -> Result<Vec<String>, String> {
+    match given {
+        [] => {
+            let driver = running.last().ok_or("no running module to find a module tree from")?;
+            modtree::for_device(&modtree::tree_of(Path::new(&driver.path))?, device.as_str())
+        }
+        [one] => Ok(modtree::with_dependencies(Path::new(one)).unwrap_or_else(|_| vec![one.clone()])),
+        many => Ok(many.to_vec()),
+    }
+}
+
+/// The answer to `update` or `migrate` (`what`): ok with the record if its
+/// outcome is `done`, else an error that carries the record.
+fn handover_response(what: &str, device: &str, done: &str,
+                     result: Result<understudy_api::HandoverRecord, String>) -> Response {
+    match result {
+        Ok(record) if record.outcome == done => Response { handover: Some(record), ..Response::ok(Vec::new()) },
+        Ok(record) => Response { handover: Some(record.clone()), ..Response::error(format!("{device}: {}", record.outcome)) },
+        Err(e) => {
+            warn!("{what} {device}: refused: {e}");
+            Response::error(e)
+        }
     }
 }

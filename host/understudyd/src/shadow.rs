@@ -91,6 +91,15 @@ pub enum Undo {
     Down { why: String },
 }
 
+/// Where a successor takes a log's place (`PassiveLog::incompatibility`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A restart or an update: the same device, so the same card.
+    SameDevice { allow_feature_loss: bool },
+    /// A move: another device, with its own MAC and features.
+    OtherDevice,
+}
+
 /// The passive log (live-update paper §4): what the driver said of its
 /// net_device and every setting it accepted -- all a fresh driver process
 /// must be given to stand where this one stood. Refused and unanswered
@@ -109,12 +118,16 @@ pub struct PassiveLog {
 }
 
 impl PassiveLog {
-    /// Why a newly registered driver cannot take this log's place, if it cannot:
-    /// another device, an MTU in use it would refuse, or fewer features than
-    /// the stack was using (unless `allow_feature_loss`: an update told so).
-    pub fn incompatibility(&self, fresh: &RegisteredInfo, allow_feature_loss: bool) -> Option<String> {
+    /// Why a newly registered driver cannot take this log's place, if it cannot.
+    /// On the same device: another device, an MTU in use it would refuse, or
+    /// fewer features than the stack was using (unless `allow_feature_loss`:
+    /// an update told so). On another device (a move): the MAC is the
+    /// interface's, set by the replay; the MTU in use and the offloads the
+    /// interface advertises are what it must take (docs/migration.md).
+    pub fn incompatibility(&self, fresh: &RegisteredInfo, place: Place) -> Option<String> {
         let old = &self.registered;
-        if fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr {
+        let same_device = matches!(place, Place::SameDevice { .. });
+        if same_device && (fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr) {
             return Some(format!("it registered address {} (permanent {}), its predecessor {} (permanent {})",
                                 format_mac(&fresh.dev_addr), format_mac(&fresh.perm_addr),
                                 format_mac(&old.dev_addr), format_mac(&old.perm_addr)));
@@ -122,11 +135,20 @@ impl PassiveLog {
         if self.mtu < fresh.min_mtu || self.mtu > fresh.max_mtu {
             return Some(format!("the MTU in use, {}, is outside its range {}..{}", self.mtu, fresh.min_mtu, fresh.max_mtu));
         }
-        let missing = old.features & !fresh.features;
-        if missing != 0 && !allow_feature_loss {
-            return Some(format!("it lacks features that were in use: {}", feature_names(missing)));
+        match place {
+            Place::SameDevice { allow_feature_loss } => {
+                let missing = old.features & !fresh.features;
+                (missing != 0 && !allow_feature_loss)
+                    .then(|| format!("it lacks features that were in use: {}", feature_names(missing)))
+            }
+            Place::OtherDevice => {
+                let missing = old.offloads & !fresh.offloads;
+                (missing != 0).then(|| format!(
+                    "it lacks offloads the interface advertises: {} (declare the device with `understudy run \
+                     --standby` so that the interface advertises only what every driver it may move to has)",
+                    offload_names(missing).join(", ")))
+            }
         }
-        None
     }
 
     /// The requests that bring a newly registered driver (compatible, see
@@ -165,6 +187,17 @@ pub fn feature_names(features: u64) -> String {
         .map(|bit| NAMES.iter().find(|(b, _)| *b == bit).map_or_else(|| format!("bit {bit}"), |(_, n)| n.to_string()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `OFFLOAD_*` flags by name, for the log and `status`.
+pub fn offload_names(offloads: u32) -> Vec<String> {
+    use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_RX_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
+    [(OFFLOAD_CSUM, "tx-checksum"), (OFFLOAD_TSO4, "tso4"), (OFFLOAD_TSO6, "tso6"), (OFFLOAD_TSO_ECN, "tso-ecn"),
+     (OFFLOAD_RX_CSUM, "rx-checksum")]
+        .iter()
+        .filter(|(flag, _)| offloads & flag != 0)
+        .map(|(_, name)| name.to_string())
+        .collect()
 }
 
 /// A MAC address as `ip link` shows it.
@@ -476,15 +509,35 @@ mod tests {
     fn a_replacement_must_be_the_same_device_with_the_mtu_and_features_in_use() {
         let mut log = shadow().log().clone();
         log.mtu = 9000;
-        assert_eq!(log.incompatibility(&e1000(), false), None);
+        assert_eq!(log.incompatibility(&e1000(), SAME), None);
         let other = RegisteredInfo { perm_addr: [2, 0, 0, 0, 0, 1], ..e1000() };
-        assert!(log.incompatibility(&other, true).unwrap().contains("permanent 02:00:00:00:00:01"));
+        assert!(log.incompatibility(&other, LOSSY).unwrap().contains("permanent 02:00:00:00:00:01"));
         let small = RegisteredInfo { max_mtu: 1500, ..e1000() };
-        assert_eq!(log.incompatibility(&small, true).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
+        assert_eq!(log.incompatibility(&small, LOSSY).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
         let fewer = RegisteredInfo { features: 0x3, ..e1000() };
-        assert_eq!(log.incompatibility(&fewer, false).unwrap(), "it lacks features that were in use: bit 30");
-        assert_eq!(log.incompatibility(&fewer, true), None, "an update may be told to accept the loss");
+        assert_eq!(log.incompatibility(&fewer, SAME).unwrap(), "it lacks features that were in use: bit 30");
+        assert_eq!(log.incompatibility(&fewer, LOSSY), None, "an update may be told to accept the loss");
         let more = RegisteredInfo { features: 0x4000_0007, ..e1000() };
-        assert_eq!(log.incompatibility(&more, false), None);
+        assert_eq!(log.incompatibility(&more, SAME), None);
+    }
+
+    const SAME: Place = Place::SameDevice { allow_feature_loss: false };
+    const LOSSY: Place = Place::SameDevice { allow_feature_loss: true };
+
+    #[test]
+    fn a_successor_on_another_device_keeps_the_mtu_in_use_and_the_offloads_advertised() {
+        use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6};
+        let mut log = shadow().log().clone();
+        log.registered.offloads = OFFLOAD_CSUM | OFFLOAD_TSO4;
+        let rtl = RegisteredInfo { perm_addr: [2, 0, 0, 0, 0, 1], dev_addr: [2, 0, 0, 0, 0, 1], features: 0,
+                                   offloads: OFFLOAD_CSUM | OFFLOAD_TSO4 | OFFLOAD_TSO6, ..e1000() };
+        assert_eq!(log.incompatibility(&rtl, Place::OtherDevice), None, "its own MAC and NETIF features do not matter");
+        assert!(log.incompatibility(&rtl, SAME).unwrap().contains("permanent 02:00:00:00:00:01"));
+        let pcnet = RegisteredInfo { offloads: 0, ..rtl.clone() };
+        let why = log.incompatibility(&pcnet, Place::OtherDevice).unwrap();
+        assert!(why.starts_with("it lacks offloads the interface advertises: tx-checksum, tso4 (declare"), "{why}");
+        log.mtu = 9000;
+        let small = RegisteredInfo { max_mtu: 1500, ..rtl };
+        assert_eq!(log.incompatibility(&small, Place::OtherDevice).unwrap(), "the MTU in use, 9000, is outside its range 46..1500");
     }
 }

@@ -16,6 +16,7 @@ mod device;
 mod handle;
 mod interface;
 mod link;
+mod loader;
 mod succession;
 
 pub use handle::{start, Handle, Requester, Setup};
@@ -35,10 +36,11 @@ use understudy_vfio::{PciAddress, Vfio};
 
 use crate::ethtool_job::{Answer, EthtoolJob, Progress};
 use crate::fd;
-use crate::handover::{describe, Event, Reason};
+use crate::handover::{describe, Driver, Event, Reason};
 use crate::placement::Placement;
 use crate::ratelimit::TokenBucket;
 use crate::shadow::{format_mac, Action, NetShadow, Phase};
+use crate::standby::Standbys;
 use crate::watchdog::Detection;
 
 use agent::RecoveryAgent;
@@ -46,6 +48,7 @@ use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
 use interface::Interface;
 use link::DriverLink;
+use loader::{Loader, Spawn};
 use succession::Succession;
 
 /// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
@@ -100,6 +103,8 @@ struct Supervisor {
     shadow: Option<NetShadow>,
     datapath: Datapath,
     vfio: Vfio,
+    /// Where the interface may move: declared standbys and the device it left.
+    standbys: Standbys<Vfio>,
     interface: Interface,
     stop: OwnedFd,
     wake: OwnedFd,
@@ -122,6 +127,8 @@ impl Supervisor {
         let g = setup.geometry;
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
         let datapath = Datapath::new(shm, label.clone())?;
+        let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection };
+        let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
         let interface = Interface::create(&setup.ifname, label.clone())?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
         if let Some(p) = &setup.placement {
@@ -162,6 +169,8 @@ impl Supervisor {
             recoveries: Vec::new(),
             recovery_count: 0,
             updates: Vec::new(),
+            migrations: Vec::new(),
+            standby: standbys.status(),
             template_pid: None,
         };
         let (command_sender, commands) = mpsc::channel();
@@ -172,6 +181,7 @@ impl Supervisor {
             shadow: None,
             datapath,
             vfio,
+            standbys,
             interface,
             stop,
             wake,
@@ -319,7 +329,8 @@ impl Supervisor {
     fn poll_timeout(&self, now: Instant) -> libc::c_int {
         let mut next = self.log_limit.next_report();
         let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        for t in [self.succession.probation_until(), self.agent.retry.as_ref().map(|r| r.at)].into_iter().flatten() {
+        let retry = self.agent.retry.as_ref().map(|r| r.at);
+        for t in [self.succession.probation_until(), retry, self.succession.loader_deadline()].into_iter().flatten() {
             earliest(t);
         }
         if let Some(link) = &self.link {
@@ -441,6 +452,18 @@ impl Supervisor {
                         let _ = answer.send(Err(format!("{}: {why}", self.label())));
                     }
                 },
+                Command::Migrate { to, modules, answer } => {
+                    let destination = self.may_hand_over().map_err(str::to_string)
+                        .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
+                        .and_then(|()| self.destination(&to));
+                    match destination {
+                        Ok(vfio) => self.begin_migrate(Driver { device: to, modules }, vfio, answer)?,
+                        Err(why) => {
+                            warn!("{}: move to {to} refused, nothing changed: {why}", self.label());
+                            let _ = answer.send(Err(format!("{}: {why}", self.label())));
+                        }
+                    }
+                }
             }
         }
         if recover {
@@ -474,11 +497,24 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Whether the interface may change hands now (`recover`, `update`).
+    /// The device a move to `to` takes: a standby's, or opened now -- which
+    /// checks it is present, bound to vfio-pci and free.
+    fn destination(&mut self, to: &PciAddress) -> Result<Vfio, String> {
+        if to == self.vfio.address() {
+            return Err(format!("{} already serves {}", to, self.interface.name()));
+        }
+        if let Some(vfio) = self.standbys.lend(to) {
+            return Ok(vfio);
+        }
+        Vfio::open(to).map_err(|e| format!("the destination cannot be taken: {e}"))
+    }
+
+    /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
     fn may_hand_over(&self) -> Result<(), &'static str> {
         match (&self.link, &self.shadow, self.succession.reason()) {
             (None, ..) => Err("the driver is dead (see `understudy status`)"),
             (_, _, Some(Reason::Update { .. })) => Err("an update is already under way"),
+            (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way"),
             (_, _, Some(_)) => Err("a restart is already under way"),
             (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
             _ => Ok(()),
@@ -701,4 +737,27 @@ fn state_of(phase: Phase) -> DriverState {
         Phase::Open => DriverState::Open,
         Phase::Stopped => DriverState::Stopped,
     }
+}
+
+/// `run --standby`: each device is opened, its driver loaded and probed on
+/// scratch memory (loader.rs), then stopped and kept for the interface; what
+/// its driver registered narrows what the interface advertises.
+fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Vfio>, String> {
+    let mut standbys = Standbys::new();
+    for driver in standby {
+        let address = driver.device.clone();
+        let refused = |why: String| format!("standby {address}: {why}");
+        let mut vfio = Vfio::open(&address).map_err(|e| refused(e.to_string()))?;
+        let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules).map_err(refused)?;
+        let limit = spawn.detection.probe * 2;
+        let loaded = loader.wait(limit, |level, text| info!("{address}: standby's driver ({level}): {text}"));
+        loader.finish_probe(&mut vfio, real).map_err(refused)?;
+        let registration = loaded.map_err(refused)?.registration
+            .ok_or_else(|| refused("its driver registered no net_device when it probed".into()))?;
+        info!("{address}: standby: {} registered MAC {}, MTU {}..{}, offloads {}", registration.driver,
+              format_mac(&registration.dev_addr), registration.min_mtu, registration.max_mtu,
+              crate::shadow::offload_names(registration.offloads).join(", "));
+        standbys.declare(driver, &registration, vfio);
+    }
+    Ok(standbys)
 }

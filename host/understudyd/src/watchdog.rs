@@ -25,7 +25,7 @@ pub struct Detection {
     pub ping: Duration,
     /// The reply deadline of every other request but HELLO and PROBE.
     pub request: Duration,
-    /// HELLO and PROBE: loading modules and probing take seconds under TCG.
+    /// LOAD, HELLO and PROBE: loading modules and probing take seconds under TCG.
     pub probe: Duration,
     /// Frames given to a driver with its link up must see a completion within this.
     pub tx: Duration,
@@ -50,7 +50,7 @@ impl Watchdog {
     pub fn sent(&mut self, seq: u32, name: &'static str, now: Instant) {
         let timeout = match name {
             "PING" => self.detection.ping,
-            "HELLO" | "PROBE" => self.detection.probe,
+            "LOAD" | "HELLO" | "PROBE" => self.detection.probe,
             _ => self.detection.request,
         };
         if self.outstanding.is_empty() {

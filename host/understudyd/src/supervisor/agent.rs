@@ -53,9 +53,9 @@ impl Supervisor {
             (true, Some(log)) => match self.agent.restarts.take(seen_dead) {
                 Ok(()) => {
                     let held = uncompleted.len();
-                    let modules = self.succession.modules.clone();
+                    let driver = self.serving_driver();
                     let (handover, actions) =
-                        Handover::restart(reason, log, modules, uncompleted, seen_dead, device_stop_ms, Instant::now());
+                        Handover::restart(reason, log, driver, uncompleted, seen_dead, device_stop_ms, Instant::now());
                     warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
                            {held} frame(s) to give it again; {} keeps its carrier",
                           device_stop.reset, self.interface.name(), self.interface.name());
@@ -145,8 +145,8 @@ impl Supervisor {
             }
         }
         let reason = Reason::Death { cause: retry.cause.clone() };
-        let modules = self.succession.modules.clone();
-        let (handover, actions) = Handover::restart(reason, retry.log, modules, Vec::new(), now, 0.0, now);
+        let driver = self.serving_driver();
+        let (handover, actions) = Handover::restart(reason, retry.log, driver, Vec::new(), now, 0.0, now);
         self.begin_handover(handover, Some(retry.device_stop));
         self.act_quietly(actions);
     }

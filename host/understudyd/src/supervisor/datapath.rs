@@ -14,6 +14,7 @@ use understudy_shm::{RxFrame, SharedMemory, ShmError, TxFrame};
 use super::Fault;
 use crate::coalesce::{Coalescer, Frame, RxMeta, MAX_SEGMENTS};
 use crate::fd;
+use crate::shadow::offload_names;
 use crate::tap::{Tap, MAX_FRAME_PARTS};
 
 /// Free buffers kept back from `rx_fill` so the stack can always transmit.
@@ -47,7 +48,7 @@ pub struct Datapath {
     /// Buffers of received frames the TAP has taken, to be freed.
     rx_written: Vec<u32>,
     /// Log lines' prefix: the device.
-    label: String,
+    pub label: String,
 }
 
 /// What one `move_frames` moved: the counters for `status`, the transmit
@@ -57,17 +58,6 @@ pub struct Moved {
     pub counters: Counters,
     pub completed: u64,
     pub sent: u64,
-}
-
-/// `OFFLOAD_*` flags by name, for the log and `status`.
-pub fn offload_names(offloads: u32) -> Vec<String> {
-    use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_RX_CSUM, OFFLOAD_TSO_ECN};
-    [(OFFLOAD_CSUM, "tx-checksum"), (OFFLOAD_TSO4, "tso4"), (OFFLOAD_TSO6, "tso6"), (OFFLOAD_TSO_ECN, "tso-ecn"),
-     (OFFLOAD_RX_CSUM, "rx-checksum")]
-        .iter()
-        .filter(|(flag, _)| offloads & flag != 0)
-        .map(|(_, name)| name.to_string())
-        .collect()
 }
 
 impl Datapath {

@@ -13,6 +13,7 @@ use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use super::Supervisor;
+use crate::handover::Driver;
 use crate::ethtool_job::Answer;
 use crate::fd;
 use crate::placement::Placement;
@@ -23,8 +24,9 @@ use crate::watchdog::Detection;
 /// How long a CLI client waits for an ethtool answer; the watchdog ends a
 /// silent driver (and so the query) long before this with sane timeouts.
 const ETHTOOL_WAIT: Duration = Duration::from_secs(120);
-/// How long `understudy update` waits: a load, two probes (an update and its
-/// rollback) each within --probe-timeout-ms, the links and the probation.
+/// How long `understudy update` and `migrate` wait: a load (a move's with a
+/// probe), two probes (the successor and a rollback) each within
+/// --probe-timeout-ms, the links and the probation.
 const UPDATE_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Setup {
@@ -37,6 +39,8 @@ pub struct Setup {
     pub detection: Detection,
     pub restarts: RestartPolicy,
     pub agent: AgentPolicy,
+    /// The devices the interface may move to, with their drivers (`run --standby`).
+    pub standby: Vec<Driver>,
 }
 
 /// What the CLI asks of a running device's thread.
@@ -46,9 +50,11 @@ pub(super) enum Command {
     Recover { answer: mpsc::Sender<Result<(), String>> },
     /// `understudy update`: answered when the update is over.
     Update { modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer },
+    /// `understudy migrate`: answered when the move is over.
+    Migrate { to: PciAddress, modules: Vec<ModuleInfo>, answer: UpdateAnswer },
 }
 
-/// Where an update's outcome goes: its record, or why it was not started.
+/// Where an update's or a move's outcome goes: its record, or why it was not started.
 pub(super) type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
 
 /// What the rest of the daemon holds for a device.
@@ -89,8 +95,19 @@ impl Requester {
     /// record once it is over: updated, rolled back, or refused.
     pub fn update(&self, modules: Vec<ModuleInfo>, allow_feature_loss: bool) -> Result<HandoverRecord, String> {
         let (answer, answered) = mpsc::channel();
-        self.commands.send(Command::Update { modules, allow_feature_loss, answer })
-            .map_err(|_| "the device's thread has ended".to_string())?;
+        self.handover(Command::Update { modules, allow_feature_loss, answer }, answered)
+    }
+
+    /// Moves the interface to the device `to`, driven by `modules`; returns
+    /// the move's record once it is over: moved, rolled back, or refused.
+    pub fn migrate(&self, to: PciAddress, modules: Vec<ModuleInfo>) -> Result<HandoverRecord, String> {
+        let (answer, answered) = mpsc::channel();
+        self.handover(Command::Migrate { to, modules, answer }, answered)
+    }
+
+    fn handover(&self, command: Command, answered: mpsc::Receiver<Result<HandoverRecord, String>>)
+                -> Result<HandoverRecord, String> {
+        self.commands.send(command).map_err(|_| "the device's thread has ended".to_string())?;
         fd::signal(self.wake.as_fd());
         answered.recv_timeout(UPDATE_WAIT).map_err(|_| "the device's thread did not answer".to_string())?
     }

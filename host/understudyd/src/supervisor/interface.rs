@@ -32,7 +32,7 @@ pub struct Interface {
     /// after OPEN), or until this deadline: a link that stays down is shown.
     pub carrier_held_until: Option<Instant>,
     /// Log lines' prefix: the device.
-    label: String,
+    pub label: String,
 }
 
 impl Interface {
@@ -47,6 +47,10 @@ impl Interface {
 
     pub fn name(&self) -> &str {
         self.tap.name()
+    }
+
+    pub fn ifindex(&self) -> i32 {
+        self.ifindex
     }
 
     /// Readable when netlink has news of the TAP.

@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The succession of driver processes on one device: the handover under way
-//! (handover.rs decides, this file carries it out), an update's successor
-//! while it loads, the post-probe template restarts fork from, the restart
-//! limit and the recovery agent's policy (docs/recovery.md, docs/live-update.md).
+//! The succession of driver processes behind one interface: the handover
+//! under way (handover.rs decides, this file carries it out), an update's or
+//! a move's successor while it loads (loader.rs), the device a move goes to
+//! or came from, the post-probe template restarts fork from (docs/recovery.md,
+//! docs/live-update.md, docs/migration.md).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{DeviceStop, DriverState, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
-use understudy_protocol::{DriverMessage, RegisteredInfo, Request};
+use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
+use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
+use understudy_vfio::Vfio;
 
 use super::link::{self, DriverLink};
+use super::loader::{Loader, Spawn};
 use super::{device, driver_log, Fault, Purpose, Supervisor, UpdateAnswer};
-use crate::handover::{self, describe, Event, Handover, Outcome, Reason};
+use crate::handover::{self, describe, Driver, Event, Handover, Outcome, Reason};
 use crate::process::{self, DriverProcess};
 use crate::recovery::{keep_record, ms_or_dash, FirstFrameWatch};
-use crate::shadow::{NetShadow, PassiveLog};
+use crate::shadow::{NetShadow, PassiveLog, Place};
 use crate::template::{self, SpawnError, Template};
 
 pub struct Succession {
@@ -33,8 +36,11 @@ pub struct Succession {
     /// The handover under way: a restart until its successor serves, an
     /// update until its probation is over.
     handover: Option<Handover<TxFrame>>,
-    /// An update's successor while it loads, and the CLI waiting for the update.
-    loader: Option<DriverLink>,
+    /// An update's or a move's successor while it loads, and the CLI waiting for it.
+    loader: Option<Loader>,
+    /// The other device of a move under way: where it goes, and once the
+    /// successor runs there, where it came from (a rollback goes back).
+    pub other_device: Option<Vfio>,
     update_answer: Option<UpdateAnswer>,
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
@@ -65,6 +71,7 @@ impl Succession {
             spawn_seq: 0,
             handover: None,
             loader: None,
+            other_device: None,
             update_answer: None,
             probation_until: None,
             recover_requested: false,
@@ -123,8 +130,7 @@ impl Succession {
             fds.push(t.process.pidfd.as_fd());
         }
         if let Some(l) = &self.loader {
-            fds.push(l.control());
-            fds.push(l.pidfd());
+            fds.extend(l.poll_fds());
         }
         fds
     }
@@ -137,7 +143,7 @@ impl Succession {
         }
         self.takeover = false;
         let shadow = shadow.expect("the template registered");
-        if let Some(why) = shadow.log().incompatibility(r, false) {
+        if let Some(why) = shadow.log().incompatibility(r, Place::SameDevice { allow_feature_loss: false }) {
             return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
         }
         Ok(true)
@@ -152,6 +158,11 @@ impl Succession {
         if let Some(loader) = self.loader.take() {
             loader.end();
         }
+    }
+
+    /// When the loading successor's request falls due.
+    pub fn loader_deadline(&self) -> Option<Instant> {
+        self.loader.as_ref().map(Loader::deadline)
     }
 }
 
@@ -226,7 +237,7 @@ impl Supervisor {
     /// recoveries, an update among the updates.
     pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
-        let restart = record.reason != HandoverReason::Update;
+        let restart = matches!(record.reason, HandoverReason::Death | HandoverReason::Requested);
         if restart {
             // The predecessor is gone already: the outage starts at its last frame.
             self.watch_first_frame(handover.began(), record.reason);
@@ -239,10 +250,8 @@ impl Supervisor {
                 s.death = death;
                 s.device_stop = device_stop;
                 s.recovery_count += 1;
-                keep_record(&mut s.recoveries, record);
-            } else {
-                keep_record(&mut s.updates, record);
             }
+            keep_record(records_of(s, record.reason), record);
         });
     }
 
@@ -251,46 +260,68 @@ impl Supervisor {
                                -> Result<(), Fault> {
         let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
-        let predecessor = self.succession.modules.clone();
-        let (handover, actions) = Handover::update(modules, allow_feature_loss, log, predecessor, Instant::now());
+        let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
         self.succession.update_answer = Some(answer);
         self.act(actions)
     }
 
-    /// The answer of an update's successor to LOAD (or its end meanwhile).
+    /// `understudy migrate`: a successor for `to` loads and probes its device
+    /// on scratch memory while the driver serves (handover.rs). The
+    /// destination, opened here, is free from now on for nobody else.
+    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
+              self.label(), self.interface.name(), to.device, module_names(&to.modules));
+        let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
+        self.begin_handover(handover, None);
+        self.succession.other_device = Some(destination);
+        self.succession.update_answer = Some(answer);
+        self.act(actions)
+    }
+
+    /// What serves now: the modules on the device.
+    pub(super) fn serving_driver(&self) -> Driver {
+        Driver { device: self.vfio.address().clone(), modules: self.succession.modules.clone() }
+    }
+
+    /// What the loading successor says; once it is done, the handover hears.
     fn read_loader(&mut self) {
         let Some(loader) = self.succession.loader.as_mut() else { return };
-        let result = loop {
-            match loader.receive() {
-                Ok(None) => return,
-                Ok(Some(DriverMessage::Log { level, text })) => driver_log(&mut self.log_limit, self.vfio.address(), level, &text),
-                Ok(Some(DriverMessage::Reply { seq, status, data })) => match loader.answered(seq) {
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&data).trim_end().to_string();
-                        break if status < 0 {
-                            Err(format!("{}:\n{text}", std::io::Error::from_raw_os_error(-status)))
-                        } else {
-                            Ok(text)
-                        };
-                    }
-                    Err(fault) => break Err(fault.describe()),
-                },
-                Ok(Some(other)) => break Err(format!("protocol violation: {other:?} before LOAD was answered")),
-                Err(Fault::Closed) => break Err("it closed its control socket (it is exiting)".into()),
-                Err(fault) => break Err(fault.describe()),
+        let (limit, dev) = (&mut self.log_limit, self.vfio.address().clone());
+        let Some(mut result) = loader.read(|level, text| driver_log(limit, &dev, level, text)) else { return };
+        let loader = self.succession.loader.take().expect("read above");
+        if loader.probes() {
+            // A prober's work is done: its device is given back ready for the successor.
+            let finished = match self.succession.other_device.as_mut() {
+                Some(destination) => loader.finish_probe(destination, &self.datapath.shm),
+                None => Err("the destination was released meanwhile".into()),
+            };
+            if let (Ok(_), Err(why)) = (&result, finished) {
+                result = Err(why);
             }
-        };
+        } else if result.is_ok() {
+            self.succession.loader = Some(loader);
+        } else {
+            loader.end();
+        }
         if let Err(why) = &result {
-            warn!("{}: the update's driver was refused: {why}", self.label());
-            self.end_loader();
+            warn!("{}: the successor was refused: {why}", self.label());
         }
         self.feed_quietly(Event::Loaded(result));
     }
 
+    /// Ends the loading successor; a prober's device is stopped and given back
+    /// its arena mapping, as after a probe that finished.
     fn end_loader(&mut self) {
-        if let Some(loader) = self.succession.loader.take() {
-            loader.end();
+        let Some(loader) = self.succession.loader.take() else { return };
+        match self.succession.other_device.as_mut() {
+            Some(destination) if loader.probes() => {
+                if let Err(e) = loader.finish_probe(destination, &self.datapath.shm) {
+                    warn!("{}: giving it back after its probe: {e}", destination.address());
+                }
+            }
+            _ => loader.end(),
         }
     }
 
@@ -329,17 +360,18 @@ impl Supervisor {
         use handover::Action;
         for action in actions {
             match action {
-                Action::Load(modules) => self.start_loader(&modules)?,
+                Action::Load(driver) => self.start_loader(&driver)?,
                 Action::StopPredecessor => {
                     let now = Instant::now();
                     if let Some(link) = self.link.take() {
-                        info!("{}: update: the new driver is loaded; ending driver process {}", self.label(), link.pid());
+                        info!("{}: the successor is loaded; ending driver process {}", self.label(), link.pid());
                         link.end();
                     }
                     self.shadow = None;
                     let q = self.quiesce(now);
-                    let began = self.succession.handover.as_ref().expect("an update").began();
-                    self.watch_first_frame(began, HandoverReason::Update);
+                    let handover = self.succession.handover.as_ref().expect("a handover that loaded");
+                    let (began, reason) = (handover.began(), handover.record().reason);
+                    self.watch_first_frame(began, reason);
                     self.interface.hold_carrier(Instant::now());
                     self.update(|s| {
                         s.state = DriverState::Recovering;
@@ -347,7 +379,7 @@ impl Supervisor {
                     });
                     self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
                 }
-                Action::Start { modules } => match self.start_successor(&modules) {
+                Action::Start(driver) => match self.start_successor(&driver) {
                     Ok(kind) => self.feed(Event::Started(kind))?,
                     Err(why) => {
                         error!("{}: handover: the successor did not start: {why}", self.label());
@@ -369,8 +401,9 @@ impl Supervisor {
                     self.move_frames(false)?;
                 }
                 Action::Resubmit(frames) => self.give_frames(frames)?,
+                Action::Announce => self.announce(),
                 Action::StartProbation(window) => {
-                    info!("{}: update: the new driver serves; it is on probation for {} s", self.label(), window.as_secs());
+                    info!("{}: the successor serves; it is on probation for {} s", self.label(), window.as_secs());
                     self.succession.probation_until = Some(Instant::now() + window);
                 }
                 Action::Done(outcome) => self.finish_handover(outcome),
@@ -379,40 +412,79 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Starts an update's successor and sends it LOAD, before anything else:
-    /// it maps no shared memory and touches no device until HELLO and PROBE.
-    fn start_loader(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
-        let ids = match device::pci_ids(self.vfio.address()) {
-            Ok(ids) => ids,
-            Err(e) => return self.feed(Event::Loaded(Err(format!("cannot read the device's PCI ids: {e}")))),
+    /// Starts the successor that loads while the driver serves: on the
+    /// serving device it only LOADs (it maps no shared memory and touches no
+    /// device until HELLO and PROBE); on the destination of a move it also
+    /// probes it, on scratch memory (loader.rs).
+    fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
+        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection };
+        let started = if driver.device == *self.vfio.address() {
+            Loader::load(&spawn, &self.vfio, &self.datapath, &driver.modules)
+        } else {
+            match self.succession.other_device.as_mut() {
+                Some(destination) => Loader::probe(&spawn, destination, &driver.modules),
+                None => Err(format!("{} is not open", driver.device)),
+            }
         };
-        let started = link::spawn(&self.driver_binary, self.placement, &self.vfio, &self.datapath)
-            .and_then(|(control, process)| DriverLink::new(process, control, self.detection, Instant::now()));
-        let mut loader = match started {
-            Ok(loader) => loader,
-            Err(why) => return self.feed(Event::Loaded(Err(why))),
-        };
-        let load = Request::Load { modules: modules.iter().map(|m| m.path.clone()).collect(), ids };
-        let sent = loader.send(load, Purpose::Load);
-        self.succession.loader = Some(loader);
-        if let Err(fault) = sent {
-            let why = format!("sending LOAD: {}", fault.describe());
-            self.end_loader();
-            return self.feed(Event::Loaded(Err(why)));
+        match started {
+            Ok(loader) => {
+                self.succession.loader = Some(loader);
+                Ok(())
+            }
+            Err(why) => self.feed(Event::Loaded(Err(why))),
         }
+    }
+
+    /// The serving device becomes `device`: the other device of the move
+    /// under way (its destination, or on a rollback its origin).
+    fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<(), String> {
+        if device == self.vfio.address() {
+            return Ok(());
+        }
+        let other = self.succession.other_device.as_mut().filter(|o| o.address() == device)
+            .ok_or_else(|| format!("{device} is not the device of the move under way"))?;
+        std::mem::swap(&mut self.vfio, other);
+        let (address, group) = (self.vfio.address().to_string(), self.vfio.group_id());
+        info!("{}: {} is served by this device from now on", address, self.interface.name());
+        self.interface.label = address.clone();
+        self.datapath.label = address.clone();
+        self.update(|s| {
+            s.device = address;
+            s.iommu_group = group;
+        });
         Ok(())
     }
 
-    /// A successor for `modules`: the update's loaded process (sent HELLO and
-    /// PROBE), a fork of the template if it was made from them, else a new
-    /// process that probes. The device's interrupt is allowed again first.
-    fn start_successor(&mut self, modules: &[ModuleInfo]) -> Result<StartKind, String> {
+    /// After a move (and its rollback): the network learns where the MAC is.
+    fn announce(&mut self) {
+        let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
+        match crate::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
+            Ok(frames) => {
+                info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
+                      self.label(), self.interface.name());
+                if let Some(h) = self.succession.handover.as_mut() {
+                    h.announced(frames);
+                }
+            }
+            Err(e) => warn!("{}: announcing {} failed: {e}; peers learn its new place from its next frames",
+                            self.label(), self.interface.name()),
+        }
+    }
+
+    /// A successor for `driver`: the update's loaded process (sent HELLO and
+    /// PROBE), a fork of the template if it was made from that driver, else a
+    /// new process that probes. The device's interrupt is allowed again first.
+    fn start_successor(&mut self, driver: &Driver) -> Result<StartKind, String> {
+        // The template probed the serving device: its forks drive that one only.
+        let template_fits = *driver == self.serving_driver();
+        self.serve_on(&driver.device)?;
+        let modules = driver.modules.as_slice();
         self.vfio.allow_intx().map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let now = Instant::now();
         let (link, kind) = match self.succession.loader.take() {
-            Some(loader) => (loader, StartKind::Probe),
+            Some(loader) => (loader.link, StartKind::Probe),
             None => {
-                let forked = if modules == self.succession.modules.as_slice() { self.fork_from_template() } else { None };
+                let forked = if template_fits { self.fork_from_template() } else { None };
                 let (control, process, kind) = match forked {
                     Some((control, process)) => (control, process, StartKind::Template),
                     None => {
@@ -439,6 +511,7 @@ impl Supervisor {
     /// The driver registered its net_device: the shadow starts from what it
     /// says; the TAP keeps the settings in force (a successor is given them by the replay).
     pub(super) fn adopt(&mut self, r: RegisteredInfo) {
+        let r = self.standbys.mask(self.vfio.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
         self.update(|s| {
             s.mac.get_or_insert_with(|| crate::shadow::format_mac(&r.dev_addr));
@@ -480,8 +553,7 @@ impl Supervisor {
         let Some((watch, reason)) = self.succession.first_frame.take() else { return };
         let mut first = None;
         self.update(|s| {
-            let records = if reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
-            if let Some(last) = records.last_mut() {
+            if let Some(last) = records_of(s, reason).last_mut() {
                 watch.frame_passed(last, now);
                 first = Some((last.first_packet_ms, last.downtime_ms));
             }
@@ -505,6 +577,17 @@ impl Supervisor {
                              record.tx_resubmitted);
         self.publish(&record);
         let update = record.reason == HandoverReason::Update;
+        // A move is over: the device it left is a standby from now on; a
+        // destination given up goes back to being one, or is released.
+        if let Some(other) = self.succession.other_device.take() {
+            let held = matches!(outcome, Outcome::Committed);
+            let address = |a: &Option<String>| a.as_deref().and_then(|d| d.parse().ok()).unwrap_or_else(|| other.address().clone());
+            let origin = Driver { device: address(&record.from_device), modules: record.from_modules.clone().unwrap_or_default() };
+            let destination = address(&record.to_device);
+            self.standbys.move_over(held, origin, &destination, other);
+            let standby = self.standbys.status();
+            self.update(|s| s.standby = standby);
+        }
         match outcome {
             Outcome::Committed if update => {
                 let modules = record.to_modules.clone().unwrap_or_default();
@@ -516,17 +599,26 @@ impl Supervisor {
                 self.update(|s| s.modules = modules);
                 self.hook("updated", &record.cause, None, record.serving_ms, None);
             }
+            Outcome::Committed if record.reason == HandoverReason::Migrate => {
+                let modules = record.to_modules.clone().unwrap_or_default();
+                info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.interface.name(),
+                      record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
+                self.end_template("the interface moved to another device");
+                self.succession.modules = modules.clone();
+                self.update(|s| s.modules = modules);
+                self.hook("moved", &record.cause, None, record.serving_ms, None);
+            }
             Outcome::Committed => {
                 info!("{dev}: recovered from {}: {phases}", record.cause);
                 self.agent.backoff.reset();
                 self.hook("recovered", &record.cause, None, record.serving_ms, None);
             }
             Outcome::RolledBack { why } => {
-                warn!("{dev}: update rolled back to {}: {why}; {phases}", module_names(&self.succession.modules));
+                warn!("{dev}: {} rolled back to {}: {why}; {phases}", record.reason.name(), module_names(&self.succession.modules));
                 self.hook("rolled-back", &record.cause, Some(&why), record.serving_ms, None);
             }
             Outcome::Refused { why } => {
-                warn!("{dev}: update refused, nothing changed: {why}");
+                warn!("{dev}: {} refused, nothing changed: {why}", record.reason.name());
                 self.end_loader();
                 self.hook("refused", &record.cause, Some(&why), None, None);
             }
@@ -545,7 +637,7 @@ impl Supervisor {
     }
 
     fn answer_update(&mut self, record: HandoverRecord) {
-        if record.reason != HandoverReason::Update {
+        if !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate) {
             return;
         }
         if let Some(answer) = self.succession.update_answer.take() {
@@ -556,6 +648,7 @@ impl Supervisor {
     /// A handover ends without an outcome (the device is being released).
     pub(super) fn abandon_handover(&mut self, why: &str) {
         self.end_loader();
+        self.succession.other_device = None;
         if let Some(h) = self.succession.handover.take() {
             let mut record = h.record().clone();
             record.outcome = format!("abandoned: {why}");
@@ -647,8 +740,7 @@ impl Supervisor {
     /// first frame already timed there is kept.
     fn publish(&self, record: &HandoverRecord) {
         self.update(|s| {
-            let records = if record.reason == HandoverReason::Update { &mut s.updates } else { &mut s.recoveries };
-            if let Some(last) = records.last_mut() {
+            if let Some(last) = records_of(s, record.reason).last_mut() {
                 let timed = (last.first_packet_ms, last.downtime_ms);
                 *last = record.clone();
                 if last.first_packet_ms.is_none() {
@@ -662,6 +754,15 @@ impl Supervisor {
         if let Some(h) = &self.succession.handover {
             self.publish(h.record());
         }
+    }
+}
+
+/// Where `status` keeps the records of handovers for this reason.
+fn records_of(s: &mut DeviceStatus, reason: HandoverReason) -> &mut Vec<HandoverRecord> {
+    match reason {
+        HandoverReason::Death | HandoverReason::Requested => &mut s.recoveries,
+        HandoverReason::Update => &mut s.updates,
+        HandoverReason::Migrate => &mut s.migrations,
     }
 }
 

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+//! A successor that loads while its predecessor serves (docs/live-update.md,
+//! docs/migration.md). On the serving device it can only LOAD: the modules
+//! are checked (ABI, CRCs, imports, the device's ids) and nothing else is
+//! touched. On another device -- a move's destination, a declared standby --
+//! it also probes that device on scratch memory of its own: the probe says
+//! what the driver offers there before anything stops. Either way the
+//! process is not the successor's yet: an update's is kept and resumed
+//! (HELLO, PROBE on the real pool), a prober is ended.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use understudy_api::ModuleInfo;
+use understudy_protocol::{DriverMessage, PciIds, RegisteredInfo, Request};
+use understudy_shm::{Geometry, SharedMemory};
+use understudy_vfio::Vfio;
+
+use super::datapath::Datapath;
+use super::link::{self, DriverLink};
+use super::{device, Fault, Purpose};
+use crate::fd;
+use crate::handover::Loaded;
+use crate::placement::Placement;
+use crate::watchdog::Detection;
+
+pub struct Loader {
+    pub link: DriverLink,
+    /// A prober's memory: its own pool and arena, mapped for its device only.
+    scratch: Option<Datapath>,
+    kernel_half: Option<String>,
+    registration: Option<RegisteredInfo>,
+}
+
+/// How a loader's process is started.
+pub struct Spawn<'a> {
+    pub binary: &'a std::path::Path,
+    pub placement: Option<Placement>,
+    pub detection: Detection,
+}
+
+impl Loader {
+    /// A process that LOADs `modules` for the serving device (`vfio`, `datapath`).
+    pub fn load(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
+        let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
+        let mut loader = Loader::spawn(spawn, vfio, datapath)?;
+        loader.send(Loader::load_request(modules, ids))?;
+        Ok(loader)
+    }
+
+    /// A process that LOADs `modules` and probes `vfio`'s device with them on
+    /// scratch memory, mapped into that device's IOMMU container in place of
+    /// whatever was (`finish_probe` maps `real` back).
+    pub fn probe(spawn: &Spawn, vfio: &mut Vfio, modules: &[ModuleInfo]) -> Result<Loader, String> {
+        let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
+        let shm = SharedMemory::create(Geometry::default()).map_err(|e| format!("scratch memory: {e}"))?;
+        vfio.unmap_all().map_err(|e| e.to_string())?;
+        device::map_arena(vfio, &shm).map_err(|e| format!("mapping scratch memory for {}: {e}", vfio.address()))?;
+        let scratch = Datapath::new(shm, vfio.address().to_string())?;
+        let mut loader = Loader::spawn(spawn, vfio, &scratch)?;
+        let hello = Request::Hello(scratch.shm.geometry().hello());
+        let probe = Request::Probe {
+            pci_address: vfio.address().to_string(),
+            modules: modules.iter().map(|m| m.path.clone()).collect(),
+        };
+        loader.scratch = Some(scratch);
+        for request in [Loader::load_request(modules, ids), hello, probe] {
+            loader.send(request)?;
+        }
+        Ok(loader)
+    }
+
+    fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath) -> Result<Loader, String> {
+        let (control, process) = link::spawn(spawn.binary, spawn.placement, vfio, datapath)?;
+        let link = DriverLink::new(process, control, spawn.detection, Instant::now())?;
+        Ok(Loader { link, scratch: None, kernel_half: None, registration: None })
+    }
+
+    fn load_request(modules: &[ModuleInfo], ids: PciIds) -> Request {
+        Request::Load { modules: modules.iter().map(|m| m.path.clone()).collect(), ids }
+    }
+
+    fn send(&mut self, request: Request) -> Result<(), String> {
+        let name = request.name();
+        self.link.send(request, Purpose::Load).map_err(|f| format!("sending {name}: {}", f.describe()))
+    }
+
+    pub fn probes(&self) -> bool {
+        self.scratch.is_some()
+    }
+
+    /// The control socket and the process's end, to poll.
+    pub fn poll_fds(&self) -> [BorrowedFd<'_>; 2] {
+        [self.link.control(), self.link.pidfd()]
+    }
+
+    /// Reads what the process said: `Some` once it is done -- loaded (and
+    /// probed), or why not. Its log lines go to `log`.
+    pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded, String>> {
+        loop {
+            let message = match self.link.receive() {
+                Ok(None) => return self.overdue(Instant::now()).map(Err),
+                Ok(Some(message)) => message,
+                Err(Fault::Closed) => return Some(Err("it closed its control socket (it is exiting)".into())),
+                Err(fault) => return Some(Err(fault.describe())),
+            };
+            match message {
+                DriverMessage::Log { level, text } => log(level, &text),
+                DriverMessage::Warn { file, line, text } => log(4, &format!("WARN at {file}:{line}: {text}")),
+                DriverMessage::Registered(r) if self.probes() && self.registration.is_none() => self.registration = Some(r),
+                // A prober may say its carrier or its queue's state: nobody serves on scratch memory.
+                DriverMessage::Carrier(_) | DriverMessage::TxQueue { .. } if self.probes() => {}
+                DriverMessage::Reply { seq, status, data } => {
+                    let request = match self.link.answered(seq) {
+                        Ok((request, _)) => request,
+                        Err(fault) => return Some(Err(fault.describe())),
+                    };
+                    let text = String::from_utf8_lossy(&data).trim_end().to_string();
+                    if status < 0 {
+                        let errno = std::io::Error::from_raw_os_error(-status);
+                        return Some(Err(match request {
+                            Request::Load { .. } => format!("{errno}:\n{text}"),
+                            other => format!("{} failed: {errno}", other.name()),
+                        }));
+                    }
+                    match request {
+                        Request::Load { .. } => self.kernel_half = Some(text),
+                        Request::Probe { .. } => return Some(self.loaded()),
+                        _ => {}
+                    }
+                    if !self.probes() {
+                        return Some(self.loaded());
+                    }
+                }
+                other => return Some(Err(format!("protocol violation: {other:?} before it was loaded"))),
+            }
+        }
+    }
+
+    fn loaded(&mut self) -> Result<Loaded, String> {
+        let kernel_half = self.kernel_half.take().ok_or("it answered PROBE before LOAD")?;
+        Ok(Loaded { kernel_half, registration: self.registration.take() })
+    }
+
+    /// Why a request is overdue (the probe timeout, docs/protocol.md "Deadlines").
+    fn overdue(&mut self, now: Instant) -> Option<String> {
+        self.link.watchdog.overdue(now)
+    }
+
+    /// When the next request falls due.
+    pub fn deadline(&self) -> Instant {
+        self.link.watchdog.next_event()
+    }
+
+    /// Waits for `read` to be done, for at most `limit` (`run --standby`).
+    pub fn wait(&mut self, limit: Duration, mut log: impl FnMut(u32, &str)) -> Result<Loaded, String> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(done) = self.read(&mut log) {
+                return done;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Err(format!("no answer within {} s", limit.as_secs()));
+            }
+            let mut fds = self.poll_fds().map(fd::readable);
+            let wait = end.min(self.deadline()).saturating_duration_since(now).as_millis().clamp(1, 1000) as libc::c_int;
+            // SAFETY: two valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, wait) };
+        }
+    }
+
+    /// Ends a prober and gives its device back: stopped, reset, and `real`'s
+    /// arena mapped where the scratch memory was, ready for a successor.
+    pub fn finish_probe(self, vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
+        self.link.end();
+        device::stop(vfio);
+        vfio.unmap_all().map_err(|e| e.to_string())?;
+        device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
+    }
+
+    /// Ends the process.
+    pub fn end(self) {
+        self.link.end();
+    }
+}
