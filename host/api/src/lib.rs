@@ -128,6 +128,7 @@ impl HandoverReason {
             HandoverReason::Death | HandoverReason::Requested => "restart",
             HandoverReason::Update => "update",
             HandoverReason::Migrate => "move",
+            HandoverReason::Failover => "failover",
         }
     }
 }
@@ -155,6 +156,9 @@ pub enum HandoverReason {
     Update,
     /// `understudy migrate`: another device and its driver.
     Migrate,
+    /// The device was being removed, or its driver exceeded the restart
+    /// limit: the interface moved to a standby by itself.
+    Failover,
 }
 
 /// One handover of the interface to a successor driver process (a restart

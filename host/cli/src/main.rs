@@ -291,9 +291,10 @@ fn print_update(r: &HandoverRecord) {
     if let Some(half) = &r.kernel_half {
         println!("  kernel half: {half}");
     }
-    println!("  load {} ms (while the old driver served), stop {:.1} ms, {} {} ms, replay {} ms, link {} ms; \
+    let load = r.load_ms.map_or(String::new(), |l| format!("load {l:.1} ms (while the old driver served), "));
+    println!("  {load}stop {:.1} ms, {} {} ms, replay {} ms, link {} ms; \
               serving {} ms after the request, first frame at {} ms, downtime {} ms, {} frame(s) given again",
-             ms(r.load_ms), r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
+             r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
              ms(r.serving_ms), ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
     if r.announced > 0 {
         println!("  announced with {} gratuitous ARP / neighbour advertisement(s)", r.announced);

@@ -10,9 +10,11 @@
 //! ```text
 //!  Update, Migrate:   Loading ─▶ Quiescing ─┐  (the successor loads -- a move's also probes its
 //!                                           │   device on scratch memory -- while the predecessor serves)
-//!  Death, Requested:  (the predecessor is gone already)
+//!  Death, Requested,
+//!  Failover:          (the predecessor is gone already)
 //!                                           └─▶ Registering ─▶ Replaying ─▶ LinkUp ─▶ resubmit ─┐
-//!  Death, Requested:  recovered ◀───────────────────────────────────────────────────────────────┤
+//!  Death, Requested,
+//!  Failover:          recovered, moved ◀─────────────────────────────────────────────────────────┤
 //!  Update, Migrate:   Probation ──(the window passes)──▶ updated, moved ◀────────────────────────┘
 //! ```
 //!
@@ -56,6 +58,10 @@ pub enum Reason {
     Update { modules: Vec<ModuleInfo>, allow_feature_loss: bool },
     /// `understudy migrate`: another device, usually with another driver.
     Migrate { to: Driver },
+    /// The serving device is being removed, or its driver exceeded the
+    /// restart limit: the interface moves to a standby. There is nothing to
+    /// roll back to.
+    Failover { to: Driver, cause: String },
 }
 
 /// What the handover waits for.
@@ -186,12 +192,20 @@ impl<F> Handover<F> {
     /// frames. Death and `recover`.
     pub fn restart(reason: Reason, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
                    began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
-        let mut h = Handover::new(reason, log, predecessor.clone(), began);
+        let mut h = Handover::new(reason, log, predecessor, began);
         h.uncompleted = uncompleted;
         h.record.device_stop_ms = device_stop_ms;
         h.record.stop_ms = h.lap(now);
         h.phase = Phase::Registering;
-        (h, vec![Action::Start(predecessor)])
+        let start = Action::Start(h.successor());
+        (h, vec![start])
+    }
+
+    /// A failover: as `restart`, but to the standby `to` for `cause`.
+    #[allow(clippy::too_many_arguments)] // a restart's arguments, and where to
+    pub fn failover(to: Driver, cause: String, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
+                    began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
+        Handover::restart(Reason::Failover { to, cause }, log, predecessor, uncompleted, began, device_stop_ms, now)
     }
 
     /// An update of the serving `predecessor` to the modules `to`.
@@ -218,16 +232,17 @@ impl<F> Handover<F> {
             Reason::Requested => (HandoverReason::Requested, "restart requested (`understudy recover`)".into()),
             Reason::Update { .. } => (HandoverReason::Update, "update requested (`understudy update`)".into()),
             Reason::Migrate { to } => (HandoverReason::Migrate, format!("move to {} requested (`understudy migrate`)", to.device)),
+            Reason::Failover { to, cause } => (HandoverReason::Failover, format!("{cause}: failing over to {}", to.device)),
         };
         let mut record = HandoverRecord { reason: kind, cause, outcome: "under way".into(), ..HandoverRecord::default() };
-        if matches!(reason, Reason::Update { .. } | Reason::Migrate { .. }) {
+        if !matches!(reason, Reason::Death { .. } | Reason::Requested) {
             let to = Handover::<F>::successor_of(&reason, &predecessor);
             record.from_modules = Some(predecessor.modules.clone());
-            record.to_modules = Some(to.modules);
-        }
-        if let Reason::Migrate { to } = &reason {
-            record.from_device = Some(predecessor.device.to_string());
-            record.to_device = Some(to.device.to_string());
+            record.to_modules = Some(to.modules.clone());
+            if to.device != predecessor.device {
+                record.from_device = Some(predecessor.device.to_string());
+                record.to_device = Some(to.device.to_string());
+            }
         }
         Handover { reason, phase: Phase::Registering, log, predecessor, rolling_back: None, ending: None, unreplaceable: false,
                    carrier: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
@@ -246,12 +261,12 @@ impl<F> Handover<F> {
         match reason {
             Reason::Death { .. } | Reason::Requested => predecessor.clone(),
             Reason::Update { modules, .. } => Driver { device: predecessor.device.clone(), modules: modules.clone() },
-            Reason::Migrate { to } => to.clone(),
+            Reason::Migrate { to } | Reason::Failover { to, .. } => to.clone(),
         }
     }
 
     fn moves(&self) -> bool {
-        matches!(self.reason, Reason::Migrate { .. })
+        matches!(self.reason, Reason::Migrate { .. } | Reason::Failover { .. })
     }
 
     /// The interface's MAC was announced with this many frames.
@@ -367,7 +382,7 @@ impl<F> Handover<F> {
     fn registered(&mut self, info: RegisteredInfo, now: Instant) -> Vec<Action<F>> {
         // A rollback returns to what served before: it is never held to the update's override.
         let place = match (&self.reason, self.rolling_back.is_some()) {
-            (Reason::Migrate { .. }, false) => Place::OtherDevice,
+            (Reason::Migrate { .. } | Reason::Failover { .. }, false) => Place::OtherDevice,
             (Reason::Update { allow_feature_loss, .. }, false) => Place::SameDevice { allow_feature_loss: *allow_feature_loss },
             _ => Place::SameDevice { allow_feature_loss: false },
         };

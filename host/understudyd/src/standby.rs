@@ -74,6 +74,28 @@ impl<D> Standbys<D> {
         self.entries.iter_mut().find(|e| e.driver.device == *device)?.held.take()
     }
 
+    /// Whether a failover has a standby to take.
+    pub fn available(&self) -> bool {
+        self.entries.iter().any(|e| e.held.is_some())
+    }
+
+    /// The devices held, with their addresses.
+    pub fn held(&self) -> impl Iterator<Item = (&PciAddress, &D)> {
+        self.entries.iter().filter_map(|e| e.held.as_ref().map(|d| (&e.driver.device, d)))
+    }
+
+    /// Lends a failover the first standby not lent already.
+    pub fn lend_any(&mut self) -> Option<(Driver, D)> {
+        let e = self.entries.iter_mut().find(|e| e.held.is_some())?;
+        Some((e.driver.clone(), e.held.take().expect("found held")))
+    }
+
+    /// The kernel asked for the standby `device` back: it is released.
+    pub fn release(&mut self, device: &PciAddress) -> Option<D> {
+        let at = self.entries.iter().position(|e| e.driver.device == *device)?;
+        self.entries.remove(at).held
+    }
+
     /// A move is over. If it held, `origin` (the driver it left, its device
     /// held by `left`) is a standby from now on and the destination is not;
     /// otherwise the destination, `left`, goes back where it was lent from --
@@ -134,7 +156,11 @@ mod tests {
         assert_eq!(s.lend(&rtl.device), Some("rtl held"));
         assert_eq!(s.lend(&rtl.device), None, "lent once");
         s.move_over(false, e1000.clone(), &rtl.device, "rtl held");
-        assert_eq!(s.lend(&rtl.device), Some("rtl held"));
+        assert!(s.available());
+
+        // A failover takes the first one not lent.
+        assert_eq!(s.lend_any().map(|(d, held)| (d.device, held)), Some((rtl.device.clone(), "rtl held")));
+        assert!(!s.available() && s.lend_any().is_none());
 
         // A move that holds: the origin is the standby, the mask unchanged.
         s.move_over(true, e1000.clone(), &rtl.device, "e1000 held");

@@ -23,7 +23,7 @@ pub use handle::{start, Handle, Requester, Setup};
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
@@ -64,6 +64,8 @@ enum Fault {
     Closed,
     /// `understudy recover`.
     RecoverRequested,
+    /// The kernel asked for the device back: it is being hot-unplugged or unbound.
+    DeviceRemoved,
 }
 
 impl Fault {
@@ -74,6 +76,7 @@ impl Fault {
             Fault::Io(e) => e,
             Fault::Closed => "the driver closed its control socket".into(),
             Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
+            Fault::DeviceRemoved => "the kernel asked for the device back (hot-unplug or unbind)".into(),
         }
     }
 }
@@ -122,7 +125,7 @@ struct Supervisor {
 impl Supervisor {
     fn new(setup: Setup) -> Result<Self, String> {
         let label = setup.device.to_string();
-        let mut vfio = Vfio::open(&setup.device).map_err(|e| e.to_string())?;
+        let mut vfio = open_device(&setup.device).map_err(|e| e.to_string())?;
         let shm = SharedMemory::create(setup.geometry).map_err(|e| e.to_string())?;
         let g = setup.geometry;
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
@@ -241,6 +244,13 @@ impl Supervisor {
             let want_tap = self.link.is_some() && open && !replaying && self.datapath.takes_frames(self.interface.mtu());
             let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd()),
                                fd::readable(self.interface.netlink_fd())];
+            // The kernel's requests for devices back: the serving one's, then the standbys'.
+            let removal_at = fds.len();
+            let watched: Vec<(PciAddress, BorrowedFd)> = std::iter::once((self.vfio.address(), &self.vfio))
+                .chain(self.standbys.held())
+                .filter_map(|(a, v)| v.removal_fd().map(|fd| (a.clone(), fd)))
+                .collect();
+            fds.extend(watched.iter().map(|(_, fd)| fd::readable(*fd)));
             let succession_at = fds.len();
             fds.extend(self.succession.poll_fds().into_iter().map(fd::readable));
             let driver_at = fds.len();
@@ -264,6 +274,12 @@ impl Supervisor {
                 return;
             }
             let ready = |i: usize| fds.get(i).is_some_and(|p| p.revents != 0);
+            let removed: Vec<PciAddress> = (removal_at..succession_at).filter(|&i| ready(i))
+                .map(|i| watched[i - removal_at].0.clone()).collect();
+            drop(watched);
+            for device in removed {
+                self.removal_requested(&device);
+            }
             let succession_ready: Vec<bool> = (succession_at..driver_at).map(ready).collect();
             self.on_succession_fds(&succession_ready);
             if ready(0) {
@@ -313,6 +329,34 @@ impl Supervisor {
                 let why = fault.describe();
                 self.end_driver(&why, true);
             }
+            if self.succession.device_removed && self.link.is_none() && !self.succession.under_way() {
+                error!("{}: the device is being removed and no standby took {}: it is released and {} removed",
+                       self.label(), self.interface.name(), self.interface.name());
+                self.shut_down();
+                self.update(|s| {
+                    s.state = DriverState::Stopped;
+                    s.death = Some("its device was removed and no standby could take the interface".into());
+                });
+                return;
+            }
+        }
+    }
+
+    /// The kernel asked for `device` back. A standby is released at once;
+    /// the serving device's driver is ended, and the interface fails over to
+    /// a standby (agent.rs) or, without one, goes with the device.
+    fn removal_requested(&mut self, device: &PciAddress) {
+        if device != self.vfio.address() {
+            warn!("{}: {device}, a standby, is being removed: released", self.label());
+            drop(self.standbys.release(device));
+            let standby = self.standbys.status();
+            self.update(|s| s.standby = standby);
+            return;
+        }
+        warn!("{device}: the kernel asks for the device back (hot-unplug or unbind)");
+        self.succession.device_removed = true;
+        if self.link.is_some() {
+            self.end_driver(&Fault::DeviceRemoved.describe(), true);
         }
     }
 
@@ -506,7 +550,7 @@ impl Supervisor {
         if let Some(vfio) = self.standbys.lend(to) {
             return Ok(vfio);
         }
-        Vfio::open(to).map_err(|e| format!("the destination cannot be taken: {e}"))
+        open_device(to).map_err(|e| format!("the destination cannot be taken: {e}"))
     }
 
     /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
@@ -747,7 +791,7 @@ fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) ->
     for driver in standby {
         let address = driver.device.clone();
         let refused = |why: String| format!("standby {address}: {why}");
-        let mut vfio = Vfio::open(&address).map_err(|e| refused(e.to_string()))?;
+        let mut vfio = open_device(&address).map_err(|e| refused(e.to_string()))?;
         let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules).map_err(refused)?;
         let limit = spawn.detection.probe * 2;
         let loaded = loader.wait(limit, |level, text| info!("{address}: standby's driver ({level}): {text}"));
@@ -760,4 +804,14 @@ fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) ->
         standbys.declare(driver, &registration, vfio);
     }
     Ok(standbys)
+}
+
+/// Opens a device through VFIO and asks to be told when the kernel wants it
+/// back (`removal_requested`); a device that cannot tell is used all the same.
+fn open_device(address: &PciAddress) -> Result<Vfio, understudy_vfio::VfioError> {
+    let mut vfio = Vfio::open(address)?;
+    if let Err(e) = vfio.watch_removal() {
+        warn!("{address}: {e}: its hot-unplug will wait until understudyd releases it");
+    }
+    Ok(vfio)
 }

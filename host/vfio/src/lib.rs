@@ -152,6 +152,8 @@ pub struct Vfio {
     num_irqs: u32,
     config_offset: u64,
     mappings: Vec<(u64, u64)>,
+    /// Signalled when the kernel asks for the device back (`watch_removal`).
+    removal: Option<OwnedFd>,
 }
 
 impl Vfio {
@@ -197,6 +199,7 @@ impl Vfio {
             num_irqs: info.num_irqs,
             config_offset: config.offset,
             mappings: Vec::new(),
+            removal: None,
         })
     }
 
@@ -300,6 +303,40 @@ impl Vfio {
     pub fn allow_intx(&self) -> io::Result<()> {
         let cmd = self.read_command()?;
         self.write_command(cmd & !PCI_COMMAND_INTX_DISABLE)
+    }
+
+    /// Asks to be told, through an eventfd (`removal_fd`), when the kernel
+    /// wants the device back: it is being hot-unplugged or unbound, and the
+    /// kernel waits for the user to close it. Without this the removal
+    /// waits, and the kernel repeats its request in its log.
+    pub fn watch_removal(&mut self) -> Result<(), VfioError> {
+        let mut info: IrqInfo = sized(|i: &mut IrqInfo| i.index = VFIO_PCI_REQ_IRQ_INDEX);
+        let offered = VFIO_PCI_REQ_IRQ_INDEX < self.num_irqs
+            && ioctl(self.device.as_fd(), VFIO_DEVICE_GET_IRQ_INFO, &mut info).is_ok() && info.count > 0;
+        if !offered {
+            return Err(VfioError::Os { what: "the device request interrupt".into(), source: io::Error::from(io::ErrorKind::Unsupported) });
+        }
+        // SAFETY: plain eventfd(2); the fd is owned at once.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if raw < 0 {
+            return Err(VfioError::Os { what: "eventfd".into(), source: io::Error::last_os_error() });
+        }
+        // SAFETY: a new fd nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut set: IrqSetEventfd = sized(|s: &mut IrqSetEventfd| {
+            s.flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+            s.index = VFIO_PCI_REQ_IRQ_INDEX;
+            s.count = 1;
+            s.fd = raw;
+        });
+        ioctl(self.device.as_fd(), VFIO_DEVICE_SET_IRQS, &mut set).map_err(os("VFIO_DEVICE_SET_IRQS request"))?;
+        self.removal = Some(fd);
+        Ok(())
+    }
+
+    /// Readable once the kernel has asked for the device back (`watch_removal`).
+    pub fn removal_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.removal.as_ref().map(|f| f.as_fd())
     }
 
     pub fn stop_device(&self) -> StopReport {

@@ -33,8 +33,12 @@ pub const VFIO_PCI_CONFIG_REGION_INDEX: u32 = 7;
 pub const VFIO_PCI_INTX_IRQ_INDEX: u32 = 0;
 pub const VFIO_PCI_MSI_IRQ_INDEX: u32 = 1;
 pub const VFIO_PCI_MSIX_IRQ_INDEX: u32 = 2;
+/// The device request "interrupt": the kernel asks the user to release the
+/// device (it is being unbound or hot-unplugged).
+pub const VFIO_PCI_REQ_IRQ_INDEX: u32 = 4;
 
 pub const VFIO_IRQ_SET_DATA_NONE: u32 = 1 << 0;
+pub const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
 pub const VFIO_IRQ_SET_ACTION_MASK: u32 = 1 << 3;
 pub const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
 
@@ -83,6 +87,18 @@ pub struct IrqSet {
     pub index: u32,
     pub start: u32,
     pub count: u32,
+}
+
+/// `struct vfio_irq_set` with one eventfd (DATA_EVENTFD, count 1).
+#[repr(C)]
+#[derive(Default)]
+pub struct IrqSetEventfd {
+    pub argsz: u32,
+    pub flags: u32,
+    pub index: u32,
+    pub start: u32,
+    pub count: u32,
+    pub fd: i32,
 }
 
 #[repr(C)]

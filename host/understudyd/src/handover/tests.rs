@@ -298,3 +298,30 @@ fn a_move_whose_successor_fails_goes_back_to_the_old_device_and_announces_it_the
     assert_eq!(frames, &vec![1, 2]);
     assert!(why.contains("signal 11"), "{why}");
 }
+
+#[test]
+fn a_failover_starts_on_the_standby_at_once_and_has_nothing_to_roll_back_to() {
+    use understudy_protocol::OFFLOAD_CSUM;
+    let t0 = Instant::now();
+    let cause = "its device is being removed".to_string();
+    let (mut h, actions) = Handover::<u32>::failover(to_rtl(), cause.clone(), advertising_csum(), on_e1000("55"),
+                                                     vec![3], t0, 2.0, ms(t0, 5));
+    assert_eq!(actions, vec![Action::Start(to_rtl())]);
+    assert!(!h.serving() && h.holds_configuration());
+    let mut actions = h.on(Event::Registered(rtl(OFFLOAD_CSUM)), ms(t0, 300));
+    assert_eq!(actions.remove(0), Action::Adopt(rtl(OFFLOAD_CSUM)));
+    while let [Action::Send(_)] = actions.as_slice() {
+        actions = h.on(Event::ReplayAnswered { status: 0 }, ms(t0, 310));
+    }
+    assert_eq!(actions, vec![Action::WaitForLink]);
+    assert_eq!(h.on(Event::LinkWaitOver, ms(t0, 400)),
+               vec![Action::Resubmit(vec![3]), Action::Announce, Action::Done(Outcome::Committed)]);
+    let r = h.record();
+    assert_eq!((r.reason, r.outcome.as_str()), (HandoverReason::Failover, "moved"));
+    assert_eq!(r.cause, format!("{cause}: failing over to {RTL_AT}"));
+    assert_eq!((r.from_device.as_deref(), r.to_device.as_deref()), (Some(E1000_AT), Some(RTL_AT)));
+
+    let (mut h, _) = Handover::<u32>::failover(to_rtl(), cause, advertising_csum(), on_e1000("55"), vec![], t0, 2.0, t0);
+    let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![4] }, t0);
+    assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Failed { replaceable: true, .. })]), "{actions:?}");
+}

@@ -11,7 +11,7 @@ use understudy_api::{DeviceStop, DriverState};
 
 use super::succession::Quiesced;
 use super::{device, Supervisor};
-use crate::handover::{Handover, Reason};
+use crate::handover::{Driver, Handover, Reason};
 use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
 use crate::recovery::{RestartBudget, RestartPolicy};
 use crate::shadow::PassiveLog;
@@ -50,7 +50,7 @@ impl Supervisor {
         let not_restarted = match (restart, log) {
             (false, _) => None,
             (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
-            (true, Some(log)) => match self.agent.restarts.take(seen_dead) {
+            (true, Some(log)) => match self.restart_allowed(seen_dead) {
                 Ok(()) => {
                     let held = uncompleted.len();
                     let driver = self.serving_driver();
@@ -64,7 +64,11 @@ impl Supervisor {
                     self.act_quietly(actions);
                     return;
                 }
-                Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry => {
+                Err(why) if self.standbys.available() => {
+                    self.fail_over(why, log, Quiesced { uncompleted, device_stop, device_stop_ms }, seen_dead);
+                    return;
+                }
+                Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry && !self.succession.device_removed => {
                     let wait = self.agent.backoff.next_delay();
                     self.agent.retry =
                         Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
@@ -106,6 +110,30 @@ impl Supervisor {
             s.carrier = false;
             s.device_stop = Some(device_stop);
         });
+    }
+
+    /// Whether the driver that died may be restarted on its device: not if
+    /// the device is being removed, nor beyond the restart limit.
+    fn restart_allowed(&mut self, seen_dead: Instant) -> Result<(), String> {
+        if self.succession.device_removed {
+            return Err("its device is being removed (the kernel asked for it back)".into());
+        }
+        self.agent.restarts.take(seen_dead)
+    }
+
+    /// The interface moves to a standby by itself, with the dead driver's
+    /// log and frames: its device is being removed or its driver may not be
+    /// restarted again (docs/migration.md, "Failover").
+    fn fail_over(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
+        let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
+        warn!("{}: driver died and {why}: failing over to the standby {}; {} keeps its carrier",
+              self.label(), to.device, self.interface.name());
+        self.succession.other_device = Some(device);
+        let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
+                                                     q.device_stop_ms, Instant::now());
+        self.begin_handover(handover, Some(q.device_stop));
+        self.interface.hold_carrier(Instant::now());
+        self.act_quietly(actions);
     }
 
     /// Starts the administrator's hook (--recovery-hook) for an outcome; not waited for.

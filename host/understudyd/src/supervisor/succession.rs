@@ -45,6 +45,9 @@ pub struct Succession {
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
     pub recover_requested: bool,
+    /// The kernel asked for the serving device back (hot-unplug, unbind):
+    /// it is released as soon as nothing needs it (docs/migration.md, "Failover").
+    pub device_removed: bool,
     /// The last handover, from its predecessor's end until the first frame
     /// through its successor (which may come before the handover is over: a
     /// frame received while the successor waits for its link).
@@ -75,6 +78,7 @@ impl Succession {
             update_answer: None,
             probation_until: None,
             recover_requested: false,
+            device_removed: false,
             first_frame: None,
             last_packet: None,
         }
@@ -237,18 +241,20 @@ impl Supervisor {
     /// recoveries, an update among the updates.
     pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
-        let restart = matches!(record.reason, HandoverReason::Death | HandoverReason::Requested);
-        if restart {
-            // The predecessor is gone already: the outage starts at its last frame.
+        // A restart's or a failover's predecessor is gone already: the outage starts at its last frame.
+        let gone = !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate);
+        if gone {
             self.watch_first_frame(handover.began(), record.reason);
         }
-        let death = restart.then(|| record.cause.clone());
+        let death = gone.then(|| record.cause.clone());
         self.succession.handover = Some(handover);
         self.update(|s| {
-            if restart {
+            if gone {
                 s.state = DriverState::Recovering;
                 s.death = death;
                 s.device_stop = device_stop;
+            }
+            if matches!(record.reason, HandoverReason::Death | HandoverReason::Requested) {
                 s.recovery_count += 1;
             }
             keep_record(records_of(s, record.reason), record);
@@ -446,6 +452,11 @@ impl Supervisor {
         std::mem::swap(&mut self.vfio, other);
         let (address, group) = (self.vfio.address().to_string(), self.vfio.group_id());
         info!("{}: {} is served by this device from now on", address, self.interface.name());
+        if std::mem::take(&mut self.succession.device_removed) {
+            // The kernel waits for the device it asked back: no rollback will need it.
+            let removed = self.succession.other_device.take().expect("swapped");
+            info!("{}: released to the kernel, which is removing it", removed.address());
+        }
         self.interface.label = address.clone();
         self.datapath.label = address.clone();
         self.update(|s| {
@@ -532,6 +543,13 @@ impl Supervisor {
         let resubmitted = self.datapath.resubmit(frames)?;
         info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.label());
         self.show_shadow();
+        // A successor whose carrier came while it was being opened (8139cp's
+        // does) was never seen to take the hold over: it serves, so the TAP
+        // shows its carrier from now on.
+        if self.interface.carrier_held_until.take().is_some() {
+            let on = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+            self.set_carrier(on)?;
+        }
         // The fresh rings are empty and nobody waits on them yet: lend receive
         // buffers, say the host waits for completions, and kick the driver for
         // the frames just given again -- else a receiving-only stack would wait forever.
@@ -599,7 +617,7 @@ impl Supervisor {
                 self.update(|s| s.modules = modules);
                 self.hook("updated", &record.cause, None, record.serving_ms, None);
             }
-            Outcome::Committed if record.reason == HandoverReason::Migrate => {
+            Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
                 let modules = record.to_modules.clone().unwrap_or_default();
                 info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.interface.name(),
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
@@ -762,7 +780,7 @@ fn records_of(s: &mut DeviceStatus, reason: HandoverReason) -> &mut Vec<Handover
     match reason {
         HandoverReason::Death | HandoverReason::Requested => &mut s.recoveries,
         HandoverReason::Update => &mut s.updates,
-        HandoverReason::Migrate => &mut s.migrations,
+        HandoverReason::Migrate | HandoverReason::Failover => &mut s.migrations,
     }
 }
 
