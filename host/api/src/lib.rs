@@ -107,6 +107,9 @@ pub enum DriverState {
     /// The driver died and a fresh process is being started and given the
     /// dead one's settings; the interface keeps its carrier meanwhile.
     Recovering,
+    /// Its device was removed and no standby was left: the interface waits,
+    /// with its settings, for `understudy migrate IFACE --to ADDR`.
+    Parked,
 }
 
 /// How a successor driver process started.
@@ -191,6 +194,10 @@ pub struct HandoverRecord {
     /// predecessor still served (not part of the downtime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_ms: Option<f64>,
+    /// A failover whose device was removed with no standby left: how long
+    /// the interface waited, without a device, until it was given one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_ms: Option<f64>,
     /// Predecessor ended, device stopped, buffers reclaimed, the interrupt allowed again.
     pub stop_ms: f64,
     /// The part of `stop_ms` that stopped the device: bus mastering off,

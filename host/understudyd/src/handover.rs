@@ -62,6 +62,11 @@ pub enum Reason {
     /// restart limit: the interface moves to a standby. There is nothing to
     /// roll back to.
     Failover { to: Driver, cause: String },
+    /// The serving device is being removed and no standby can take the
+    /// interface: it waits without a device until it is given one
+    /// (`Event::Attach`), then goes on as a failover -- the VM's live
+    /// migration to a host without the device (docs/migration.md).
+    Park { cause: String },
 }
 
 /// What the handover waits for.
@@ -81,6 +86,8 @@ pub enum Phase {
     LinkUp,
     /// An update's successor serves; a failure before the window ends rolls back.
     Probation,
+    /// No device: the interface waits for one (`Reason::Park`).
+    Parked,
 }
 
 #[derive(Debug, PartialEq)]
@@ -103,6 +110,8 @@ pub enum Event<F> {
     /// stopped and these are the frames it held.
     SuccessorFailed { cause: String, uncompleted: Vec<F> },
     ProbationOver,
+    /// A parked interface is given this driver on this device.
+    Attach(Driver),
 }
 
 /// A successor that loaded while its predecessor served.
@@ -140,6 +149,9 @@ pub enum Action<F> {
     /// Tell the network where the interface's MAC now is: gratuitous ARP and
     /// unsolicited neighbour advertisements from the interface.
     Announce,
+    /// Give the predecessor's device back to the kernel; the interface keeps
+    /// its carrier, its log and its frames until `Attach`.
+    Park,
     /// The handover is over.
     Done(Outcome<F>),
 }
@@ -201,6 +213,15 @@ impl<F> Handover<F> {
         (h, vec![start])
     }
 
+    /// The serving device is being removed and no standby is left: as
+    /// `restart`, but the interface waits for `Event::Attach`.
+    pub fn park(cause: String, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>, began: Instant,
+                device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
+        let (mut h, _) = Handover::restart(Reason::Park { cause }, log, predecessor, uncompleted, began, device_stop_ms, now);
+        h.phase = Phase::Parked;
+        (h, vec![Action::Park])
+    }
+
     /// A failover: as `restart`, but to the standby `to` for `cause`.
     #[allow(clippy::too_many_arguments)] // a restart's arguments, and where to
     pub fn failover(to: Driver, cause: String, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
@@ -233,17 +254,16 @@ impl<F> Handover<F> {
             Reason::Update { .. } => (HandoverReason::Update, "update requested (`understudy update`)".into()),
             Reason::Migrate { to } => (HandoverReason::Migrate, format!("move to {} requested (`understudy migrate`)", to.device)),
             Reason::Failover { to, cause } => (HandoverReason::Failover, format!("{cause}: failing over to {}", to.device)),
+            Reason::Park { cause } => (HandoverReason::Failover, format!("{cause}: waiting for a device")),
         };
         let mut record = HandoverRecord { reason: kind, cause, outcome: "under way".into(), ..HandoverRecord::default() };
         if !matches!(reason, Reason::Death { .. } | Reason::Requested) {
-            let to = Handover::<F>::successor_of(&reason, &predecessor);
             record.from_modules = Some(predecessor.modules.clone());
-            record.to_modules = Some(to.modules.clone());
-            if to.device != predecessor.device {
-                record.from_device = Some(predecessor.device.to_string());
-                record.to_device = Some(to.device.to_string());
-            }
         }
+        if matches!(reason, Reason::Park { .. }) {
+            record.from_device = Some(predecessor.device.to_string());
+        }
+        Handover::<F>::name_successor(&mut record, &reason, &predecessor);
         Handover { reason, phase: Phase::Registering, log, predecessor, rolling_back: None, ending: None, unreplaceable: false,
                    carrier: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
     }
@@ -257,16 +277,35 @@ impl<F> Handover<F> {
         Handover::<F>::successor_of(&self.reason, &self.predecessor)
     }
 
+    /// The record says what the interface is handed to: the modules, and for
+    /// a move the devices (a hot-plugged one may take the removed one's address).
+    fn name_successor(record: &mut HandoverRecord, reason: &Reason, predecessor: &Driver) {
+        if matches!(reason, Reason::Death { .. } | Reason::Requested | Reason::Park { .. }) {
+            return;
+        }
+        let to = Handover::<F>::successor_of(reason, predecessor);
+        record.to_modules = Some(to.modules.clone());
+        if matches!(reason, Reason::Migrate { .. } | Reason::Failover { .. }) {
+            record.from_device = Some(predecessor.device.to_string());
+            record.to_device = Some(to.device.to_string());
+        }
+    }
+
     fn successor_of(reason: &Reason, predecessor: &Driver) -> Driver {
         match reason {
-            Reason::Death { .. } | Reason::Requested => predecessor.clone(),
+            Reason::Death { .. } | Reason::Requested | Reason::Park { .. } => predecessor.clone(),
             Reason::Update { modules, .. } => Driver { device: predecessor.device.clone(), modules: modules.clone() },
             Reason::Migrate { to } | Reason::Failover { to, .. } => to.clone(),
         }
     }
 
     fn moves(&self) -> bool {
-        matches!(self.reason, Reason::Migrate { .. } | Reason::Failover { .. })
+        matches!(self.reason, Reason::Migrate { .. } | Reason::Failover { .. } | Reason::Park { .. })
+    }
+
+    /// Whether the interface waits for a device.
+    pub fn parked(&self) -> bool {
+        self.phase == Phase::Parked
     }
 
     /// The interface's MAC was announced with this many frames.
@@ -369,6 +408,14 @@ impl<F> Handover<F> {
                 self.resubmit(now)
             }
             (Phase::Probation, Event::ProbationOver) => self.finish(Outcome::Committed),
+            (Phase::Parked, Event::Attach(to)) => {
+                let Reason::Park { cause } = &self.reason else { unreachable!("only a park parks") };
+                self.reason = Reason::Failover { to, cause: cause.clone() };
+                Handover::<F>::name_successor(&mut self.record, &self.reason, &self.predecessor);
+                self.record.parked_ms = Some(self.lap(now));
+                self.phase = Phase::Registering;
+                vec![Action::Start(self.successor())]
+            }
             (_, Event::SuccessorFailed { cause, mut uncompleted }) => {
                 // They never reached the successor: they are still the oldest.
                 self.uncompleted.append(&mut uncompleted);

@@ -40,7 +40,9 @@ impl Slot {
             Slot::Running(h) => {
                 let st = h.status();
                 let name = device.as_str();
-                (st.device == name || st.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
+                // A parked interface names the device it had, which the kernel has taken back.
+                let serves = st.device == name && st.state != understudy_api::DriverState::Parked;
+                (serves || st.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
             }
         }
     }

@@ -105,7 +105,7 @@ struct Supervisor {
     /// The driver's net_device, from REGISTERED until the driver dies.
     shadow: Option<NetShadow>,
     datapath: Datapath,
-    vfio: Vfio,
+    devices: device::Devices,
     /// Where the interface may move: declared standbys and the device it left.
     standbys: Standbys<Vfio>,
     interface: Interface,
@@ -183,7 +183,7 @@ impl Supervisor {
             agent: RecoveryAgent::new(setup.restarts, setup.agent),
             shadow: None,
             datapath,
-            vfio,
+            devices: device::Devices::new(vfio),
             standbys,
             interface,
             stop,
@@ -207,7 +207,7 @@ impl Supervisor {
     }
 
     fn label(&self) -> &PciAddress {
-        self.vfio.address()
+        self.devices.address()
     }
 
     /// HELLO and PROBE: the driver process maps the shared memory, loads the
@@ -215,7 +215,7 @@ impl Supervisor {
     fn send_startup(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
         let hello = Request::Hello(self.datapath.shm.geometry().hello());
         let probe = Request::Probe {
-            pci_address: self.vfio.address().to_string(),
+            pci_address: self.devices.address().to_string(),
             modules: modules.iter().map(|m| m.path.clone()).collect(),
         };
         self.send(hello, Purpose::Startup)?;
@@ -246,7 +246,7 @@ impl Supervisor {
                                fd::readable(self.interface.netlink_fd())];
             // The kernel's requests for devices back: the serving one's, then the standbys'.
             let removal_at = fds.len();
-            let watched: Vec<(PciAddress, BorrowedFd)> = std::iter::once((self.vfio.address(), &self.vfio))
+            let watched: Vec<(PciAddress, BorrowedFd)> = self.devices.serving().map(|v| (v.address(), v)).into_iter()
                 .chain(self.standbys.held())
                 .filter_map(|(a, v)| v.removal_fd().map(|fd| (a.clone(), fd)))
                 .collect();
@@ -346,7 +346,7 @@ impl Supervisor {
     /// the serving device's driver is ended, and the interface fails over to
     /// a standby (agent.rs) or, without one, goes with the device.
     fn removal_requested(&mut self, device: &PciAddress) {
-        if device != self.vfio.address() {
+        if device != self.devices.address() {
             warn!("{}: {device}, a standby, is being removed: released", self.label());
             drop(self.standbys.release(device));
             let standby = self.standbys.status();
@@ -496,6 +496,12 @@ impl Supervisor {
                         let _ = answer.send(Err(format!("{}: {why}", self.label())));
                     }
                 },
+                Command::Migrate { to, modules, answer } if self.succession.parked() => match self.destination(&to) {
+                    Ok(vfio) => self.attach(Driver { device: to, modules }, vfio, answer)?,
+                    Err(why) => {
+                        let _ = answer.send(Err(format!("{}: {why}", self.label())));
+                    }
+                },
                 Command::Migrate { to, modules, answer } => {
                     let destination = self.may_hand_over().map_err(str::to_string)
                         .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
@@ -520,7 +526,7 @@ impl Supervisor {
                 None => "the driver is dead (see `understudy status`)",
             };
             for (_, answer) in self.ethtool_queue.drain(..) {
-                let _ = answer.send(Err(format!("{}: {why}", self.vfio.address())));
+                let _ = answer.send(Err(format!("{}: {why}", self.devices.address())));
             }
             return Ok(());
         }
@@ -544,7 +550,7 @@ impl Supervisor {
     /// The device a move to `to` takes: a standby's, or opened now -- which
     /// checks it is present, bound to vfio-pci and free.
     fn destination(&mut self, to: &PciAddress) -> Result<Vfio, String> {
-        if to == self.vfio.address() {
+        if to == self.devices.address() && self.devices.serving().is_some() {
             return Err(format!("{} already serves {}", to, self.interface.name()));
         }
         if let Some(vfio) = self.standbys.lend(to) {

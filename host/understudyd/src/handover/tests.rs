@@ -325,3 +325,29 @@ fn a_failover_starts_on_the_standby_at_once_and_has_nothing_to_roll_back_to() {
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![4] }, t0);
     assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Failed { replaceable: true, .. })]), "{actions:?}");
 }
+
+#[test]
+fn a_parked_interface_waits_for_a_device_then_goes_on_as_a_failover() {
+    use understudy_protocol::OFFLOAD_CSUM;
+    let t0 = Instant::now();
+    let cause = "its device is being removed".to_string();
+    let (mut h, actions) = Handover::<u32>::park(cause, advertising_csum(), on_e1000("55"), vec![8], t0, 1.0, ms(t0, 5));
+    assert_eq!(actions, vec![Action::Park]);
+    assert!(h.parked() && !h.serving());
+    assert_eq!(h.on(Event::Carrier(true), ms(t0, 100)), vec![], "nothing drives it");
+    assert_eq!(h.record().outcome, "under way");
+    assert_eq!((h.record().from_device.as_deref(), h.record().to_device.as_deref()), (Some(E1000_AT), None));
+    assert_eq!(h.on(Event::Attach(to_rtl()), ms(t0, 9005)), vec![Action::Start(to_rtl())]);
+    assert!(!h.parked());
+    let mut actions = h.on(Event::Registered(rtl(OFFLOAD_CSUM)), ms(t0, 9300));
+    actions.remove(0);
+    while let [Action::Send(_)] = actions.as_slice() {
+        actions = h.on(Event::ReplayAnswered { status: 0 }, ms(t0, 9310));
+    }
+    assert_eq!(actions, vec![Action::WaitForLink]);
+    assert_eq!(h.on(Event::Carrier(true), ms(t0, 9400)),
+               vec![Action::Resubmit(vec![8]), Action::Announce, Action::Done(Outcome::Committed)]);
+    let r = h.record();
+    assert_eq!((r.reason, r.outcome.as_str(), r.parked_ms), (HandoverReason::Failover, "moved", Some(9000.0)));
+    assert_eq!((r.to_device.as_deref(), r.to_modules.clone()), (Some(RTL_AT), Some(to_rtl().modules)));
+}

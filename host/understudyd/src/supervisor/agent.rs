@@ -68,7 +68,14 @@ impl Supervisor {
                     self.fail_over(why, log, Quiesced { uncompleted, device_stop, device_stop_ms }, seen_dead);
                     return;
                 }
-                Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry && !self.succession.device_removed => {
+                Err(why) if self.succession.device_removed => {
+                    let (handover, actions) = Handover::park(why, log, self.serving_driver(), uncompleted, seen_dead,
+                                                             device_stop_ms, Instant::now());
+                    self.begin_handover(handover, Some(device_stop));
+                    self.act_quietly(actions);
+                    return;
+                }
+                Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry => {
                     let wait = self.agent.backoff.next_delay();
                     self.agent.retry =
                         Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
@@ -80,7 +87,7 @@ impl Supervisor {
         // Nobody will send the frames the dead driver never completed.
         self.datapath.free(uncompleted);
         // The device stays stopped: nothing of the arena stays reachable from it.
-        let unmapped = self.vfio.unmap_all();
+        let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
         device_stop.iommu_unmapped = unmapped.is_ok();
         let _ = self.interface.tap.set_carrier(false);
         let death = match &not_restarted {
@@ -128,7 +135,7 @@ impl Supervisor {
         let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
         warn!("{}: driver died and {why}: failing over to the standby {}; {} keeps its carrier",
               self.label(), to.device, self.interface.name());
-        self.succession.other_device = Some(device);
+        self.devices.other = Some(device);
         let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
                                                      q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
@@ -162,15 +169,19 @@ impl Supervisor {
         let retry = self.agent.retry.take().expect("checked");
         info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.label());
         // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
-        if self.vfio.mapped_bytes() == 0 {
-            if let Err(e) = device::map_arena(&mut self.vfio, &self.datapath.shm) {
-                let wait = self.agent.backoff.next_delay();
-                let why = format!("cannot map the arena again: {e}");
-                error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.label(), wait.as_secs_f64());
-                self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
-                self.agent.retry = Some(PendingRetry { at: now + wait, ..retry });
-                return;
-            }
+        let shm = &self.datapath.shm;
+        let mapped = match self.devices.serving_mut() {
+            Some(vfio) if vfio.mapped_bytes() == 0 => device::map_arena(vfio, shm).map_err(|e| e.to_string()),
+            Some(_) => Ok(()),
+            None => Err("its device was released".to_string()),
+        };
+        if let Err(e) = mapped {
+            let wait = self.agent.backoff.next_delay();
+            let why = format!("cannot map the arena again: {e}");
+            error!("{}: the retry failed: {why}; next attempt in {:.1} s", self.label(), wait.as_secs_f64());
+            self.hook("retrying", &retry.cause, Some(&why), None, Some(wait));
+            self.agent.retry = Some(PendingRetry { at: now + wait, ..retry });
+            return;
         }
         let reason = Reason::Death { cause: retry.cause.clone() };
         let driver = self.serving_driver();

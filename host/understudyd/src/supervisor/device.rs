@@ -59,3 +59,51 @@ pub fn pci_ids(address: &PciAddress) -> io::Result<PciIds> {
         class: read("class")?,
     })
 }
+
+/// The devices an interface holds through VFIO: the one serving it -- none
+/// while it is parked, its device removed and no other given yet -- and,
+/// while a move is under way, the other one: where it goes, or once the
+/// successor runs there, where it came from (docs/migration.md).
+pub struct Devices {
+    serving: Option<Vfio>,
+    /// The serving device's address, or the last one's while parked.
+    address: PciAddress,
+    pub other: Option<Vfio>,
+}
+
+impl Devices {
+    pub fn new(serving: Vfio) -> Self {
+        Devices { address: serving.address().clone(), serving: Some(serving), other: None }
+    }
+
+    /// The serving device, or the last one while parked: log lines and `status` name it.
+    pub fn address(&self) -> &PciAddress {
+        &self.address
+    }
+
+    pub fn serving(&self) -> Option<&Vfio> {
+        self.serving.as_ref()
+    }
+
+    pub fn serving_mut(&mut self) -> Option<&mut Vfio> {
+        self.serving.as_mut()
+    }
+
+    /// `device` serves from now on: the other device, which takes the
+    /// serving one's place (and the serving one, if any, becomes the other).
+    pub fn serve_on(&mut self, device: &PciAddress) -> Result<(), String> {
+        if self.serving.is_some() && device == &self.address {
+            return Ok(());
+        }
+        let other = self.other.take().filter(|o| o.address() == device)
+            .ok_or_else(|| format!("{device} is not the device of the move under way"))?;
+        self.address = device.clone();
+        self.other = self.serving.replace(other);
+        Ok(())
+    }
+
+    /// Gives the serving device back to the kernel (it is being removed).
+    pub fn release(&mut self) {
+        self.serving = None;
+    }
+}

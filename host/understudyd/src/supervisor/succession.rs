@@ -38,9 +38,6 @@ pub struct Succession {
     handover: Option<Handover<TxFrame>>,
     /// An update's or a move's successor while it loads, and the CLI waiting for it.
     loader: Option<Loader>,
-    /// The other device of a move under way: where it goes, and once the
-    /// successor runs there, where it came from (a rollback goes back).
-    pub other_device: Option<Vfio>,
     update_answer: Option<UpdateAnswer>,
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
@@ -74,7 +71,6 @@ impl Succession {
             spawn_seq: 0,
             handover: None,
             loader: None,
-            other_device: None,
             update_answer: None,
             probation_until: None,
             recover_requested: false,
@@ -90,6 +86,11 @@ impl Succession {
 
     pub fn reason(&self) -> Option<&Reason> {
         self.handover.as_ref().map(|h| h.reason())
+    }
+
+    /// Whether the interface waits for a device (handover.rs, `Reason::Park`).
+    pub fn parked(&self) -> bool {
+        self.handover.as_ref().is_some_and(|h| h.parked())
     }
 
     /// The log the handover under way gives its successor.
@@ -200,7 +201,10 @@ impl Supervisor {
         self.succession.probation_until = None;
         // A handover whose first frame never came keeps its record without one.
         self.succession.first_frame = None;
-        let (device_stop, device_stop_ms) = device::stop(&self.vfio);
+        let (device_stop, device_stop_ms) = match self.devices.serving() {
+            Some(vfio) => device::stop(vfio),
+            None => (DeviceStop { bus_master_off: true, irqs_disabled: true, reset: "released".into(), iommu_unmapped: true }, 0.0),
+        };
         let uncompleted = self.datapath.reclaim();
         if let Some(job) = self.ethtool.take() {
             job.fail(format!("{}: the driver died before it answered", self.label()));
@@ -281,25 +285,25 @@ impl Supervisor {
               self.label(), self.interface.name(), to.device, module_names(&to.modules));
         let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
-        self.succession.other_device = Some(destination);
+        self.devices.other = Some(destination);
         self.succession.update_answer = Some(answer);
         self.act(actions)
     }
 
     /// What serves now: the modules on the device.
     pub(super) fn serving_driver(&self) -> Driver {
-        Driver { device: self.vfio.address().clone(), modules: self.succession.modules.clone() }
+        Driver { device: self.devices.address().clone(), modules: self.succession.modules.clone() }
     }
 
     /// What the loading successor says; once it is done, the handover hears.
     fn read_loader(&mut self) {
         let Some(loader) = self.succession.loader.as_mut() else { return };
-        let (limit, dev) = (&mut self.log_limit, self.vfio.address().clone());
+        let (limit, dev) = (&mut self.log_limit, self.devices.address().clone());
         let Some(mut result) = loader.read(|level, text| driver_log(limit, &dev, level, text)) else { return };
         let loader = self.succession.loader.take().expect("read above");
         if loader.probes() {
             // A prober's work is done: its device is given back ready for the successor.
-            let finished = match self.succession.other_device.as_mut() {
+            let finished = match self.devices.other.as_mut() {
                 Some(destination) => loader.finish_probe(destination, &self.datapath.shm),
                 None => Err("the destination was released meanwhile".into()),
             };
@@ -321,7 +325,7 @@ impl Supervisor {
     /// its arena mapping, as after a probe that finished.
     fn end_loader(&mut self) {
         let Some(loader) = self.succession.loader.take() else { return };
-        match self.succession.other_device.as_mut() {
+        match self.devices.other.as_mut() {
             Some(destination) if loader.probes() => {
                 if let Err(e) = loader.finish_probe(destination, &self.datapath.shm) {
                     warn!("{}: giving it back after its probe: {e}", destination.address());
@@ -386,6 +390,11 @@ impl Supervisor {
                     self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
                 }
                 Action::Start(driver) => match self.start_successor(&driver) {
+                    // Nothing to roll back to: a failed failover restarts what it started.
+                    Ok(kind) if matches!(self.succession.reason(), Some(Reason::Failover { .. })) => {
+                        self.succession.modules = driver.modules.clone();
+                        self.feed(Event::Started(kind))?
+                    }
                     Ok(kind) => self.feed(Event::Started(kind))?,
                     Err(why) => {
                         error!("{}: handover: the successor did not start: {why}", self.label());
@@ -408,6 +417,7 @@ impl Supervisor {
                 }
                 Action::Resubmit(frames) => self.give_frames(frames)?,
                 Action::Announce => self.announce(),
+                Action::Park => self.park(),
                 Action::StartProbation(window) => {
                     info!("{}: the successor serves; it is on probation for {} s", self.label(), window.as_secs());
                     self.succession.probation_until = Some(Instant::now() + window);
@@ -424,13 +434,12 @@ impl Supervisor {
     /// probes it, on scratch memory (loader.rs).
     fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
         let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection };
-        let started = if driver.device == *self.vfio.address() {
-            Loader::load(&spawn, &self.vfio, &self.datapath, &driver.modules)
-        } else {
-            match self.succession.other_device.as_mut() {
+        let started = match self.devices.serving() {
+            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
+            _ => match self.devices.other.as_mut() {
                 Some(destination) => Loader::probe(&spawn, destination, &driver.modules),
                 None => Err(format!("{} is not open", driver.device)),
-            }
+            },
         };
         match started {
             Ok(loader) => {
@@ -443,27 +452,66 @@ impl Supervisor {
 
     /// The serving device becomes `device`: the other device of the move
     /// under way (its destination, or on a rollback its origin).
-    fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<(), String> {
-        if device == self.vfio.address() {
-            return Ok(());
+    fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<&Vfio, String> {
+        let before = self.devices.address().clone();
+        self.devices.serve_on(device)?;
+        if *device != before {
+            self.now_serving();
+            if std::mem::take(&mut self.succession.device_removed) {
+                // The kernel waits for the device it asked back, until every
+                // process that has it open is gone: no rollback will need it.
+                self.end_template("its device is being removed");
+                self.devices.other = None;
+                info!("{before}: released to the kernel, which is removing it");
+            }
         }
-        let other = self.succession.other_device.as_mut().filter(|o| o.address() == device)
-            .ok_or_else(|| format!("{device} is not the device of the move under way"))?;
-        std::mem::swap(&mut self.vfio, other);
-        let (address, group) = (self.vfio.address().to_string(), self.vfio.group_id());
+        Ok(self.devices.serving().expect("serve_on made it serve"))
+    }
+
+    /// Log lines and `status` name the device that serves now.
+    fn now_serving(&mut self) {
+        let address = self.devices.address().to_string();
+        let group = self.devices.serving().map_or(0, Vfio::group_id);
         info!("{}: {} is served by this device from now on", address, self.interface.name());
-        if std::mem::take(&mut self.succession.device_removed) {
-            // The kernel waits for the device it asked back: no rollback will need it.
-            let removed = self.succession.other_device.take().expect("swapped");
-            info!("{}: released to the kernel, which is removing it", removed.address());
-        }
         self.interface.label = address.clone();
         self.datapath.label = address.clone();
         self.update(|s| {
             s.device = address;
             s.iommu_group = group;
         });
-        Ok(())
+    }
+
+    /// The serving device is given back to the kernel, which is removing it;
+    /// the interface keeps its settings and its carrier (the stack queues and
+    /// TCP retransmits, as across any outage) until it is given a device.
+    fn park(&mut self) {
+        self.end_template("its device is being removed");
+        self.devices.release();
+        self.succession.device_removed = false;
+        self.interface.carrier_held_until = None;
+        warn!("{}: released to the kernel, which is removing it; no standby is left, so {} waits without a \
+               device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
+              self.interface.name());
+        self.update(|s| {
+            s.state = DriverState::Parked;
+            s.pid = None;
+        });
+    }
+
+    /// A parked interface is given `to` (`understudy migrate` while parked).
+    pub(super) fn attach(&mut self, to: Driver, mut destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+        info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
+        // A standby's arena is mapped since its probe; a device opened just now has none.
+        if destination.mapped_bytes() == 0 {
+            if let Err(e) = device::map_arena(&mut destination, &self.datapath.shm) {
+                let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
+                return Ok(());
+            }
+        }
+        self.devices.other = Some(destination);
+        self.succession.update_answer = Some(answer);
+        self.interface.hold_carrier(Instant::now());
+        self.feed(Event::Attach(to))
     }
 
     /// After a move (and its rollback): the network learns where the MAC is.
@@ -487,10 +535,10 @@ impl Supervisor {
     /// new process that probes. The device's interrupt is allowed again first.
     fn start_successor(&mut self, driver: &Driver) -> Result<StartKind, String> {
         // The template probed the serving device: its forks drive that one only.
-        let template_fits = *driver == self.serving_driver();
-        self.serve_on(&driver.device)?;
+        let template_fits = *driver == self.serving_driver() && self.devices.serving().is_some();
+        self.serve_on(&driver.device)?.allow_intx()
+            .map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let modules = driver.modules.as_slice();
-        self.vfio.allow_intx().map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let now = Instant::now();
         let (link, kind) = match self.succession.loader.take() {
             Some(loader) => (loader.link, StartKind::Probe),
@@ -499,7 +547,8 @@ impl Supervisor {
                 let (control, process, kind) = match forked {
                     Some((control, process)) => (control, process, StartKind::Template),
                     None => {
-                        let (control, process) = link::spawn(&self.driver_binary, self.placement, &self.vfio, &self.datapath)?;
+                        let vfio = self.devices.serving().expect("serve_on above");
+                        let (control, process) = link::spawn(&self.driver_binary, self.placement, vfio, &self.datapath)?;
                         (control, process, StartKind::Probe)
                     }
                 };
@@ -522,7 +571,7 @@ impl Supervisor {
     /// The driver registered its net_device: the shadow starts from what it
     /// says; the TAP keeps the settings in force (a successor is given them by the replay).
     pub(super) fn adopt(&mut self, r: RegisteredInfo) {
-        let r = self.standbys.mask(self.vfio.address(), r);
+        let r = self.standbys.mask(self.devices.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
         self.update(|s| {
             s.mac.get_or_insert_with(|| crate::shadow::format_mac(&r.dev_addr));
@@ -597,7 +646,7 @@ impl Supervisor {
         let update = record.reason == HandoverReason::Update;
         // A move is over: the device it left is a standby from now on; a
         // destination given up goes back to being one, or is released.
-        if let Some(other) = self.succession.other_device.take() {
+        if let Some(other) = self.devices.other.take() {
             let held = matches!(outcome, Outcome::Committed);
             let address = |a: &Option<String>| a.as_deref().and_then(|d| d.parse().ok()).unwrap_or_else(|| other.address().clone());
             let origin = Driver { device: address(&record.from_device), modules: record.from_modules.clone().unwrap_or_default() };
@@ -654,10 +703,9 @@ impl Supervisor {
         self.answer_update(record);
     }
 
+    /// The CLI waiting for this handover (an update, a move, a parked
+    /// interface given a device) hears how it ended.
     fn answer_update(&mut self, record: HandoverRecord) {
-        if !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate) {
-            return;
-        }
         if let Some(answer) = self.succession.update_answer.take() {
             let _ = answer.send(Ok(record));
         }
@@ -666,7 +714,7 @@ impl Supervisor {
     /// A handover ends without an outcome (the device is being released).
     pub(super) fn abandon_handover(&mut self, why: &str) {
         self.end_loader();
-        self.succession.other_device = None;
+        self.devices.other = None;
         if let Some(h) = self.succession.handover.take() {
             let mut record = h.record().clone();
             record.outcome = format!("abandoned: {why}");
