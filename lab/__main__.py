@@ -199,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_swifi(sub)
     from .scenario import add_parser as add_scenario
     from .update_loop import add_parser as add_update_loop
-    add_update_loop(add_scenario(sub))
+    from .vm_migrate import add_parser as add_vm_migrate
+    scenarios = add_scenario(sub)
+    add_update_loop(scenarios)
+    add_vm_migrate(scenarios)
     return p
 
 

@@ -118,14 +118,15 @@ def carrier(g: Guest, ifname: str) -> bool:
 
 
 class Daemon:
-    """understudyd running in the guest, with `driver` as its driver-process executable."""
+    """understudyd running in the guest, with `driver` as its driver-process executable
+    (in the host root, or with `in_initramfs` from a kit in the initramfs: lab/vm_migrate.py)."""
 
     def __init__(self, g: Guest, bins: dict, driver: Path | str | None = None, *options: str,
-                 env: dict[str, str] | None = None, socket: str = SOCKET):
-        self.g, self.bins, self.socket = g, bins, socket
+                 env: dict[str, str] | None = None, socket: str = SOCKET, in_initramfs: bool | None = None):
+        self.g, self.bins, self.socket, self.in_initramfs = g, bins, socket, in_initramfs
         driver = driver or bins["driver"]
         self.proc = g.spawn([str(bins["understudyd"]), "--socket", socket, "--driver", str(driver),
-                             *options], env={"RUST_LOG": "info", **(env or {})})
+                             *options], env={"RUST_LOG": "info", **(env or {})}, in_initramfs=in_initramfs)
         deadline = time.monotonic() + 30
         while self.cli("status").returncode == 3:
             if self.proc.poll() is not None:
@@ -136,7 +137,7 @@ class Daemon:
 
     def cli(self, *args: str, timeout: float = 60):
         return self.g.run([str(self.bins["understudy"]), "--socket", self.socket, *args],
-                          timeout=timeout)
+                          timeout=timeout, in_initramfs=self.in_initramfs)
 
     def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if given)."""
