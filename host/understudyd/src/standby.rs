@@ -96,17 +96,20 @@ impl<D> Standbys<D> {
         self.entries.remove(at).held
     }
 
-    /// A move is over. If it held, `origin` (the driver it left, its device
-    /// held by `left`) is a standby from now on and the destination is not;
-    /// otherwise the destination, `left`, goes back where it was lent from --
-    /// or is dropped if it was no standby.
-    pub fn move_over(&mut self, held: bool, origin: Driver, destination: &PciAddress, left: D) {
+    /// A move is over. If it held, the destination is no standby any more
+    /// and `origin` (the driver it left) is one, if its device is still held
+    /// (`left`: the kernel may have taken it back); otherwise the
+    /// destination, `left`, goes back where it was lent from -- or is
+    /// dropped if it was no standby.
+    pub fn move_over(&mut self, held: bool, origin: Driver, destination: &PciAddress, left: Option<D>) {
         if held {
             self.entries.retain(|e| e.driver.device != *destination);
-            let offloads = self.served.iter().find(|(d, _)| *d == origin.device).map_or(0, |&(_, o)| o);
-            self.entries.push(Entry { driver: origin, offloads, held: Some(left) });
+            if let Some(left) = left {
+                let offloads = self.served.iter().find(|(d, _)| *d == origin.device).map_or(0, |&(_, o)| o);
+                self.entries.push(Entry { driver: origin, offloads, held: Some(left) });
+            }
         } else if let Some(e) = self.entries.iter_mut().find(|e| e.driver.device == *destination) {
-            e.held = Some(left);
+            e.held = left;
         }
     }
 
@@ -155,7 +158,7 @@ mod tests {
         // A move to the standby lends it; a refusal gives it back.
         assert_eq!(s.lend(&rtl.device), Some("rtl held"));
         assert_eq!(s.lend(&rtl.device), None, "lent once");
-        s.move_over(false, e1000.clone(), &rtl.device, "rtl held");
+        s.move_over(false, e1000.clone(), &rtl.device, Some("rtl held"));
         assert!(s.available());
 
         // A failover takes the first one not lent.
@@ -163,11 +166,17 @@ mod tests {
         assert!(!s.available() && s.lend_any().is_none());
 
         // A move that holds: the origin is the standby, the mask unchanged.
-        s.move_over(true, e1000.clone(), &rtl.device, "e1000 held");
+        s.move_over(true, e1000.clone(), &rtl.device, Some("e1000 held"));
         let shown = s.mask(&rtl.device, registered(OFFLOAD_CSUM | OFFLOAD_TSO4, 4096));
         assert_eq!(shown.offloads, OFFLOAD_CSUM | OFFLOAD_TSO4);
         let standby = s.status();
         assert_eq!(standby.iter().map(|s| s.device.as_str()).collect::<Vec<_>>(), vec!["0000:00:03.0"]);
         assert_eq!(standby[0].offloads, vec!["tx-checksum", "tso4", "tso6"], "what e1000 itself registered");
+
+        // A failover from a device the kernel took back: the destination is
+        // no standby, and the device left is none either.
+        let (to, _) = s.lend_any().expect("e1000 is a standby");
+        s.move_over(true, rtl.clone(), &to.device, None);
+        assert!(s.status().is_empty() && !s.available());
     }
 }

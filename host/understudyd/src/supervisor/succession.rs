@@ -644,14 +644,14 @@ impl Supervisor {
                              record.tx_resubmitted);
         self.publish(&record);
         let update = record.reason == HandoverReason::Update;
-        // A move is over: the device it left is a standby from now on; a
-        // destination given up goes back to being one, or is released.
-        if let Some(other) = self.devices.other.take() {
-            let held = matches!(outcome, Outcome::Committed);
-            let address = |a: &Option<String>| a.as_deref().and_then(|d| d.parse().ok()).unwrap_or_else(|| other.address().clone());
-            let origin = Driver { device: address(&record.from_device), modules: record.from_modules.clone().unwrap_or_default() };
-            let destination = address(&record.to_device);
-            self.standbys.move_over(held, origin, &destination, other);
+        // A move is over: the device it left, unless the kernel took it
+        // back, is a standby from now on; a destination given up goes back
+        // to being one, or is released.
+        let address = |a: &Option<String>| a.as_deref().and_then(|d| d.parse::<understudy_vfio::PciAddress>().ok());
+        if let (Some(from), Some(to)) = (address(&record.from_device), address(&record.to_device)) {
+            let origin = Driver { device: from, modules: record.from_modules.clone().unwrap_or_default() };
+            let left = self.devices.other.take();
+            self.standbys.move_over(matches!(outcome, Outcome::Committed), origin, &to, left);
             let standby = self.standbys.status();
             self.update(|s| s.standby = standby);
         }

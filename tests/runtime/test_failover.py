@@ -1,0 +1,68 @@
+"""Failover: with a standby declared (`understudy run --standby`), a device
+the kernel takes back -- QMP device_del, the guest's hot-unplug -- moves us0
+to the standby by itself during a hash-checked TCP transfer on the lab
+bridge: the same interface and MAC, the transfer exact, the removed device
+released to the kernel. Without a standby the interface parks until it is
+given a device; that path is the VM migration's (test_vm_migrate.py).
+"""
+import pytest
+
+from lab import net, traffic, understudy
+from lab.guest import Guest
+from lab.netns import LabNetwork
+
+pytestmark = pytest.mark.lab
+
+BULK_BYTES = 40 * 1000 * 1000
+# Paced, so that the unplug and the failover are over mid-transfer: 40 MB at 20 Mbit/s take 16 s.
+RATE_MBPS = 20
+
+
+@pytest.fixture(scope="module")
+def bins(lab_ready, runtime_built):
+    return understudy.build()
+
+
+def us0(d: understudy.Daemon) -> dict:
+    """us0's status, whichever device serves it."""
+    return next(s for s in d.status().values() if s["ifname"] == "us0")
+
+
+def test_a_hot_unplugged_device_fails_over_to_the_standby_under_traffic(no_leftover_qemu, bins):
+    with LabNetwork() as network, Guest(devices=["e1000", "rtl8139"], netdev=network) as g:
+        understudy.prepare(g)
+        e1000, rtl = g.pci_address("nic0"), g.pci_address("nic1")
+        for bdf in (e1000, rtl):
+            understudy.bind_vfio(g, bdf)
+        cp = understudy.module_chain(g, "8139cp")[-1]
+        d = understudy.Daemon(g, bins, None)
+        try:
+            res = d.cli("run", "--device", e1000, "--ifname", "us0", "--module", understudy.module_path(g, "e1000"),
+                        "--standby", f"{rtl}={cp}", timeout=200)
+            assert res.returncode == 0, res.err
+            st = d.wait_state(e1000, "registered", timeout=120)
+            assert [s["device"] for s in st["standby"]] == [rtl], st["standby"]
+            assert [m["path"].rsplit("/", 1)[-1] for m in st["standby"][0]["modules"]] == ["mii.ko", "8139cp.ko"], \
+                "the standby's dependencies come from modules.dep"
+            net.bring_up_iface(g, "us0", network=network)
+            mac = g.run("cat /sys/class/net/us0/address", check=True).out.strip()
+            with traffic.Us0Transfer(g, BULK_BYTES, timeout=180, network=network, rate_mbps=RATE_MBPS) as transfer:
+                traffic.wait_received(d, e1000, st["counters"]["rx_bytes"] + 2_000_000, transfer)
+                g.hot_unplug("nic0", timeout=60)
+                assert transfer.running(), "the failover was over before the transfer: pace it slower"
+                result = transfer.result(300)
+            summary = result.summary()
+            after = us0(d)
+            print("failover", after["migrations"], "bulk", summary)
+            assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
+            assert (after["device"], after["driver_name"], after["state"]) == (rtl, "8139cp", "open"), after
+            record = after["migrations"][-1]
+            assert (record["reason"], record["outcome"]) == ("failover", "moved"), record
+            assert (record["from_device"], record["to_device"]) == (e1000, rtl), record
+            assert "being removed" in record["cause"] and record["announced"] > 0, record
+            assert record["first_packet_ms"] is not None, record
+            assert g.run("cat /sys/class/net/us0/address", check=True).out.strip() == mac, "us0 kept its MAC"
+            assert after["standby"] == [], "the removed device is nobody's standby"
+            assert g.run(f"test -e /sys/bus/pci/devices/{e1000}").returncode != 0, "the kernel has the device back"
+        finally:
+            d.stop()
