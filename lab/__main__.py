@@ -200,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .scenario import add_parser as add_scenario
     from .update_loop import add_parser as add_update_loop
     from .vm_migrate import add_parser as add_vm_migrate
+    from .migrate_loop import add_parser as add_migrate
     scenarios = add_scenario(sub)
     add_update_loop(scenarios)
+    add_migrate(scenarios)
     add_vm_migrate(scenarios)
     return p
 

@@ -74,14 +74,14 @@ class Us0Transfer:
 
 
 class PingProbe:
-    """Echo requests from the guest to slirp's gateway through us0 every
+    """Echo requests from the guest to slirp's gateway (or `target`) through us0 every
     PROBE_INTERVAL_S, running in the background: a steady stream in both
     directions whose gaps show when the interface carried frames again, free
     of TCP's retransmission timer."""
 
-    def __init__(self, guest: Guest):
+    def __init__(self, guest: Guest, target: str = SLIRP_GATEWAY):
         self.proc: GuestProcess = guest.spawn(
-            ["ping", "-D", "-n", "-i", str(PROBE_INTERVAL_S), "-W", "1", SLIRP_GATEWAY])
+            ["ping", "-D", "-n", "-i", str(PROBE_INTERVAL_S), "-W", "1", target])
 
     def reply_times(self) -> list[float]:
         """Stops the probe; the guest's wall-clock times of the replies it received."""
@@ -97,12 +97,13 @@ class PingProbe:
             self.proc.kill()
 
 
-def wait_received(daemon: understudy.Daemon, bdf: str, at_least: int, transfer: Us0Transfer,
+def wait_received(daemon: understudy.Daemon, device: str, at_least: int, transfer: Us0Transfer,
                   timeout: float = 60) -> dict:
     """Waits until the daemon has passed `at_least` received bytes (its rx counter)
-    while `transfer` still runs; returns the device's status."""
+    while `transfer` still runs; returns the status of `device` (a PCI address, or
+    an interface, whichever device serves it)."""
     deadline = time.monotonic() + timeout
-    while (st := daemon.status()[bdf])["counters"]["rx_bytes"] < at_least:
+    while (st := daemon.status_of(device))["counters"]["rx_bytes"] < at_least:
         if not transfer.running():
             raise LabError(f"the transfer ended before {at_least} bytes had passed us0 "
                            f"({st['counters']['rx_bytes']})")

@@ -148,11 +148,27 @@ class Daemon:
         if res.returncode:
             raise LabError(f"understudy run {bdf} failed: {res.err.strip()}")
 
+    def cli_json(self, *args: str, timeout: float = 300) -> tuple[int, dict]:
+        """`understudy ARGS --json`: its exit status and its JSON answer."""
+        res = self.cli(*args, "--json", timeout=timeout)
+        try:
+            return res.returncode, json.loads(res.out)
+        except json.JSONDecodeError:
+            raise LabError(f"understudy {args[0]} printed no JSON (exit {res.returncode}): {res.err.strip()}") from None
+
     def status(self) -> dict:
         res = self.cli("status", "--json")
         if res.returncode:
             raise LabError(f"understudy status failed: {res.err.strip()}")
         return {d["device"]: d for d in json.loads(res.out)["devices"]}
+
+    def status_of(self, name: str) -> dict:
+        """The status of the interface `name`, or of the device at that PCI address
+        (a move changes the device that serves an interface)."""
+        for d in self.status().values():
+            if name in (d["device"], d["ifname"]):
+                return d
+        raise LabError(f"understudyd runs no device or interface {name}")
 
     def wait_state(self, bdf: str, state: str, timeout: float = 60, **fields) -> dict:
         """Waits until the device's status has `state` (and the given field values)."""

@@ -10,7 +10,6 @@ gaps give the outage as it saw it.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
@@ -45,14 +44,8 @@ def module_chain(abi: str, driver: str) -> list[str]:
     return chain + [str(path)]
 
 
-def update(daemon: understudy.Daemon, modules: list[str]) -> tuple[int, dict]:
-    """`understudy update us0`: its exit status and JSON answer (with the record)."""
-    argv = ["update", "us0", "--json", *[a for m in modules for a in ("--module", m)]]
-    res = daemon.cli(*argv, timeout=300)
-    try:
-        return res.returncode, json.loads(res.out)
-    except json.JSONDecodeError:
-        raise LabError(f"understudy update printed no JSON (exit {res.returncode}): {res.err.strip()}") from None
+def module_args(modules: list[str]) -> list[str]:
+    return [a for m in modules for a in ("--module", m)]
 
 
 def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float,
@@ -84,7 +77,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
                 to = versions[(i + 1) % len(versions)]
                 st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
                 update_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
-                code, answer = update(daemon, chains[to])
+                code, answer = daemon.cli_json("update", "us0", *module_args(chains[to]))
                 record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
                 after = daemon.status()[bdf]
                 # The first frame through the new driver is timed when it passes: wait for it.

@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`python3 -m lab scenario migrate`: us0 moved back and forth between two
+devices with different drivers during one hash-checked TCP transfer on the
+lab bridge (docs/migration.md).
+
+The guest has both NICs, each on the lab bridge so that the peer reaches
+whichever serves, each bound to vfio-pci. understudy runs us0 on the first
+with the second declared a standby (so us0 advertises only what both
+drivers offer), and `understudy migrate us0 --to` moves it --moves times,
+each after 1 MiB through the serving driver. The daemon's record of each
+move gives its phases and downtime, a ping probe and the receiving
+application the outage as they saw it.
+"""
+from __future__ import annotations
+
+import time
+
+from . import net, understudy
+from .arguments import add_json, positive
+from .devices import lookup_nic
+from .errors import LabError
+from .guest import Guest
+from .netns import PEER_ADDRESS, LabNetwork
+from .report import Report, columns, emit, log, median, verdict_lines
+from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, wait_received
+from .update_loop import MIN_BYTES_BETWEEN_UPDATES, module_args
+
+# A move: the destination's load and probe on scratch memory, the switch, the
+# link (QEMU's e1000 emulates 2 s of autonegotiation) and the 5 s probation.
+SECONDS_PER_MOVE = 12
+PHASES = ("load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "serving_ms", "first_packet_ms")
+
+
+def features_on(guest: Guest) -> list[str]:
+    """What `ethtool -k us0` says is on: what the stack may leave to the interface."""
+    out = guest.run("ethtool -k us0", check=True).out
+    return [line.split(":")[0].strip() for line in out.splitlines()[1:] if line.split(":")[-1].strip().startswith("on")]
+
+
+def mac_of_us0(guest: Guest) -> str:
+    return guest.run("cat /sys/class/net/us0/address", check=True).out.strip()
+
+
+def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Report:
+    a, b = lookup_nic(source), lookup_nic(target)
+    nbytes = int(rate_mbps * 1e6 / 8 * (moves + 1) * SECONDS_PER_MOVE)
+    log(f"booting a guest with {a.name} and {b.name} on the lab bridge; us0 on {a.driver}, {b.driver} its standby; "
+        f"{moves} moves during {nbytes >> 20} MiB at {rate_mbps:g} Mbit/s")
+    records: list[dict] = []
+    failure: str | None = None
+    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network) as guest:
+        understudy.prepare(guest)
+        devices = [guest.pci_address("nic0"), guest.pci_address("nic1")]
+        chains = [understudy.module_chain(guest, a.driver), understudy.module_chain(guest, b.driver)]
+        for bdf in devices:
+            understudy.bind_vfio(guest, bdf)
+        daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", "3")
+        standby = f"{devices[1]}={chains[1][-1]}"
+        res = daemon.cli("run", "--device", devices[0], "--ifname", "us0", *module_args(chains[0]),
+                         "--standby", standby, timeout=300)
+        if res.returncode:
+            raise LabError(f"understudy run failed: {res.err.strip()}")
+        daemon.wait_state(devices[0], "registered", timeout=120)
+        net.bring_up_iface(guest, "us0", network=network)
+        features_before, mac_before = features_on(guest), mac_of_us0(guest)
+        base = daemon.status_of("us0")["counters"]["rx_bytes"]
+        drops = understudy.carrier_drops(guest)
+        move_times: list[float] = []
+        with PingProbe(guest, PEER_ADDRESS) as probe, \
+                Us0Transfer(guest, nbytes, timeout=nbytes * 8 / rate_mbps / 1e6 * 3 + 120, gap_log_ms=GAP_LOG_MS,
+                            network=network, rate_mbps=rate_mbps) as transfer:
+            passed = 0
+            for i in range(moves):
+                to = (i + 1) % 2
+                st = wait_received(daemon, "us0", base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
+                move_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
+                code, answer = daemon.cli_json("migrate", "us0", "--to", devices[to], *module_args(chains[to]))
+                record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
+                # The first frame through the new driver is timed when it passes: wait for it.
+                deadline = time.monotonic() + 30
+                while (after := daemon.status_of("us0"))["migrations"] and \
+                        after["migrations"][-1].get("first_packet_ms") is None and \
+                        time.monotonic() < deadline and transfer.running():
+                    time.sleep(0.1)
+                if after["migrations"]:
+                    record = {**record, **{k: after["migrations"][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
+                mac = mac_of_us0(guest)
+                records.append({"move": i + 1, "to": f"{devices[to]} ({(a, b)[to].driver})", "exit": code,
+                                "at_bytes": st["counters"]["rx_bytes"] - base, "mac": mac,
+                                "serving": after["device"], **record})
+                log(f"move {i + 1}/{moves} to {devices[to]}: {record['outcome']}, downtime {record.get('downtime_ms')} "
+                    f"ms (load {record.get('load_ms')}, stop {record.get('stop_ms')}, probe {record.get('start_ms')}, "
+                    f"replay {record.get('replay_ms')}, link {record.get('link_ms')})")
+                if code != 0 or after["device"] != devices[to]:
+                    failure = f"move {i + 1}: {record['outcome']}"
+                    break
+                passed = after["counters"]["rx_bytes"] - base
+            result = transfer.result(nbytes * 8 / rate_mbps / 1e6 * 3) if failure is None else None
+            replies = probe.reply_times()
+        features_after = features_on(guest)
+        final = daemon.status_of("us0")
+        dropped = understudy.carrier_drops(guest) - drops
+        alive = daemon.alive()
+        daemon_log = daemon.stop()
+        if failure:
+            log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
+    gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], move_times)
+    probed = gaps_per_kill(gaps_between(replies, GAP_LOG_MS), move_times)
+    for rec, gap, probe_gap in zip(records, gaps, probed):
+        rec["app_gap_ms"], rec["probe_gap_ms"] = gap, probe_gap
+    summary = result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
+    downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
+    pinged = [g for g in probed if g is not None]
+    app = [g for g in gaps if g is not None]
+    moved = sum(r["outcome"] == "moved" for r in records)
+    rolled_back = sum(str(r["outcome"]).startswith("rolled back") for r in records)
+    refused = sum(r["exit"] == 1 for r in records)
+    mac_unchanged = all(r["mac"] == mac_before for r in records)
+    rep = Report({
+        "scenario": "migrate", "from": a.driver, "to": b.driver, "devices": devices,
+        "rate_mbps": rate_mbps, "bytes": nbytes, "bytes_received": summary["bytes"],
+        "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
+        "moves": moved, "rolled_back": rolled_back, "refused": refused, "recoveries": final["recovery_count"],
+        "mac_unchanged": mac_unchanged, "mac": mac_before,
+        "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "probe_gap_ms_median": median(pinged), "probe_gap_ms_max": max(pinged, default=None),
+        "app_gap_ms_median": median(app), "app_gap_ms_max": max(app, default=None),
+        "phase_ms_median": {to: {k: median([r[k] for r in records if r.get(k) is not None and r["to"].endswith(f"({drv})")])
+                                 for k in PHASES}
+                            for to, drv in (("to_" + b.driver, b.driver), ("to_" + a.driver, a.driver))},
+        "features_before": features_before, "features_after": features_after,
+        "standby_offloads": final["standby"][0]["offloads"] if final["standby"] else None,
+        "carrier_drops": dropped, "daemon_alive": alive, "per_move": records,
+    })
+    rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
+              f"{summary['bytes']} of {nbytes} bytes, hash_ok {summary['hash_ok']}, errors {summary['errors']}")
+    rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
+    rep.check("every_move_moved", moved == moves, f"{moved} of {moves} moved" + (f"; {failure}" if failure else ""))
+    rep.check("mac_unchanged", mac_unchanged, f"us0's MAC per move: {[r['mac'] for r in records]}, before {mac_before}")
+    rep.check("features_kept", features_after == features_before, f"{features_before} -> {features_after}")
+    rep.check("no_recovery", final["recovery_count"] == 0, f"{final['recovery_count']} restarts after deaths")
+    rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
+    rep.check("daemon_alive", alive)
+    return rep
+
+
+def table(rep: Report) -> str:
+    f = rep.figures
+    cols = ["move", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms",
+            "downtime_ms", "probe_gap_ms", "app_gap_ms", "announced"]
+    lines = columns(f["per_move"], cols)
+    lines.append(f"{f['from']} <-> {f['to']}: {f['moves']} moved, {f['rolled_back']} rolled back, {f['refused']} "
+                 f"refused; transfer {f['bytes_received']} of {f['bytes']} bytes, hash "
+                 f"{'ok' if f['hash_ok'] else 'MISMATCH'}, {f['resets']} resets; MAC "
+                 f"{'unchanged' if f['mac_unchanged'] else 'CHANGED'} ({f['mac']}); us0 lost carrier "
+                 f"{f['carrier_drops']} times")
+    lines.append(f"downtime (daemon, last frame -> first frame): median {f['downtime_ms_median']} ms, max "
+                 f"{f['downtime_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
+                 f"{f['probe_gap_ms_median']} ms, max {f['probe_gap_ms_max']} ms; the receiving TCP application: "
+                 f"median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
+    lines.append(f"ethtool -k us0, on: before {', '.join(f['features_before'])}")
+    lines.append(f"                    after  {', '.join(f['features_after'])}")
+    return "\n".join(lines + verdict_lines(rep))
+
+
+def cmd_migrate(args) -> int:
+    return emit(migrate_loop(args.source, args.target, args.moves, args.rate_mbps), args.json, table)
+
+
+def add_parser(ssub) -> None:
+    """`scenario migrate`, beside the others."""
+    m = ssub.add_parser("migrate", help="move us0 between two devices and drivers N times during one transfer",
+                        description=__doc__ + "\nExit 0 if every check passed, 1 if one failed, 3 lab problem.",
+                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+                        epilog="example: python3 -m lab scenario migrate --from e1000 --to 8139cp --moves 10 --json")
+    m.add_argument("--from", dest="source", default="e1000", help="the NIC us0 starts on (default e1000)")
+    m.add_argument("--to", dest="target", default="8139cp",
+                   help="the other NIC: 8139cp (rtl8139), pcnet32, e100 (i82559er)... (default 8139cp)")
+    m.add_argument("--moves", type=positive, default=10, help="moves to make (default 10)")
+    m.add_argument("--rate-mbps", type=float, default=20,
+                   help="the transfer's pace, Mbit/s; it is sized to last through every move (default 20)")
+    add_json(m)
+    m.set_defaults(func=cmd_migrate)
