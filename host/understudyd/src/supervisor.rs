@@ -520,9 +520,10 @@ impl Supervisor {
             return Err(Fault::RecoverRequested);
         }
         // While a handover is under way queries wait for the successor's answer.
-        if self.shadow.is_none() && !self.succession.under_way() {
+        if self.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
             let why = match self.link {
                 Some(_) => "the driver has not registered its net_device yet",
+                None if self.succession.parked() => "the interface has no device (parked: see `understudy status`)",
                 None => "the driver is dead (see `understudy status`)",
             };
             for (_, answer) in self.ethtool_queue.drain(..) {
@@ -798,7 +799,7 @@ fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) ->
         let address = driver.device.clone();
         let refused = |why: String| format!("standby {address}: {why}");
         let mut vfio = open_device(&address).map_err(|e| refused(e.to_string()))?;
-        let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules).map_err(refused)?;
+        let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules, real).map_err(refused)?;
         let limit = spawn.detection.probe * 2;
         let loaded = loader.wait(limit, |level, text| info!("{address}: standby's driver ({level}): {text}"));
         loader.finish_probe(&mut vfio, real).map_err(refused)?;

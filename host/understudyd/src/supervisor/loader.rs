@@ -50,12 +50,22 @@ impl Loader {
 
     /// A process that LOADs `modules` and probes `vfio`'s device with them on
     /// scratch memory, mapped into that device's IOMMU container in place of
-    /// whatever was (`finish_probe` maps `real` back).
-    pub fn probe(spawn: &Spawn, vfio: &mut Vfio, modules: &[ModuleInfo]) -> Result<Loader, String> {
+    /// `real`'s arena, which `finish_probe` -- or a failure here -- maps back.
+    pub fn probe(spawn: &Spawn, vfio: &mut Vfio, modules: &[ModuleInfo], real: &SharedMemory) -> Result<Loader, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
         let shm = SharedMemory::create(Geometry::default()).map_err(|e| format!("scratch memory: {e}"))?;
         vfio.unmap_all().map_err(|e| e.to_string())?;
-        device::map_arena(vfio, &shm).map_err(|e| format!("mapping scratch memory for {}: {e}", vfio.address()))?;
+        let started = device::map_arena(vfio, &shm)
+            .map_err(|e| format!("mapping scratch memory for {}: {e}", vfio.address()))
+            .and_then(|()| Loader::start_probe(spawn, vfio, modules, ids, shm));
+        if started.is_err() {
+            let _ = map_real(vfio, real);
+        }
+        started
+    }
+
+    fn start_probe(spawn: &Spawn, vfio: &Vfio, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
+                   -> Result<Loader, String> {
         let scratch = Datapath::new(shm, vfio.address().to_string())?;
         let mut loader = Loader::spawn(spawn, vfio, &scratch)?;
         let hello = Request::Hello(scratch.shm.geometry().hello());
@@ -175,12 +185,17 @@ impl Loader {
     pub fn finish_probe(self, vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
         self.link.end();
         device::stop(vfio);
-        vfio.unmap_all().map_err(|e| e.to_string())?;
-        device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
+        map_real(vfio, real)
     }
 
     /// Ends the process.
     pub fn end(self) {
         self.link.end();
     }
+}
+
+/// The interface's arena mapped for `vfio`'s device, and nothing else.
+fn map_real(vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
+    vfio.unmap_all().map_err(|e| e.to_string())?;
+    device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
 }

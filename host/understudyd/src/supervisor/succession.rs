@@ -437,7 +437,7 @@ impl Supervisor {
         let started = match self.devices.serving() {
             Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
             _ => match self.devices.other.as_mut() {
-                Some(destination) => Loader::probe(&spawn, destination, &driver.modules),
+                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.datapath.shm),
                 None => Err(format!("{} is not open", driver.device)),
             },
         };

@@ -1,0 +1,99 @@
+"""Migration (docs/migration.md): `understudy migrate us0 --to` moves us0
+between an e1000 and an RTL8139 (8139cp) and back during a hash-checked
+transfer on the lab bridge, its MAC and features kept; and moves the daemon
+must refuse -- an absent destination, one bound to a kernel driver, one whose
+driver lacks offloads us0 advertises (no standby masks them), a move during
+a move -- are refused with a clear message under traffic, the old driver
+untouched.
+"""
+import json
+import threading
+import time
+
+import pytest
+
+from lab import migrate_loop, net, traffic, understudy
+from lab.guest import Guest
+from lab.netns import LabNetwork
+
+pytestmark = pytest.mark.lab
+
+BULK_BYTES = 60 * 1000 * 1000
+# Paced to outlast the refusals and one move with its 5 s probation: 60 MB at 20 Mbit/s take 24 s.
+RATE_MBPS = 20
+
+
+@pytest.fixture(scope="module")
+def bins(lab_ready, runtime_built):
+    return understudy.build()
+
+
+def test_us0_moves_from_e1000_to_8139cp_and_back_during_one_transfer(no_leftover_qemu, lab_ready, runtime_built):
+    rep = migrate_loop.migrate_loop("e1000", "8139cp", moves=2, rate_mbps=RATE_MBPS)
+    f = rep.figures
+    print({k: v for k, v in f.items() if k != "per_move"})
+    assert rep.ok, rep.notes
+    assert [r["outcome"] for r in f["per_move"]] == ["moved", "moved"]
+    for r in f["per_move"]:
+        assert r["announced"] > 0 and r["from_device"] != r["to_device"], r
+        assert all(r[k] is not None for k in ("load_ms", "start_ms", "replay_ms", "downtime_ms")), r
+    assert [r["to_modules"][-1]["path"].rsplit("/", 1)[-1] for r in f["per_move"]] == ["8139cp.ko", "e1000.ko"]
+
+
+def migrate(d: understudy.Daemon, *args: str) -> tuple[int, dict]:
+    return d.cli_json("migrate", "us0", *args)
+
+
+def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(no_leftover_qemu, bins):
+    with LabNetwork() as network, Guest(devices=["e1000", "pcnet", "rtl8139"], netdev=network) as g:
+        understudy.prepare(g)
+        e1000, pcnet, rtl = (g.pci_address(f"nic{i}") for i in range(3))
+        for bdf in (e1000, pcnet):
+            understudy.bind_vfio(g, bdf)
+        assert understudy.bound_driver(g, rtl) == "8139cp", "the guest's own driver has the RTL8139"
+        d = understudy.Daemon(g, bins, None)
+        try:
+            d.run(e1000, [understudy.module_path(g, "e1000")])
+            d.wait_state(e1000, "registered", timeout=120)
+            net.bring_up_iface(g, "us0", network=network)
+            before = d.status_of("us0")
+            with traffic.Us0Transfer(g, BULK_BYTES, timeout=240, network=network, rate_mbps=RATE_MBPS) as transfer:
+                traffic.wait_received(d, "us0", before["counters"]["rx_bytes"] + 2_000_000, transfer)
+                code, absent = migrate(d, "--to", "0000:00:1f.7")
+                assert code == 1 and "no PCI device 0000:00:1f.7" in absent["error"], absent
+                code, bound = migrate(d, "--to", rtl)
+                assert code == 1 and "bound to the kernel driver 8139cp" in bound["error"], bound
+                code, lacking = migrate(d, "--to", pcnet, "--module", understudy.module_path(g, "pcnet32"))
+                assert code == 1 and lacking["handover"]["outcome"].startswith("refused: "), lacking
+                assert "lacks offloads the interface advertises: tx-checksum" in lacking["error"], lacking
+                assert "--standby" in lacking["error"], "the refusal says how to mask"
+                assert lacking["handover"]["load_ms"] is not None, "pcnet32 was loaded and probed to find out"
+                same = d.status_of("us0")
+                assert (same["device"], same["pid"], same["state"]) == (e1000, before["pid"], "open"), same
+                # A move during a move: the second is refused, the first goes on.
+                understudy.bind_vfio(g, rtl)
+                cp = understudy.module_chain(g, "8139cp")[-1]
+                first: dict = {}
+
+                def move_to_rtl():
+                    first["code"], first["answer"] = migrate(d, "--to", rtl, "--module", cp)
+
+                mover = threading.Thread(target=move_to_rtl)
+                mover.start()
+                deadline = time.monotonic() + 30
+                while d.status_of("us0")["migrations"][-1]["to_device"] != rtl:
+                    assert time.monotonic() < deadline, "the first move never began"
+                    time.sleep(0.05)
+                code, second = migrate(d, "--to", pcnet, "--module", understudy.module_path(g, "pcnet32"))
+                assert code == 1 and "a move is already under way" in second["error"], second
+                mover.join(120)
+                assert first["code"] == 0 and first["answer"]["handover"]["outcome"] == "moved", first
+                result = transfer.result(300)
+            summary = result.summary()
+            print("refusals", json.dumps([absent, bound, lacking, second])[:3000], "bulk", summary)
+            assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
+            after = d.status_of("us0")
+            assert (after["device"], after["driver_name"]) == (rtl, "8139cp"), after
+            assert [m["outcome"].split(":")[0] for m in after["migrations"]] == ["refused", "moved"], after["migrations"]
+        finally:
+            d.stop()
