@@ -141,7 +141,8 @@ impl PassiveLog {
                     .then(|| format!("it lacks features that were in use: {}", feature_names(missing)))
             }),
             Place::OtherDevice => {
-                let missing = old.offloads & !fresh.offloads;
+                // rx-checksum is the driver's own: the stack checks what a driver did not.
+                let missing = old.offloads & !fresh.offloads & !understudy_protocol::OFFLOAD_RX_CSUM;
                 let offloads = (missing != 0)
                     .then(|| format!("it lacks offloads the interface advertises: {}", offload_names(missing).join(", ")));
                 mtu.or(offloads).map(|why| format!("{why} (declare the device with `understudy run --standby` so \
@@ -532,6 +533,10 @@ mod tests {
                                    offloads: OFFLOAD_CSUM | OFFLOAD_TSO4 | OFFLOAD_TSO6, ..e1000() };
         assert_eq!(log.incompatibility(&rtl, Place::OtherDevice), None, "its own MAC and NETIF features do not matter");
         assert!(log.incompatibility(&rtl, SAME).unwrap().contains("permanent 02:00:00:00:00:01"));
+        let mut checked = log.clone();
+        checked.registered.offloads |= understudy_protocol::OFFLOAD_RX_CSUM;
+        let no_rx_csum = RegisteredInfo { offloads: OFFLOAD_CSUM | OFFLOAD_TSO4, ..rtl.clone() };
+        assert_eq!(checked.incompatibility(&no_rx_csum, Place::OtherDevice), None, "rx-checksum is no stack's concern");
         let pcnet = RegisteredInfo { offloads: 0, ..rtl.clone() };
         let why = log.incompatibility(&pcnet, Place::OtherDevice).unwrap();
         assert!(why.starts_with("it lacks offloads the interface advertises: tx-checksum, tso4 (declare"), "{why}");
