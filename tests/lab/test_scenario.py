@@ -15,7 +15,7 @@ import pytest
 
 from lab import config
 from lab.arguments import parse_size
-from lab.scenario import frames_from
+from lab.pcap import announcements_from, frames_from
 from lab.traffic import gaps_between, gaps_per_kill
 
 
@@ -45,6 +45,29 @@ def test_frames_a_mac_sent_are_read_from_a_pcap_and_their_gaps_found():
     assert gaps_between(times, 20) == [{"start": times[1], "ms": 880.0}]
     with pytest.raises(Exception, match="not a pcap"):
         frames_from(b"nonsense" * 10, "52:54:00:12:34:56")
+
+
+def test_announcements_are_gratuitous_arps_and_unsolicited_advertisements_of_that_mac_only():
+    import struct
+    us0, peer = bytes.fromhex("525400123456"), bytes.fromhex("525500000002")
+    ip, peer_ip = bytes([10, 203, 0, 2]), bytes([10, 203, 0, 1])
+
+    def arp(src: bytes, sender: bytes, target: bytes) -> bytes:
+        return b"\xff" * 6 + src + b"\x08\x06" + bytes([0, 1, 8, 0, 6, 4, 0, 1]) + src + sender + bytes(6) + target
+
+    def na(src: bytes, icmp_type: int) -> bytes:
+        ipv6 = bytes([0x60, 0, 0, 0, 0, 32, 58, 255]) + bytes(32)
+        return b"\x33\x33\0\0\0\x01" + src + b"\x86\xdd" + ipv6 + bytes([icmp_type]) + bytes(31)
+
+    frames = [(1.0, arp(us0, ip, peer_ip)),     # an ordinary request for the peer: not one
+              (2.0, arp(us0, ip, ip)),          # gratuitous
+              (2.1, na(us0, 136)),              # unsolicited advertisement
+              (2.2, na(us0, 135)),              # a solicitation: not one
+              (2.3, arp(peer, peer_ip, peer_ip)),  # the peer's own: another MAC
+              (2.4, arp(us0, ip, ip)[:30])]     # cut short by the snap length: cannot tell
+    pcap = struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 96, 1)
+    pcap += b"".join(struct.pack("<IIII", int(t), round(t % 1 * 1e6), len(f), len(f)) + f for t, f in frames)
+    assert [round(t, 3) for t in announcements_from(pcap, "52:54:00:12:34:56")] == [2.0, 2.1]
 
 
 def test_sizes_parse_and_bad_ones_are_usage_errors():
