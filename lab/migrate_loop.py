@@ -9,20 +9,23 @@ with the second declared a standby (so us0 advertises only what both
 drivers offer), and `understudy migrate us0 --to` moves it --moves times,
 each after 1 MiB through the serving driver. The daemon's record of each
 move gives its phases and downtime, a ping probe and the receiving
-application the outage as they saw it.
+application the outage as they saw it, and both NICs' captures the gap in
+us0's frames on the wire and the gratuitous ARPs the destination sent.
 """
 from __future__ import annotations
 
 import time
 
-from . import net, understudy
+from . import net, pcap, understudy
 from .arguments import add_json, positive
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
 from .netns import PEER_ADDRESS, LabNetwork
 from .report import Report, columns, emit, log, median, verdict_lines
-from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, wait_received
+from .scenario import WIRE_GAP_MS
+from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, handover,
+                      wait_received)
 from .update_loop import MIN_BYTES_BETWEEN_UPDATES, module_args
 
 # A move: the destination's load and probe on scratch memory, the switch, the
@@ -48,7 +51,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         f"{moves} moves during {nbytes >> 20} MiB at {rate_mbps:g} Mbit/s")
     records: list[dict] = []
     failure: str | None = None
-    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network) as guest:
+    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network, pcap=True) as guest:
         understudy.prepare(guest)
         devices = [guest.pci_address("nic0"), guest.pci_address("nic1")]
         chains = [understudy.module_chain(guest, a.driver), understudy.module_chain(guest, b.driver)]
@@ -65,7 +68,10 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         features_before, mac_before = features_on(guest), mac_of_us0(guest)
         base = daemon.status_of("us0")["counters"]["rx_bytes"]
         drops = understudy.carrier_drops(guest)
+        # The guest's clock times the probe's and the application's gaps; the
+        # host's, the captures' (QEMU timestamps them with the host's).
         move_times: list[float] = []
+        host_move_times: list[float] = []
         with PingProbe(guest, PEER_ADDRESS) as probe, \
                 Us0Transfer(guest, nbytes, timeout=nbytes * 8 / rate_mbps / 1e6 * 3 + 120, gap_log_ms=GAP_LOG_MS,
                             network=network, rate_mbps=rate_mbps) as transfer:
@@ -74,25 +80,20 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
                 to = (i + 1) % 2
                 st = wait_received(daemon, "us0", base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
                 move_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
-                code, answer = daemon.cli_json("migrate", "us0", "--to", devices[to], *module_args(chains[to]))
-                record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
-                # The first frame through the new driver is timed when it passes: wait for it.
-                deadline = time.monotonic() + 30
-                while (after := daemon.status_of("us0"))["migrations"] and \
-                        after["migrations"][-1].get("first_packet_ms") is None and \
-                        time.monotonic() < deadline and transfer.running():
-                    time.sleep(0.1)
-                if after["migrations"]:
-                    record = {**record, **{k: after["migrations"][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
+                host_move_times.append(time.time())
+                code, record, after = handover(daemon, transfer, "migrations", "migrate", "us0", "--to", devices[to],
+                                               *module_args(chains[to]))
                 mac = mac_of_us0(guest)
                 records.append({"move": i + 1, "to": f"{devices[to]} ({(a, b)[to].driver})", "exit": code,
                                 "at_bytes": st["counters"]["rx_bytes"] - base, "mac": mac,
-                                "serving": after["device"], **record})
+                                "serving": after["device"], "serving_driver": after["driver_name"],
+                                "dest_nic": f"nic{to}", **record})
                 log(f"move {i + 1}/{moves} to {devices[to]}: {record['outcome']}, downtime {record.get('downtime_ms')} "
                     f"ms (load {record.get('load_ms')}, stop {record.get('stop_ms')}, probe {record.get('start_ms')}, "
                     f"replay {record.get('replay_ms')}, link {record.get('link_ms')})")
-                if code != 0 or after["device"] != devices[to]:
-                    failure = f"move {i + 1}: {record['outcome']}"
+                if code != 0 or (after["device"], after["driver_name"]) != (devices[to], (a, b)[to].driver):
+                    failure = (f"move {i + 1}: {record['outcome']}; us0 is served by {after['device']} "
+                               f"({after['driver_name']})")
                     break
                 passed = after["counters"]["rx_bytes"] - base
             result = transfer.result(nbytes * 8 / rate_mbps / 1e6 * 3) if failure is None else None
@@ -104,14 +105,27 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         daemon_log = daemon.stop()
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
+        captures = [guest.pcap_path(f"nic{i}").read_bytes() for i in range(2)]
+    # us0's frames on the wire, through whichever device served: both captures
+    # (a broadcast through one is also in the other's, flooded by the bridge,
+    # at the same moment, so it closes no gap that was not there).
+    sent = sorted(t for c in captures for t in pcap.frames_from(c, mac_before))
+    wire = gaps_per_kill(gaps_between(sent, WIRE_GAP_MS), host_move_times)
     gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], move_times)
     probed = gaps_per_kill(gaps_between(replies, GAP_LOG_MS), move_times)
-    for rec, gap, probe_gap in zip(records, gaps, probed):
-        rec["app_gap_ms"], rec["probe_gap_ms"] = gap, probe_gap
+    ends = host_move_times[1:] + [float("inf")]
+    for rec, gap, probe_gap, wire_gap, start, end in zip(records, gaps, probed, wire, host_move_times, ends):
+        rec["app_gap_ms"], rec["probe_gap_ms"], rec["wire_gap_ms"] = gap, probe_gap, wire_gap
+        # The announcements the destination's capture has from us0 after the move
+        # began, and when (ms after the command), to be set against its phases.
+        heard = [t for t in pcap.announcements_from(captures[int(rec["dest_nic"][-1])], mac_before) if start <= t < end]
+        rec["announced_on_wire"] = len(heard)
+        rec["announced_at_ms"] = [round((t - start) * 1000, 1) for t in heard]
     summary = result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
     downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
     pinged = [g for g in probed if g is not None]
     app = [g for g in gaps if g is not None]
+    wired = [g for g in wire if g is not None]
     moved = sum(r["outcome"] == "moved" for r in records)
     rolled_back = sum(str(r["outcome"]).startswith("rolled back") for r in records)
     refused = sum(r["exit"] == 1 for r in records)
@@ -123,6 +137,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         "moves": moved, "rolled_back": rolled_back, "refused": refused, "recoveries": final["recovery_count"],
         "mac_unchanged": mac_unchanged, "mac": mac_before,
         "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
+        "wire_gap_ms_median": median(wired), "wire_gap_ms_max": max(wired, default=None),
         "probe_gap_ms_median": median(pinged), "probe_gap_ms_max": max(pinged, default=None),
         "app_gap_ms_median": median(app), "app_gap_ms_max": max(app, default=None),
         "phase_ms_median": {to: {k: median([r[k] for r in records if r.get(k) is not None and r["to"].endswith(f"({drv})")])
@@ -137,6 +152,10 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
     rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
     rep.check("every_move_moved", moved == moves, f"{moved} of {moves} moved" + (f"; {failure}" if failure else ""))
     rep.check("mac_unchanged", mac_unchanged, f"us0's MAC per move: {[r['mac'] for r in records]}, before {mac_before}")
+    unheard = [r["move"] for r in records
+               if r["outcome"] == "moved" and not (r.get("announced") and r["announced_on_wire"])]
+    rep.check("announced", not unheard,
+              f"moves whose announcements the daemon did not count or the destination's wire did not carry: {unheard}")
     rep.check("features_kept", features_after == features_before, f"{features_before} -> {features_after}")
     rep.check("no_recovery", final["recovery_count"] == 0, f"{final['recovery_count']} restarts after deaths")
     rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
@@ -147,7 +166,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
 def table(rep: Report) -> str:
     f = rep.figures
     cols = ["move", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms",
-            "downtime_ms", "probe_gap_ms", "app_gap_ms", "announced"]
+            "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms", "announced", "announced_on_wire"]
     lines = columns(f["per_move"], cols)
     lines.append(f"{f['from']} <-> {f['to']}: {f['moves']} moved, {f['rolled_back']} rolled back, {f['refused']} "
                  f"refused; transfer {f['bytes_received']} of {f['bytes']} bytes, hash "
@@ -155,7 +174,8 @@ def table(rep: Report) -> str:
                  f"{'unchanged' if f['mac_unchanged'] else 'CHANGED'} ({f['mac']}); us0 lost carrier "
                  f"{f['carrier_drops']} times")
     lines.append(f"downtime (daemon, last frame -> first frame): median {f['downtime_ms_median']} ms, max "
-                 f"{f['downtime_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
+                 f"{f['downtime_ms_max']} ms; us0's frames on the wire: median {f['wire_gap_ms_median']} ms, max "
+                 f"{f['wire_gap_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
                  f"{f['probe_gap_ms_median']} ms, max {f['probe_gap_ms_max']} ms; the receiving TCP application: "
                  f"median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
     lines.append(f"ethtool -k us0, on: before {', '.join(f['features_before'])}")

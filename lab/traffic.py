@@ -114,6 +114,30 @@ def wait_received(daemon: understudy.Daemon, device: str, at_least: int, transfe
     return st
 
 
+def handover(daemon: understudy.Daemon, transfer: Us0Transfer, records: str, *args: str,
+             ifname: str = "us0", first_frame_timeout: float = 30) -> tuple[int, dict, dict]:
+    """`understudy ARGS --json`, an update or a move of `ifname` while `transfer`
+    runs; returns its exit status, its record and the interface's status after.
+
+    The daemon times the successor's first frame when it passes, which may be
+    after the command returned (the link, then the sender's retransmission):
+    after a handover that went through this waits for it and adds it and the
+    downtime to the record from the status's `records` ("updates" or
+    "migrations"). A refusal may leave no record: the error stands in for it."""
+    code, answer = daemon.cli_json(*args)
+    record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
+    after = daemon.status_of(ifname)
+    if code == 0:
+        deadline = time.monotonic() + first_frame_timeout
+        while after[records] and after[records][-1].get("first_packet_ms") is None \
+                and time.monotonic() < deadline and transfer.running():
+            time.sleep(0.1)
+            after = daemon.status_of(ifname)
+    if code in (0, 4) and after[records]:   # moved or rolled back: the record is the status's last
+        record = {**record, **{k: after[records][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
+    return code, record, after
+
+
 @dataclass
 class Crash:
     """One SIGKILL of the driver in the middle of a transfer, and the daemon's verdict."""

@@ -11,7 +11,6 @@ gaps give the outage as it saw it.
 from __future__ import annotations
 
 import subprocess
-import time
 
 from . import config, understudy
 from .arguments import add_driver, add_json, add_nic_props, positive
@@ -19,7 +18,7 @@ from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
 from .report import Report, columns, emit, log, median, verdict_lines
-from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill,
+from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, handover,
                       wait_received)
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
@@ -77,17 +76,8 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
                 to = versions[(i + 1) % len(versions)]
                 st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
                 update_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
-                code, answer = daemon.cli_json("update", "us0", *module_args(chains[to]))
-                record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
-                after = daemon.status()[bdf]
-                # The first frame through the new driver is timed when it passes: wait for it.
-                deadline = time.monotonic() + 30
-                while after["updates"] and after["updates"][-1].get("first_packet_ms") is None \
-                        and time.monotonic() < deadline and transfer.running():
-                    time.sleep(0.1)
-                    after = daemon.status()[bdf]
-                if after["updates"]:
-                    record = {**record, **{k: after["updates"][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
+                code, record, after = handover(daemon, transfer, "updates", "update", "us0",
+                                               *module_args(chains[to]))
                 records.append({"update": i + 1, "to": to, "exit": code, "at_bytes": st["counters"]["rx_bytes"] - base,
                                 "pid_before": st["pid"], "pid_after": after["pid"], **record})
                 log(f"update {i + 1}/{updates} to {to}: {record['outcome']}, downtime {record.get('downtime_ms')} ms "

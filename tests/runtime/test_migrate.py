@@ -34,9 +34,14 @@ def test_us0_moves_from_e1000_to_8139cp_and_back_during_one_transfer(no_leftover
     print({k: v for k, v in f.items() if k != "per_move"})
     assert rep.ok, rep.notes
     assert [r["outcome"] for r in f["per_move"]] == ["moved", "moved"]
-    for r in f["per_move"]:
+    for r, driver in zip(f["per_move"], ("8139cp", "e1000")):
         assert r["announced"] > 0 and r["from_device"] != r["to_device"], r
-        assert all(r[k] is not None for k in ("load_ms", "start_ms", "replay_ms", "downtime_ms")), r
+        assert (r["serving"], r["serving_driver"]) == (r["to_device"], driver), "the status shows the new device"
+        # The peer's side: the destination's capture carries us0's gratuitous ARP (or NA) after the move.
+        assert r["announced_on_wire"] > 0, r
+        assert all(r[k] is not None for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "downtime_ms")), r
+        assert r["wire_gap_ms"] is not None, "us0's frames stopped on the wire during the move, and resumed"
+    assert f["mac_unchanged"] and f["resets"] == 0 and f["hash_ok"], f
     assert [r["to_modules"][-1]["path"].rsplit("/", 1)[-1] for r in f["per_move"]] == ["8139cp.ko", "e1000.ko"]
 
 
