@@ -9,8 +9,9 @@ with the second declared a standby (so us0 advertises only what both
 drivers offer), and `understudy migrate us0 --to` moves it --moves times,
 each after 1 MiB through the serving driver. The daemon's record of each
 move gives its phases and downtime, a ping probe and the receiving
-application the outage as they saw it, and both NICs' captures the gap in
-us0's frames on the wire and the gratuitous ARPs the destination sent.
+application the outage as they saw it, and what each NIC sent (QEMU's
+captures) the gap in us0's frames on the wire and the gratuitous ARPs
+the destination sent.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         f"{moves} moves during {nbytes >> 20} MiB at {rate_mbps:g} Mbit/s")
     records: list[dict] = []
     failure: str | None = None
-    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network, pcap=True) as guest:
+    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network, pcap=True, pcap_queue="rx") as guest:
         understudy.prepare(guest)
         devices = [guest.pci_address("nic0"), guest.pci_address("nic1")]
         chains = [understudy.module_chain(guest, a.driver), understudy.module_chain(guest, b.driver)]
@@ -106,9 +107,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
         captures = [guest.pcap_path(f"nic{i}").read_bytes() for i in range(2)]
-    # us0's frames on the wire, through whichever device served: both captures
-    # (a broadcast through one is also in the other's, flooded by the bridge,
-    # at the same moment, so it closes no gap that was not there).
+    # us0's frames on the wire, through whichever device served: what each NIC sent.
     sent = sorted(t for c in captures for t in pcap.frames_from(c, mac_before))
     wire = gaps_per_kill(gaps_between(sent, WIRE_GAP_MS), host_move_times)
     gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], move_times)
@@ -116,8 +115,8 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
     ends = host_move_times[1:] + [float("inf")]
     for rec, gap, probe_gap, wire_gap, start, end in zip(records, gaps, probed, wire, host_move_times, ends):
         rec["app_gap_ms"], rec["probe_gap_ms"], rec["wire_gap_ms"] = gap, probe_gap, wire_gap
-        # The announcements the destination's capture has from us0 after the move
-        # began, and when (ms after the command), to be set against its phases.
+        # The announcements the destination sent from us0 after the move began,
+        # and when (ms after the command), to be set against its phases.
         heard = [t for t in pcap.announcements_from(captures[int(rec["dest_nic"][-1])], mac_before) if start <= t < end]
         rec["announced_on_wire"] = len(heard)
         rec["announced_at_ms"] = [round((t - start) * 1000, 1) for t in heard]

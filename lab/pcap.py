@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """What a NIC's capture (Guest(pcap=True): QEMU's filter-dump on the NIC's
-backend, both directions, the first PCAP_SNAPLEN bytes of each frame, host
-wall clock) says: when a MAC sent frames -- the gaps on the wire of a
+backend, both directions or only what the NIC sent, the first PCAP_SNAPLEN
+bytes of each frame, host wall clock) says: when a MAC sent frames -- the gaps on the wire of a
 restart (lab/scenario.py) or a move (lab/migrate_loop.py) -- and when it
 announced its addresses after a move.
 """
