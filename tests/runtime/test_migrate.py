@@ -2,9 +2,9 @@
 between an e1000 and an RTL8139 (8139cp) and back during a hash-checked
 transfer on the lab bridge, its MAC and features kept; and moves the daemon
 must refuse -- an absent destination, one bound to a kernel driver, one whose
-driver lacks offloads us0 advertises (no standby masks them), a move during
-a move -- are refused with a clear message under traffic, the old driver
-untouched.
+driver cannot take what us0 uses (its MTU, which no standby masks), a move
+during a move -- are refused with a clear message under traffic, the old
+driver untouched.
 """
 import json
 import threading
@@ -21,6 +21,8 @@ pytestmark = pytest.mark.lab
 BULK_BYTES = 60 * 1000 * 1000
 # Paced to outlast the refusals and one move with its 5 s probation: 60 MB at 20 Mbit/s take 24 s.
 RATE_MBPS = 20
+# Within 8139cp's MTU range (60..4096), above pcnet32's (68..1500).
+MTU = 1600
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +52,20 @@ def migrate(d: understudy.Daemon, *args: str) -> tuple[int, dict]:
 
 
 def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(no_leftover_qemu, bins):
-    with LabNetwork() as network, Guest(devices=["e1000", "pcnet", "rtl8139"], netdev=network) as g:
+    with LabNetwork() as network, Guest(devices=["rtl8139", "pcnet", "rtl8139"], netdev=network) as g:
         understudy.prepare(g)
-        e1000, pcnet, rtl = (g.pci_address(f"nic{i}") for i in range(3))
-        for bdf in (e1000, pcnet):
+        serving, pcnet, rtl = (g.pci_address(f"nic{i}") for i in range(3))
+        for bdf in (serving, pcnet):
             understudy.bind_vfio(g, bdf)
-        assert understudy.bound_driver(g, rtl) == "8139cp", "the guest's own driver has the RTL8139"
+        understudy.bind_kernel(g, rtl, "8139cp")
+        cp = understudy.module_chain(g, "8139cp")
         d = understudy.Daemon(g, bins, None)
         try:
-            d.run(e1000, [understudy.module_path(g, "e1000")])
-            d.wait_state(e1000, "registered", timeout=120)
+            d.run(serving, cp)
+            d.wait_state(serving, "registered", timeout=120)
+            g.run(f"ip link set us0 mtu {MTU}", check=True)
             net.bring_up_iface(g, "us0", network=network)
-            before = d.status_of("us0")
+            before = d.wait_state(serving, "open", timeout=30, mtu=MTU)
             with traffic.Us0Transfer(g, BULK_BYTES, timeout=240, network=network, rate_mbps=RATE_MBPS) as transfer:
                 traffic.wait_received(d, "us0", before["counters"]["rx_bytes"] + 2_000_000, transfer)
                 code, absent = migrate(d, "--to", "0000:00:1f.7")
@@ -70,18 +74,17 @@ def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(
                 assert code == 1 and "bound to the kernel driver 8139cp" in bound["error"], bound
                 code, lacking = migrate(d, "--to", pcnet, "--module", understudy.module_path(g, "pcnet32"))
                 assert code == 1 and lacking["handover"]["outcome"].startswith("refused: "), lacking
-                assert "lacks offloads the interface advertises: tx-checksum" in lacking["error"], lacking
+                assert f"the MTU in use, {MTU}, is outside its range 68..1500" in lacking["error"], lacking
                 assert "--standby" in lacking["error"], "the refusal says how to mask"
                 assert lacking["handover"]["load_ms"] is not None, "pcnet32 was loaded and probed to find out"
                 same = d.status_of("us0")
-                assert (same["device"], same["pid"], same["state"]) == (e1000, before["pid"], "open"), same
+                assert (same["device"], same["pid"], same["state"]) == (serving, before["pid"], "open"), same
                 # A move during a move: the second is refused, the first goes on.
                 understudy.bind_vfio(g, rtl)
-                cp = understudy.module_chain(g, "8139cp")[-1]
                 first: dict = {}
 
                 def move_to_rtl():
-                    first["code"], first["answer"] = migrate(d, "--to", rtl, "--module", cp)
+                    first["code"], first["answer"] = migrate(d, "--to", rtl, "--module", cp[-1])
 
                 mover = threading.Thread(target=move_to_rtl)
                 mover.start()
@@ -98,7 +101,7 @@ def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(
             print("refusals", json.dumps([absent, bound, lacking, second])[:3000], "bulk", summary)
             assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
             after = d.status_of("us0")
-            assert (after["device"], after["driver_name"]) == (rtl, "8139cp"), after
+            assert (after["device"], after["driver_name"], after["mtu"]) == (rtl, "8139cp", MTU), after
             assert [m["outcome"].split(":")[0] for m in after["migrations"]] == ["refused", "moved"], after["migrations"]
         finally:
             d.stop()

@@ -65,6 +65,7 @@ impl Supervisor {
                     return;
                 }
                 Err(why) if self.standbys.available() => {
+                    let why = format!("{cause}; not restarted: {why}");
                     self.fail_over(why, log, Quiesced { uncompleted, device_stop, device_stop_ms }, seen_dead);
                     return;
                 }
@@ -133,7 +134,7 @@ impl Supervisor {
     /// restarted again (docs/migration.md, "Failover").
     fn fail_over(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
         let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
-        warn!("{}: driver died and {why}: failing over to the standby {}; {} keeps its carrier",
+        warn!("{}: driver died: {why}; failing over to the standby {}; {} keeps its carrier",
               self.label(), to.device, self.interface.name());
         self.devices.other = Some(device);
         let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
