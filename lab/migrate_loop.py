@@ -25,9 +25,8 @@ from .guest import Guest
 from .netns import PEER_ADDRESS, LabNetwork
 from .report import Report, columns, emit, log, median, verdict_lines
 from .scenario import WIRE_GAP_MS
-from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, handover,
-                      wait_received)
-from .update_loop import MIN_BYTES_BETWEEN_UPDATES, module_args
+from .traffic import (GAP_LOG_MS, MIN_BYTES_BETWEEN_HANDOVERS, PROBE_INTERVAL_S, PingProbe, Us0Transfer,
+                      gaps_between, gaps_per_kill, handover, wait_received)
 
 # A move: the destination's load and probe on scratch memory, the switch, the
 # link (QEMU's e1000 emulates 2 s of autonegotiation) and the 5 s probation.
@@ -60,7 +59,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
             understudy.bind_vfio(guest, bdf)
         daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", "3")
         standby = f"{devices[1]}={chains[1][-1]}"
-        res = daemon.cli("run", "--device", devices[0], "--ifname", "us0", *module_args(chains[0]),
+        res = daemon.cli("run", "--device", devices[0], "--ifname", "us0", *understudy.module_args(chains[0]),
                          "--standby", standby, timeout=300)
         if res.returncode:
             raise LabError(f"understudy run failed: {res.err.strip()}")
@@ -79,11 +78,11 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
             passed = 0
             for i in range(moves):
                 to = (i + 1) % 2
-                st = wait_received(daemon, "us0", base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
+                st = wait_received(daemon, "us0", base + passed + MIN_BYTES_BETWEEN_HANDOVERS, transfer, timeout=120)
                 move_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
                 host_move_times.append(time.time())
                 code, record, after = handover(daemon, transfer, "migrations", "migrate", "us0", "--to", devices[to],
-                                               *module_args(chains[to]))
+                                               *understudy.module_args(chains[to]))
                 mac = mac_of_us0(guest)
                 records.append({"move": i + 1, "to": f"{devices[to]} ({(a, b)[to].driver})", "exit": code,
                                 "at_bytes": st["counters"]["rx_bytes"] - base, "mac": mac,

@@ -26,6 +26,9 @@ from .netns import LabNetwork
 # Gaps in the received stream longer than this are reported by the workload,
 # to be lined up with the kills (the application's view of each outage).
 GAP_LOG_MS = 20
+# Between two updates or moves at least this much passes through the serving
+# driver, so that each outage has frames before and after it.
+MIN_BYTES_BETWEEN_HANDOVERS = 1 << 20
 # The ping probe: one echo request every 10 ms (root may go this fast).
 PROBE_INTERVAL_S = 0.01
 PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from", re.M)

@@ -18,33 +18,25 @@ from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
 from .report import Report, columns, emit, log, median, verdict_lines
-from .traffic import (GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill, handover,
-                      wait_received)
+from .traffic import (GAP_LOG_MS, MIN_BYTES_BETWEEN_HANDOVERS, PROBE_INTERVAL_S, PingProbe, Us0Transfer,
+                      gaps_between, gaps_per_kill, handover, wait_received)
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
 # autonegotiation after its PHY reset) and the daemon's 5 s probation; the
 # transfer is paced to last through all of them.
 SECONDS_PER_UPDATE = 12
-# Between two updates at least this much passes through the serving driver.
-MIN_BYTES_BETWEEN_UPDATES = 1 << 20
 
 
 def module_chain(abi: str, driver: str) -> list[str]:
-    """A driver's module and its dependencies (modinfo's `depends`), dependencies
-    first, as Debian's ABI `abi` built them (the lab's cache, which the guest
-    sees at the same path)."""
-    path = config.cached_module(abi, driver)
-    res = subprocess.run(["modinfo", "-F", "depends", str(path)], capture_output=True, text=True)
-    if res.returncode:
-        raise LabError(f"modinfo {path}: {res.stderr.strip()}")
-    chain: list[str] = []
-    for dep in filter(None, res.stdout.strip().split(",")):
-        chain += [m for m in module_chain(abi, dep) if m not in chain]
-    return chain + [str(path)]
-
-
-def module_args(modules: list[str]) -> list[str]:
-    return [a for m in modules for a in ("--module", m)]
+    """A driver's module and its dependencies, dependencies first, as Debian's
+    ABI `abi` built them (the lab's cache, which the guest sees at the same path)."""
+    def depends(name: str) -> list[str]:
+        path = config.cached_module(abi, name)
+        res = subprocess.run(["modinfo", "-F", "depends", str(path)], capture_output=True, text=True)
+        if res.returncode:
+            raise LabError(f"modinfo {path}: {res.stderr.strip()}")
+        return list(filter(None, res.stdout.strip().split(",")))
+    return understudy.dependencies_first(driver, depends, lambda name: str(config.cached_module(abi, name)))
 
 
 def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float,
@@ -74,10 +66,10 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
             passed = 0
             for i in range(updates):
                 to = versions[(i + 1) % len(versions)]
-                st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_UPDATES, transfer, timeout=120)
+                st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_HANDOVERS, transfer, timeout=120)
                 update_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
                 code, record, after = handover(daemon, transfer, "updates", "update", "us0",
-                                               *module_args(chains[to]))
+                                               *understudy.module_args(chains[to]))
                 records.append({"update": i + 1, "to": to, "exit": code, "at_bytes": st["counters"]["rx_bytes"] - base,
                                 "pid_before": st["pid"], "pid_after": after["pid"], **record})
                 log(f"update {i + 1}/{updates} to {to}: {record['outcome']}, downtime {record.get('downtime_ms')} ms "
