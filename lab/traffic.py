@@ -26,9 +26,6 @@ from .netns import LabNetwork
 # Gaps in the received stream longer than this are reported by the workload,
 # to be lined up with the kills (the application's view of each outage).
 GAP_LOG_MS = 20
-# Between two updates or moves at least this much passes through the serving
-# driver, so that each outage has frames before and after it.
-MIN_BYTES_BETWEEN_HANDOVERS = 1 << 20
 # The ping probe: one echo request every 10 ms (root may go this fast).
 PROBE_INTERVAL_S = 0.01
 PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from", re.M)
@@ -115,30 +112,6 @@ def wait_received(daemon: understudy.Daemon, device: str, at_least: int, transfe
                            f"{timeout:.0f} s: {st['counters']}")
         time.sleep(0.05)
     return st
-
-
-def handover(daemon: understudy.Daemon, transfer: Us0Transfer, records: str, *args: str,
-             ifname: str = "us0", first_frame_timeout: float = 30) -> tuple[int, dict, dict]:
-    """`understudy ARGS --json`, an update or a move of `ifname` while `transfer`
-    runs; returns its exit status, its record and the interface's status after.
-
-    The daemon times the successor's first frame when it passes, which may be
-    after the command returned (the link, then the sender's retransmission):
-    after a handover that went through this waits for it and adds it and the
-    downtime to the record from the status's `records` ("updates" or
-    "migrations"). A refusal may leave no record: the error stands in for it."""
-    code, answer = daemon.cli_json(*args)
-    record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
-    after = daemon.status_of(ifname)
-    if code == 0:
-        deadline = time.monotonic() + first_frame_timeout
-        while after[records] and after[records][-1].get("first_packet_ms") is None \
-                and time.monotonic() < deadline and transfer.running():
-            time.sleep(0.1)
-            after = daemon.status_of(ifname)
-    if code in (0, 4) and after[records]:   # moved or rolled back: the record is the status's last
-        record = {**record, **{k: after[records][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
-    return code, record, after
 
 
 @dataclass

@@ -17,9 +17,9 @@ from .arguments import add_driver, add_json, add_nic_props, positive
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
+from .handover_loop import check_common, guest_time, hand_over, outages, transfer_summary
 from .report import Report, columns, emit, log, median, verdict_lines
-from .traffic import (GAP_LOG_MS, MIN_BYTES_BETWEEN_HANDOVERS, PROBE_INTERVAL_S, PingProbe, Us0Transfer,
-                      gaps_between, gaps_per_kill, handover, wait_received)
+from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer
 
 # An update takes its load, the switch, the link (QEMU's e1000 emulates 2 s of
 # autonegotiation after its PHY reset) and the daemon's 5 s probation; the
@@ -66,10 +66,9 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
             passed = 0
             for i in range(updates):
                 to = versions[(i + 1) % len(versions)]
-                st = wait_received(daemon, bdf, base + passed + MIN_BYTES_BETWEEN_HANDOVERS, transfer, timeout=120)
-                update_times.append(float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out))
-                code, record, after = handover(daemon, transfer, "updates", "update", "us0",
-                                               *understudy.module_args(chains[to]))
+                update_times.append(guest_time(guest))
+                code, record, st, after = hand_over(daemon, transfer, base, passed, "updates",
+                                                    "update", "us0", *understudy.module_args(chains[to]))
                 records.append({"update": i + 1, "to": to, "exit": code, "at_bytes": st["counters"]["rx_bytes"] - base,
                                 "pid_before": st["pid"], "pid_after": after["pid"], **record})
                 log(f"update {i + 1}/{updates} to {to}: {record['outcome']}, downtime {record.get('downtime_ms')} ms "
@@ -91,38 +90,23 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         daemon_log = daemon.stop()
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
-    gaps = gaps_per_kill(result.guest.get("gaps", []) if result else [], update_times)
-    probed = gaps_per_kill(gaps_between(replies, GAP_LOG_MS), update_times)
-    for rec, gap, probe_gap in zip(records, gaps, probed):
-        rec["app_gap_ms"] = gap
-        rec["probe_gap_ms"] = probe_gap
-    summary = result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
-    downtimes = [r["downtime_ms"] for r in records if r.get("downtime_ms") is not None]
-    app = [g for g in gaps if g is not None]
-    pinged = [g for g in probed if g is not None]
+    gaps = outages(records, result, replies, update_times)
+    summary = transfer_summary(result, nbytes, failure)
     updated = sum(r["outcome"] == "updated" for r in records)
     rollbacks = sum(str(r["outcome"]).startswith("rolled back") for r in records)
     rep = Report({
         "scenario": "update-loop", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
         "versions": versions, "rate_mbps": rate_mbps, "bytes": nbytes, "bytes_received": summary["bytes"],
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
-        "updates": updated, "rollbacks": rollbacks, "recoveries": final["recovery_count"],
-        "downtime_ms_median": median(downtimes), "downtime_ms_max": max(downtimes, default=None),
-        "app_gap_ms_median": median(app), "app_gap_ms_max": max(app, default=None),
-        "probe_gap_ms_median": median(pinged), "probe_gap_ms_max": max(pinged, default=None),
+        "updates": updated, "rollbacks": rollbacks, "recoveries": final["recovery_count"], **gaps,
         "phase_ms_median": {k: median([r[k] for r in records if r.get(k) is not None])
                             for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "serving_ms",
                                       "first_packet_ms")},
         "carrier_drops": dropped, "daemon_alive": alive, "per_update": records,
     })
-    rep.check("hash_ok", summary["hash_ok"] and summary["bytes"] == nbytes,
-              f"{summary['bytes']} of {nbytes} bytes, hash_ok {summary['hash_ok']}, errors {summary['errors']}")
-    rep.check("no_reset", summary["resets"] == 0, f"{summary['resets']} resets")
+    check_common(rep, summary, nbytes, final, dropped, alive)
     rep.check("every_update_updated", updated == updates and rollbacks == 0,
               f"{updated} of {updates} updated, {rollbacks} rolled back" + (f"; {failure}" if failure else ""))
-    rep.check("no_recovery", final["recovery_count"] == 0, f"{final['recovery_count']} restarts after deaths")
-    rep.check("carrier_kept", dropped == 0, f"us0 lost its carrier {dropped} times")
-    rep.check("daemon_alive", alive)
     return rep
 
 

@@ -68,7 +68,7 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
 
         # A second run for the same device is refused and leaves the first alone.
         res = d.cli("run", "--device", bdf, "--module", ko, "--ifname", "us9")
-        assert res.returncode == 1 and "already run" in res.err
+        assert res.returncode == 1 and f"{bdf} is already used by this understudyd (us0" in res.err
         assert not interface_exists(g, "us9") and d.status()[bdf]["state"] == "registered"
 
         # Setting us0 up opens the driver; traffic into us0 (IPv6 starts at

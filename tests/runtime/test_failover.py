@@ -59,23 +59,30 @@ def during_transfer(g: Guest, d: understudy.Daemon, network: LabNetwork, act) ->
         return transfer.result(300).summary()
 
 
+def failed_over(d: understudy.Daemon, summary: dict, to: str) -> dict:
+    """Checks that us0 serves on `to`'s 8139cp after a failover, the transfer
+    exact; returns the failover's record."""
+    after = us0(d)
+    print("failover", after["migrations"], "bulk", summary)
+    assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
+    assert (after["device"], after["driver_name"], after["state"]) == (to, "8139cp", "open"), after
+    record = after["migrations"][-1]
+    assert (record["reason"], record["outcome"]) == ("failover", "moved"), record
+    return record
+
+
 def test_a_hot_unplugged_device_fails_over_to_the_standby_under_traffic(no_leftover_qemu, bins):
     with LabNetwork() as network, Guest(devices=["e1000", "rtl8139"], netdev=network) as g:
         d, e1000, rtl = with_standby(g, bins, network)
         try:
             mac = g.run("cat /sys/class/net/us0/address", check=True).out.strip()
             summary = during_transfer(g, d, network, lambda: g.hot_unplug("nic0", timeout=60))
-            after = us0(d)
-            print("failover", after["migrations"], "bulk", summary)
-            assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
-            assert (after["device"], after["driver_name"], after["state"]) == (rtl, "8139cp", "open"), after
-            record = after["migrations"][-1]
-            assert (record["reason"], record["outcome"]) == ("failover", "moved"), record
+            record = failed_over(d, summary, rtl)
             assert (record["from_device"], record["to_device"]) == (e1000, rtl), record
             assert "being removed" in record["cause"] and record["announced"] > 0, record
             assert record["first_packet_ms"] is not None, record
             assert g.run("cat /sys/class/net/us0/address", check=True).out.strip() == mac, "us0 kept its MAC"
-            assert after["standby"] == [], "the removed device is nobody's standby"
+            assert us0(d)["standby"] == [], "the removed device is nobody's standby"
             assert g.run(f"test -e /sys/bus/pci/devices/{e1000}").returncode != 0, "the kernel has the device back"
         finally:
             d.stop()
@@ -87,12 +94,8 @@ def test_a_driver_past_its_restart_limit_fails_over_to_the_standby_under_traffic
         try:
             pid = us0(d)["pid"]
             summary = during_transfer(g, d, network, lambda: understudy.kill_driver(g, pid))
+            record = failed_over(d, summary, rtl)
             after = us0(d)
-            print("failover", after["migrations"], "bulk", summary)
-            assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
-            assert (after["device"], after["driver_name"], after["state"]) == (rtl, "8139cp", "open"), after
-            record = after["migrations"][-1]
-            assert (record["reason"], record["outcome"]) == ("failover", "moved"), record
             assert "killed by signal 9" in record["cause"] and "restarts are off" in record["cause"], record
             assert after["recovery_count"] == 0, "no restart was allowed: it failed over instead"
             assert [s["device"] for s in after["standby"]] == [e1000], "the device left is the standby now"

@@ -39,7 +39,7 @@ def test_us0_moves_from_e1000_to_8139cp_and_back_during_one_transfer(no_leftover
     for r, driver in zip(f["per_move"], ("8139cp", "e1000")):
         assert r["announced"] > 0 and r["from_device"] != r["to_device"], r
         assert (r["serving"], r["serving_driver"]) == (r["to_device"], driver), "the status shows the new device"
-        # The peer's side: the destination's capture carries us0's gratuitous ARP (or NA) after the move.
+        # The peers' side: the destination sent us0's gratuitous ARP or NA (QEMU's capture of what it sent).
         assert r["announced_on_wire"] > 0, r
         assert all(r[k] is not None for k in ("load_ms", "stop_ms", "start_ms", "replay_ms", "downtime_ms")), r
         assert r["wire_gap_ms"] is not None, "us0's frames stopped on the wire during the move, and resumed"
@@ -103,5 +103,49 @@ def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(
             after = d.status_of("us0")
             assert (after["device"], after["driver_name"], after["mtu"]) == (rtl, "8139cp", MTU), after
             assert [m["outcome"].split(":")[0] for m in after["migrations"]] == ["refused", "moved"], after["migrations"]
+        finally:
+            d.stop()
+
+
+def test_a_new_driver_that_dies_on_probation_sends_us0_back_to_the_old_device(no_leftover_qemu, bins):
+    with LabNetwork() as network, Guest(devices=["rtl8139", "pcnet"], netdev=network) as g:
+        understudy.prepare(g)
+        rtl, pcnet = g.pci_address("nic0"), g.pci_address("nic1")
+        for bdf in (rtl, pcnet):
+            understudy.bind_vfio(g, bdf)
+        d = understudy.Daemon(g, bins, None)
+        try:
+            d.run(rtl, understudy.module_chain(g, "8139cp"))
+            d.wait_state(rtl, "registered", timeout=120)
+            net.bring_up_iface(g, "us0", network=network)
+            before = d.status_of("us0")
+            outcome: dict = {}
+
+            def move_to_pcnet():
+                outcome["code"], outcome["answer"] = migrate(d, "--to", pcnet, "--module",
+                                                             understudy.module_path(g, "pcnet32"))
+
+            with traffic.Us0Transfer(g, BULK_BYTES, timeout=240, network=network, rate_mbps=RATE_MBPS) as transfer:
+                traffic.wait_received(d, "us0", before["counters"]["rx_bytes"] + 2_000_000, transfer)
+                mover = threading.Thread(target=move_to_pcnet)
+                mover.start()
+                # The new driver serves on probation: kill it there.
+                deadline = time.monotonic() + 60
+                while (st := d.status_of("us0"))["device"] != pcnet or st["state"] != "open":
+                    assert time.monotonic() < deadline and mover.is_alive(), f"the move never switched: {outcome}"
+                    time.sleep(0.05)
+                understudy.kill_driver(g, st["pid"])
+                mover.join(120)
+                result = transfer.result(300)
+            summary = result.summary()
+            record = outcome["answer"]["handover"]
+            print("rollback", record, "bulk", summary)
+            assert outcome["code"] == 4 and record["outcome"].startswith("rolled back: the new driver failed"), record
+            assert "killed by signal 9" in record["outcome"] and record["rolled_back_at_ms"] is not None, record
+            assert record["announced"] >= 2, "announced at the new device, then back at the old one"
+            assert summary["hash_ok"] and summary["bytes"] == BULK_BYTES and summary["resets"] == 0, summary
+            after = d.status_of("us0")
+            assert (after["device"], after["driver_name"], after["state"]) == (rtl, "8139cp", "open"), after
+            assert [s["device"] for s in after["standby"]] == [], "pcnet was no standby: it is released"
         finally:
             d.stop()

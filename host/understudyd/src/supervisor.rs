@@ -1,23 +1,31 @@
 // SPDX-License-Identifier: GPL-2.0
-//! One device and its driver process: the daemon's per-device thread.
+//! One interface and the driver process serving it: the daemon's
+//! per-interface thread.
 //!
-//! Its state is in parts, each in a file of its own: the device through
+//! Its state is in parts, each in a file of its own: the devices through
 //! VFIO (device.rs), the interface the stack sees (interface.rs), the frames'
 //! path between them (datapath.rs), the driver process it talks to
-//! (link.rs), and the succession of driver processes -- restarts, updates,
-//! the post-probe template (succession.rs, carrying out handover.rs). This
-//! file is the event loop that ties them: it polls, hands control messages
-//! to where they belong, turns the admin's changes of the TAP into requests
-//! to the driver (shadow.rs) and answers the CLI.
+//! (link.rs), the succession of driver processes -- restarts, updates, moves
+//! (succession.rs, carrying out handover.rs), with the successor that loads
+//! while its predecessor serves (loader.rs), the post-probe template
+//! (templates.rs) and what a move between devices adds (moves.rs) -- and the
+//! recovery agent's policy (agent.rs). This file is the event loop that ties
+//! them: it polls, hands the driver's messages to control.rs and the CLI's
+//! commands to commands.rs, and turns the admin's changes of the TAP into
+//! requests to the driver (shadow.rs).
 
 mod agent;
+mod commands;
+mod control;
 mod datapath;
 mod device;
 mod handle;
 mod interface;
 mod link;
 mod loader;
+mod moves;
 mod succession;
+mod templates;
 
 pub use handle::{start, Handle, Requester, Setup};
 
@@ -30,16 +38,16 @@ use std::time::Instant;
 
 use log::{error, info, warn};
 use understudy_api::{Counters, DeviceStatus, DriverState, EthtoolQueries, ModuleInfo};
-use understudy_protocol::{DriverMessage, Request};
+use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
 use understudy_vfio::{PciAddress, Vfio};
 
-use crate::ethtool_job::{Answer, EthtoolJob, Progress};
+use crate::ethtool_job::{Answer, EthtoolJob};
 use crate::fd;
-use crate::handover::{describe, Driver, Event, Reason};
+use crate::handover::{describe, Event};
 use crate::placement::Placement;
 use crate::ratelimit::TokenBucket;
-use crate::shadow::{format_mac, Action, NetShadow, Phase};
+use crate::shadow::{Action, NetShadow, Phase};
 use crate::standby::Standbys;
 use crate::watchdog::Detection;
 
@@ -48,7 +56,8 @@ use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
 use interface::Interface;
 use link::DriverLink;
-use loader::{Loader, Spawn};
+use loader::Spawn;
+use moves::{declare_standbys, open_device};
 use succession::Succession;
 
 /// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
@@ -342,24 +351,6 @@ impl Supervisor {
         }
     }
 
-    /// The kernel asked for `device` back. A standby is released at once;
-    /// the serving device's driver is ended, and the interface fails over to
-    /// a standby (agent.rs) or, without one, goes with the device.
-    fn removal_requested(&mut self, device: &PciAddress) {
-        if device != self.devices.address() {
-            warn!("{}: {device}, a standby, is being removed: released", self.label());
-            drop(self.standbys.release(device));
-            let standby = self.standbys.status();
-            self.update(|s| s.standby = standby);
-            return;
-        }
-        warn!("{device}: the kernel asks for the device back (hot-unplug or unbind)");
-        self.succession.device_removed = true;
-        if self.link.is_some() {
-            self.end_driver(&Fault::DeviceRemoved.describe(), true);
-        }
-    }
-
 
     /// The serving driver's process ended by itself.
     fn driver_exited(&mut self) {
@@ -477,242 +468,6 @@ impl Supervisor {
         }
     }
 
-    fn take_commands(&mut self) -> Result<(), Fault> {
-        let mut recover = false;
-        while let Ok(command) = self.commands.try_recv() {
-            match command {
-                Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
-                Command::Recover { answer } => {
-                    let accepted = self.may_hand_over();
-                    recover |= accepted.is_ok();
-                    let _ = answer.send(accepted.map_err(|why| format!("{}: {why}", self.label())));
-                }
-                Command::Update { modules, allow_feature_loss, answer } => match self.may_hand_over() {
-                    Ok(()) if !recover => self.begin_update(modules, allow_feature_loss, answer)?,
-                    Ok(()) => {
-                        let _ = answer.send(Err(format!("{}: a restart was requested first", self.label())));
-                    }
-                    Err(why) => {
-                        let _ = answer.send(Err(format!("{}: {why}", self.label())));
-                    }
-                },
-                Command::Migrate { to, modules, answer } if self.succession.parked() => match self.destination(&to) {
-                    Ok(vfio) => self.attach(Driver { device: to, modules }, vfio, answer)?,
-                    Err(why) => {
-                        let _ = answer.send(Err(format!("{}: {why}", self.label())));
-                    }
-                },
-                Command::Migrate { to, modules, answer } => {
-                    let destination = self.may_hand_over().map_err(str::to_string)
-                        .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
-                        .and_then(|()| self.destination(&to));
-                    match destination {
-                        Ok(vfio) => self.begin_migrate(Driver { device: to, modules }, vfio, answer)?,
-                        Err(why) => {
-                            warn!("{}: move to {to} refused, nothing changed: {why}", self.label());
-                            let _ = answer.send(Err(format!("{}: {why}", self.label())));
-                        }
-                    }
-                }
-            }
-        }
-        if recover {
-            return Err(Fault::RecoverRequested);
-        }
-        // While a handover is under way queries wait for the successor's answer.
-        if self.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
-            let why = match self.link {
-                Some(_) => "the driver has not registered its net_device yet",
-                None if self.succession.parked() => "the interface has no device (parked: see `understudy status`)",
-                None => "the driver is dead (see `understudy status`)",
-            };
-            for (_, answer) in self.ethtool_queue.drain(..) {
-                let _ = answer.send(Err(format!("{}: {why}", self.devices.address())));
-            }
-            return Ok(());
-        }
-        if self.ethtool.is_none() && self.shadow.is_some() {
-            if let Some((queries, answer)) = self.ethtool_queue.pop_front() {
-                let (job, requests) =
-                    EthtoolJob::start(self.label().to_string(), self.interface.name().to_string(), queries, answer);
-                if requests.is_empty() {
-                    job.finish();
-                    return Ok(());
-                }
-                self.ethtool = Some(job);
-                for request in requests {
-                    self.send(request, Purpose::Ethtool)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The device a move to `to` takes: a standby's, or opened now -- which
-    /// checks it is present, bound to vfio-pci and free.
-    fn destination(&mut self, to: &PciAddress) -> Result<Vfio, String> {
-        if to == self.devices.address() && self.devices.serving().is_some() {
-            return Err(format!("{} already serves {}", to, self.interface.name()));
-        }
-        if let Some(vfio) = self.standbys.lend(to) {
-            return Ok(vfio);
-        }
-        open_device(to).map_err(|e| format!("the destination cannot be taken: {e}"))
-    }
-
-    /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
-    fn may_hand_over(&self) -> Result<(), &'static str> {
-        match (&self.link, &self.shadow, self.succession.reason()) {
-            (None, ..) => Err("the driver is dead (see `understudy status`)"),
-            (_, _, Some(Reason::Update { .. })) => Err("an update is already under way"),
-            (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way"),
-            (_, _, Some(_)) => Err("a restart is already under way"),
-            (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
-            _ => Ok(()),
-        }
-    }
-
-    fn handle_control(&mut self) -> Result<(), Fault> {
-        while let Some(msg) = self.link.as_mut().expect("a driver").receive()? {
-            self.handle_message(msg)?;
-            if self.link.is_none() {
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    fn handle_reply(&mut self, seq: u32, status: i32, data: &[u8]) -> Result<(), Fault> {
-        let dev = self.label().clone();
-        let (request, purpose) = self.link.as_mut().expect("a driver").answered(seq)?;
-        if purpose != Purpose::Ethtool && !data.is_empty() {
-            return Err(Fault::Violation(format!("the reply to {} carries {} bytes of data", request.name(), data.len())));
-        }
-        let errno = || io::Error::from_raw_os_error(-status);
-        match purpose {
-            Purpose::Startup if status < 0 => {
-                return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
-            }
-            Purpose::Startup => {
-                if matches!(request, Request::Probe { .. }) && !self.succession.under_way() {
-                    self.take_template()?;
-                    // The process that drives the device is settled: `status` shows its pid.
-                    if let Some(state) = self.shadow.as_ref().map(|s| state_of(s.phase())) {
-                        self.update(|s| s.state = state);
-                    }
-                }
-            }
-            Purpose::Replay => {
-                if status >= 0 {
-                    let log = self.succession.log().expect("replay belongs to a handover");
-                    self.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, log);
-                }
-                self.feed(Event::ReplayAnswered { status })?;
-            }
-            Purpose::Heartbeat if status < 0 => warn!("{dev}: the driver answered PING with {status} ({})", errno()),
-            Purpose::Heartbeat => {}
-            Purpose::Config => {
-                if status < 0 {
-                    warn!("{dev}: the driver refused {}: {}", describe(&request), errno());
-                } else {
-                    info!("{dev}: the driver took {}", describe(&request));
-                }
-                if let Some(undo) = self.shadow.as_mut().and_then(|s| s.answered(status)) {
-                    self.interface.undo(undo);
-                }
-                self.show_shadow();
-            }
-            Purpose::Ethtool => {
-                let Some(job) = self.ethtool.as_mut() else { return Ok(()) };
-                match job.answered(&request, status, data).map_err(|e| Fault::Violation(e.to_string()))? {
-                    Ok(Progress::Next(next)) => self.send(next, Purpose::Ethtool)?,
-                    Ok(Progress::Waiting) => {}
-                    Ok(Progress::Done) => self.ethtool.take().expect("a job").finish(),
-                    Err(why) => {
-                        // Replies to the job's other requests are dropped when they come.
-                        self.ethtool.take().expect("a job").fail(format!("{dev}: {why}"));
-                    }
-                }
-            }
-            // LOAD goes to the loader's link, never the serving driver's.
-            Purpose::Load => return Err(Fault::Violation("a reply to LOAD from the serving driver".into())),
-        }
-        Ok(())
-    }
-
-    /// `status` shows the shadow's state, MTU and MAC.
-    fn show_shadow(&self) {
-        let Some(shadow) = self.shadow.as_ref() else { return };
-        let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
-        self.update(|s| {
-            s.state = state;
-            s.mtu = Some(mtu);
-            s.mac = Some(mac);
-        });
-    }
-
-    fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
-        let dev = self.label().clone();
-        match msg {
-            DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,
-            DriverMessage::Registered(r) => {
-                if self.succession.takeover_registered(&r, self.shadow.as_ref())? {
-                    return Ok(());
-                }
-                if self.shadow.is_some() {
-                    return Err(Fault::Violation("a second REGISTERED".into()));
-                }
-                info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
-                       it is opened when {} is set up",
-                      r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features,
-                      self.interface.name());
-                if self.succession.under_way() {
-                    return self.feed(Event::Registered(r));
-                }
-                self.interface.take_registration(&r).map_err(|e| Fault::Io(e.to_string()))?;
-                self.adopt(r);
-                // During the probe the process that probed may still hand the
-                // device to its fork (the template's): "registered" waits for
-                // PROBE's reply, which settles whose pid `status` shows.
-                if !self.link.as_ref().is_some_and(|l| l.probing()) {
-                    self.update(|s| s.state = DriverState::Registered);
-                }
-            }
-            DriverMessage::Carrier(on) => {
-                if let Some(shadow) = self.shadow.as_mut() {
-                    shadow.set_carrier(on);
-                }
-                if self.interface.carrier_held_until.is_some() {
-                    info!("{dev}: handover: the successor's carrier is {}", if on { "on" } else { "off" });
-                    let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-                    if !(on && open) {
-                        return self.feed(Event::Carrier(on));
-                    }
-                    // The hold is over. The TAP held the predecessor's carrier,
-                    // which was off if the interface was down when it died.
-                    self.interface.carrier_held_until = None;
-                } else {
-                    info!("{dev}: carrier {}", if on { "on" } else { "off" });
-                }
-                self.set_carrier(on)?;
-                return self.feed(Event::Carrier(on));
-            }
-            DriverMessage::TxQueue { stopped } => self.datapath.tx_stopped = stopped,
-            DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
-            DriverMessage::Warn { file, line, text } => {
-                let now = Instant::now();
-                if self.log_limit.admit(now) {
-                    warn!("{dev}: driver WARN at {file}:{line}: {text}");
-                }
-                self.update(|s| s.warnings += 1);
-                if let Some(verdict) = self.link.as_mut().and_then(|l| l.warned(now)) {
-                    return Err(Fault::Io(verdict));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Frames between the TAP and the driver (datapath.rs), then what they
     /// say: the driver's progress, the first frame through a successor, the
     /// counters in `status`.
@@ -788,37 +543,4 @@ fn state_of(phase: Phase) -> DriverState {
         Phase::Open => DriverState::Open,
         Phase::Stopped => DriverState::Stopped,
     }
-}
-
-/// `run --standby`: each device is opened, its driver loaded and probed on
-/// scratch memory (loader.rs), then stopped and kept for the interface; what
-/// its driver registered narrows what the interface advertises.
-fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Vfio>, String> {
-    let mut standbys = Standbys::new();
-    for driver in standby {
-        let address = driver.device.clone();
-        let refused = |why: String| format!("standby {address}: {why}");
-        let mut vfio = open_device(&address).map_err(|e| refused(e.to_string()))?;
-        let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules, real).map_err(refused)?;
-        let limit = spawn.detection.probe * 2;
-        let loaded = loader.wait(limit, |level, text| info!("{address}: standby's driver ({level}): {text}"));
-        loader.finish_probe(&mut vfio, real).map_err(refused)?;
-        let registration = loaded.map_err(refused)?.registration
-            .ok_or_else(|| refused("its driver registered no net_device when it probed".into()))?;
-        info!("{address}: standby: {} registered MAC {}, MTU {}..{}, offloads {}", registration.driver,
-              format_mac(&registration.dev_addr), registration.min_mtu, registration.max_mtu,
-              crate::shadow::offload_names(registration.offloads).join(", "));
-        standbys.declare(driver, &registration, vfio);
-    }
-    Ok(standbys)
-}
-
-/// Opens a device through VFIO and asks to be told when the kernel wants it
-/// back (`removal_requested`); a device that cannot tell is used all the same.
-fn open_device(address: &PciAddress) -> Result<Vfio, understudy_vfio::VfioError> {
-    let mut vfio = Vfio::open(address)?;
-    if let Err(e) = vfio.watch_removal() {
-        warn!("{address}: {e}: its hot-unplug will wait until understudyd releases it");
-    }
-    Ok(vfio)
 }

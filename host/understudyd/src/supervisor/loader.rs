@@ -16,11 +16,13 @@ use understudy_protocol::{DriverMessage, PciIds, RegisteredInfo, Request};
 use understudy_shm::{Geometry, SharedMemory};
 use understudy_vfio::Vfio;
 
+use log::warn;
+
 use super::datapath::Datapath;
 use super::link::{self, DriverLink};
-use super::{device, Fault, Purpose};
+use super::{device, driver_log, Fault, Purpose, Supervisor};
 use crate::fd;
-use crate::handover::Loaded;
+use crate::handover::{Driver, Event, Loaded};
 use crate::placement::Placement;
 use crate::watchdog::Detection;
 
@@ -198,4 +200,68 @@ impl Loader {
 fn map_real(vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
     vfio.unmap_all().map_err(|e| e.to_string())?;
     device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
+}
+
+impl Supervisor {
+    /// Starts the successor that loads while the driver serves: on the
+    /// serving device it only LOADs (it maps no shared memory and touches no
+    /// device until HELLO and PROBE); on the destination of a move it also
+    /// probes it, on scratch memory (loader.rs).
+    pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
+        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection };
+        let started = match self.devices.serving() {
+            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
+            _ => match self.devices.other.as_mut() {
+                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.datapath.shm),
+                None => Err(format!("{} is not open", driver.device)),
+            },
+        };
+        match started {
+            Ok(loader) => {
+                self.succession.loader = Some(loader);
+                Ok(())
+            }
+            Err(why) => self.feed(Event::Loaded(Err(why))),
+        }
+    }
+
+    /// What the loading successor says; once it is done, the handover hears.
+    pub(super) fn read_loader(&mut self) {
+        let Some(loader) = self.succession.loader.as_mut() else { return };
+        let (limit, dev) = (&mut self.log_limit, self.devices.address().clone());
+        let Some(mut result) = loader.read(|level, text| driver_log(limit, &dev, level, text)) else { return };
+        let loader = self.succession.loader.take().expect("read above");
+        if loader.probes() {
+            // A prober's work is done: its device is given back ready for the successor.
+            let finished = match self.devices.other.as_mut() {
+                Some(destination) => loader.finish_probe(destination, &self.datapath.shm),
+                None => Err("the destination was released meanwhile".into()),
+            };
+            if let (Ok(_), Err(why)) = (&result, finished) {
+                result = Err(why);
+            }
+        } else if result.is_ok() {
+            self.succession.loader = Some(loader);
+        } else {
+            loader.end();
+        }
+        if let Err(why) = &result {
+            warn!("{}: the successor was refused: {why}", self.label());
+        }
+        self.feed_quietly(Event::Loaded(result));
+    }
+
+    /// Ends the loading successor; a prober's device is stopped and given back
+    /// its arena mapping, as after a probe that finished.
+    pub(super) fn end_loader(&mut self) {
+        let Some(loader) = self.succession.loader.take() else { return };
+        match self.devices.other.as_mut() {
+            Some(destination) if loader.probes() => {
+                if let Err(e) = loader.finish_probe(destination, &self.datapath.shm) {
+                    warn!("{}: giving it back after its probe: {e}", destination.address());
+                }
+            }
+            _ => loader.end(),
+        }
+    }
 }

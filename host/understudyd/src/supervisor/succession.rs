@@ -1,43 +1,35 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The succession of driver processes behind one interface: the handover
 //! under way (handover.rs decides, this file carries it out), an update's or
-//! a move's successor while it loads (loader.rs), the device a move goes to
-//! or came from, the post-probe template restarts fork from (docs/recovery.md,
-//! docs/live-update.md, docs/migration.md).
+//! a move's successor while it loads (loader.rs), the post-probe template
+//! restarts fork from (templates.rs) (docs/recovery.md, docs/live-update.md,
+//! docs/migration.md).
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use log::{error, info, warn};
 use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
 use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
-use understudy_vfio::Vfio;
 
 use super::link::{self, DriverLink};
-use super::loader::{Loader, Spawn};
-use super::{device, driver_log, Fault, Purpose, Supervisor, UpdateAnswer};
+use super::loader::Loader;
+use super::templates::Templates;
+use super::{device, Fault, Purpose, Supervisor, UpdateAnswer};
 use crate::handover::{self, describe, Driver, Event, Handover, Outcome, Reason};
-use crate::process::{self, DriverProcess};
 use crate::recovery::{keep_record, ms_or_dash, FirstFrameWatch};
-use crate::shadow::{NetShadow, PassiveLog, Place};
-use crate::template::{self, SpawnError, Template};
+use crate::shadow::{NetShadow, PassiveLog};
 
 pub struct Succession {
     /// The modules the driver runs (and the template was made from).
     pub modules: Vec<ModuleInfo>,
-    /// Whether restarts fork from a post-probe template (`--cold-restarts` says no).
-    templates: bool,
-    /// The post-probe template restarts fork from (template.rs), once taken.
-    template: Option<Template>,
-    /// The first driver forked from the template has not announced itself yet.
-    takeover: bool,
-    spawn_seq: u32,
+    pub templates: Templates,
     /// The handover under way: a restart until its successor serves, an
     /// update until its probation is over.
     handover: Option<Handover<TxFrame>>,
     /// An update's or a move's successor while it loads, and the CLI waiting for it.
-    loader: Option<Loader>,
+    pub loader: Option<Loader>,
     update_answer: Option<UpdateAnswer>,
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
@@ -65,10 +57,7 @@ impl Succession {
     pub fn new(modules: Vec<ModuleInfo>, template: bool) -> Self {
         Succession {
             modules,
-            templates: template,
-            template: None,
-            takeover: false,
-            spawn_seq: 0,
+            templates: Templates::new(template),
             handover: None,
             loader: None,
             update_answer: None,
@@ -131,37 +120,30 @@ impl Succession {
     /// end, the loader's messages and end, in this order (`on_succession_fds`).
     pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut fds = Vec::new();
-        if let Some(t) = &self.template {
-            fds.push(t.process.pidfd.as_fd());
-        }
+        fds.extend(self.templates.pidfd());
         if let Some(l) = &self.loader {
             fds.extend(l.poll_fds());
         }
         fds
     }
 
-    /// The template's first fork registered: true if this REGISTERED was
-    /// its (checked against what the template registered), so nothing else is to be done.
-    pub fn takeover_registered(&mut self, r: &RegisteredInfo, shadow: Option<&NetShadow>) -> Result<bool, Fault> {
-        if !self.takeover {
-            return Ok(false);
-        }
-        self.takeover = false;
-        let shadow = shadow.expect("the template registered");
-        if let Some(why) = shadow.log().incompatibility(r, Place::SameDevice { allow_feature_loss: false }) {
-            return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
-        }
-        Ok(true)
-    }
-
     /// Kills the template and an update's loading successor (the daemon is going).
     pub fn end_processes(&mut self) {
-        if let Some(t) = self.template.take() {
-            process::kill(t.process.pid);
-            process::wait(t.process.pid);
-        }
+        self.templates.end();
         if let Some(loader) = self.loader.take() {
             loader.end();
+        }
+    }
+
+    /// The CLI waits for the handover under way to end.
+    pub fn answer_to(&mut self, answer: UpdateAnswer) {
+        self.update_answer = Some(answer);
+    }
+
+    /// The handover under way announced the interface's MAC with this many frames.
+    pub fn announced(&mut self, frames: u32) {
+        if let Some(h) = self.handover.as_mut() {
+            h.announced(frames);
         }
     }
 
@@ -174,7 +156,7 @@ impl Succession {
 impl Supervisor {
     pub(super) fn on_succession_fds(&mut self, ready: &[bool]) {
         let mut at = 0;
-        if self.succession.template.is_some() {
+        if self.succession.templates.pidfd().is_some() {
             if ready.first() == Some(&true) {
                 self.template_ended();
             }
@@ -272,67 +254,13 @@ impl Supervisor {
         info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
         let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
-        self.succession.update_answer = Some(answer);
-        self.act(actions)
-    }
-
-    /// `understudy migrate`: a successor for `to` loads and probes its device
-    /// on scratch memory while the driver serves (handover.rs). The
-    /// destination, opened here, is free from now on for nobody else.
-    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
-        info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
-              self.label(), self.interface.name(), to.device, module_names(&to.modules));
-        let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
-        self.begin_handover(handover, None);
-        self.devices.other = Some(destination);
-        self.succession.update_answer = Some(answer);
+        self.succession.answer_to(answer);
         self.act(actions)
     }
 
     /// What serves now: the modules on the device.
     pub(super) fn serving_driver(&self) -> Driver {
         Driver { device: self.devices.address().clone(), modules: self.succession.modules.clone() }
-    }
-
-    /// What the loading successor says; once it is done, the handover hears.
-    fn read_loader(&mut self) {
-        let Some(loader) = self.succession.loader.as_mut() else { return };
-        let (limit, dev) = (&mut self.log_limit, self.devices.address().clone());
-        let Some(mut result) = loader.read(|level, text| driver_log(limit, &dev, level, text)) else { return };
-        let loader = self.succession.loader.take().expect("read above");
-        if loader.probes() {
-            // A prober's work is done: its device is given back ready for the successor.
-            let finished = match self.devices.other.as_mut() {
-                Some(destination) => loader.finish_probe(destination, &self.datapath.shm),
-                None => Err("the destination was released meanwhile".into()),
-            };
-            if let (Ok(_), Err(why)) = (&result, finished) {
-                result = Err(why);
-            }
-        } else if result.is_ok() {
-            self.succession.loader = Some(loader);
-        } else {
-            loader.end();
-        }
-        if let Err(why) = &result {
-            warn!("{}: the successor was refused: {why}", self.label());
-        }
-        self.feed_quietly(Event::Loaded(result));
-    }
-
-    /// Ends the loading successor; a prober's device is stopped and given back
-    /// its arena mapping, as after a probe that finished.
-    fn end_loader(&mut self) {
-        let Some(loader) = self.succession.loader.take() else { return };
-        match self.devices.other.as_mut() {
-            Some(destination) if loader.probes() => {
-                if let Err(e) = loader.finish_probe(destination, &self.datapath.shm) {
-                    warn!("{}: giving it back after its probe: {e}", destination.address());
-                }
-            }
-            _ => loader.end(),
-        }
     }
 
     /// An event for the handover under way; its actions are taken.
@@ -344,7 +272,7 @@ impl Supervisor {
     }
 
     /// `feed` where no driver can be ended for a fault (the driver is gone already).
-    fn feed_quietly(&mut self, event: Event<TxFrame>) {
+    pub(super) fn feed_quietly(&mut self, event: Event<TxFrame>) {
         if let Err(e) = self.feed(event) {
             self.fault_in_handover(e);
         }
@@ -366,7 +294,7 @@ impl Supervisor {
         self.end_driver(&why, true);
     }
 
-    fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
+    pub(super) fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
         use handover::Action;
         for action in actions {
             match action {
@@ -426,108 +354,6 @@ impl Supervisor {
             }
         }
         Ok(())
-    }
-
-    /// Starts the successor that loads while the driver serves: on the
-    /// serving device it only LOADs (it maps no shared memory and touches no
-    /// device until HELLO and PROBE); on the destination of a move it also
-    /// probes it, on scratch memory (loader.rs).
-    fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
-        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection };
-        let started = match self.devices.serving() {
-            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
-            _ => match self.devices.other.as_mut() {
-                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.datapath.shm),
-                None => Err(format!("{} is not open", driver.device)),
-            },
-        };
-        match started {
-            Ok(loader) => {
-                self.succession.loader = Some(loader);
-                Ok(())
-            }
-            Err(why) => self.feed(Event::Loaded(Err(why))),
-        }
-    }
-
-    /// The serving device becomes `device`: the other device of the move
-    /// under way (its destination, or on a rollback its origin).
-    fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<&Vfio, String> {
-        let before = self.devices.address().clone();
-        self.devices.serve_on(device)?;
-        if *device != before {
-            self.now_serving();
-            if std::mem::take(&mut self.succession.device_removed) {
-                // The kernel waits for the device it asked back, until every
-                // process that has it open is gone: no rollback will need it.
-                self.end_template("its device is being removed");
-                self.devices.other = None;
-                info!("{before}: released to the kernel, which is removing it");
-            }
-        }
-        Ok(self.devices.serving().expect("serve_on made it serve"))
-    }
-
-    /// Log lines and `status` name the device that serves now.
-    fn now_serving(&mut self) {
-        let address = self.devices.address().to_string();
-        let group = self.devices.serving().map_or(0, Vfio::group_id);
-        info!("{}: {} is served by this device from now on", address, self.interface.name());
-        self.interface.label = address.clone();
-        self.datapath.label = address.clone();
-        self.update(|s| {
-            s.device = address;
-            s.iommu_group = group;
-        });
-    }
-
-    /// The serving device is given back to the kernel, which is removing it;
-    /// the interface keeps its settings and its carrier (the stack queues and
-    /// TCP retransmits, as across any outage) until it is given a device.
-    fn park(&mut self) {
-        self.end_template("its device is being removed");
-        self.devices.release();
-        self.succession.device_removed = false;
-        self.interface.carrier_held_until = None;
-        warn!("{}: released to the kernel, which is removing it; no standby is left, so {} waits without a \
-               device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
-              self.interface.name());
-        self.update(|s| {
-            s.state = DriverState::Parked;
-            s.pid = None;
-        });
-    }
-
-    /// A parked interface is given `to` (`understudy migrate` while parked).
-    pub(super) fn attach(&mut self, to: Driver, mut destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
-        info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
-        // A standby's arena is mapped since its probe; a device opened just now has none.
-        if destination.mapped_bytes() == 0 {
-            if let Err(e) = device::map_arena(&mut destination, &self.datapath.shm) {
-                let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
-                return Ok(());
-            }
-        }
-        self.devices.other = Some(destination);
-        self.succession.update_answer = Some(answer);
-        self.interface.hold_carrier(Instant::now());
-        self.feed(Event::Attach(to))
-    }
-
-    /// After a move (and its rollback): the network learns where the MAC is.
-    fn announce(&mut self) {
-        let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
-        match crate::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
-            Ok(frames) => {
-                info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
-                      self.label(), self.interface.name());
-                if let Some(h) = self.succession.handover.as_mut() {
-                    h.announced(frames);
-                }
-            }
-            Err(e) => warn!("{}: announcing {} failed: {e}; peers learn its new place from its next frames",
-                            self.label(), self.interface.name()),
-        }
     }
 
     /// A successor for `driver`: the update's loaded process (sent HELLO and
@@ -730,78 +556,6 @@ impl Supervisor {
         })
     }
 
-    /// After the first PROBE: makes the process that probed the template
-    /// restarts fork from, and gives the device to its first fork. A process
-    /// that cannot be a template goes on as the driver (restarts then probe).
-    pub(super) fn take_template(&mut self) -> Result<(), Fault> {
-        if !self.succession.templates {
-            return Ok(());
-        }
-        let dev = self.label().clone();
-        self.succession.spawn_seq += 1;
-        let prober = self.link.as_ref().expect("PROBE was answered");
-        let limit = &mut self.log_limit;
-        let spawned = template::spawn(prober.control(), prober.pidfd(), self.succession.spawn_seq,
-                                      |level, text| driver_log(limit, &dev, level, text));
-        match spawned {
-            Ok((control, child)) => {
-                let pid = child.pid;
-                let link = self.link.as_mut().expect("PROBE was answered");
-                let (process, template_control) = link.hand_to_fork(child, control).map_err(Fault::Io)?;
-                info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
-                      process.pid);
-                self.update(|s| {
-                    s.pid = Some(pid as u32);
-                    s.template_pid = Some(process.pid as u32);
-                });
-                self.succession.template = Some(Template { process, control: template_control });
-                self.succession.takeover = true;
-                Ok(())
-            }
-            Err(SpawnError::Refused(e)) => {
-                warn!("{dev}: the driver process cannot be a post-probe template ({e}); it drives the device itself, \
-                       and a restart will load and probe the driver again");
-                Ok(())
-            }
-            Err(SpawnError::Broken(why)) => Err(Fault::Violation(format!("asked to become the template: {why}"))),
-        }
-    }
-
-    /// A fresh driver forked from the template, or None (then a cold start
-    /// follows) if there is none or it failed -- a failed template is ended.
-    fn fork_from_template(&mut self) -> Option<(OwnedFd, DriverProcess)> {
-        let dev = self.label().clone();
-        self.succession.spawn_seq += 1;
-        let limit = &mut self.log_limit;
-        let spawned = self.succession.template.as_ref()?
-            .spawn(self.succession.spawn_seq, |level, text| driver_log(limit, &dev, level, text));
-        match spawned {
-            Ok(forked) => Some(forked),
-            Err(e) => {
-                self.end_template(&format!("it did not fork a driver: {e}"));
-                None
-            }
-        }
-    }
-
-    pub(super) fn end_template(&mut self, why: &str) {
-        let Some(t) = self.succession.template.take() else { return };
-        process::kill(t.process.pid);
-        let how = process::wait(t.process.pid);
-        warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
-              self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
-    }
-
-    /// The template exited by itself.
-    fn template_ended(&mut self) {
-        let Some(t) = self.succession.template.take() else { return };
-        let how = process::wait(t.process.pid);
-        warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
-              self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
-    }
-
     /// The handover's record replaces its earlier version in `status`; a
     /// first frame already timed there is kept.
     fn publish(&self, record: &HandoverRecord) {
@@ -832,6 +586,6 @@ fn records_of(s: &mut DeviceStatus, reason: HandoverReason) -> &mut Vec<Handover
     }
 }
 
-fn module_names(modules: &[ModuleInfo]) -> String {
+pub(super) fn module_names(modules: &[ModuleInfo]) -> String {
     modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ")
 }

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What the CLI asks of the device's thread (handle.rs sends it): ethtool
+//! queries, queued and asked of the driver one job at a time, and the
+//! handovers it may start -- a restart, an update, a move.
+
+use log::warn;
+
+use super::handle::Command;
+use super::{Fault, Purpose, Supervisor};
+use crate::ethtool_job::EthtoolJob;
+use crate::handover::{Driver, Reason};
+
+impl Supervisor {
+    pub(super) fn take_commands(&mut self) -> Result<(), Fault> {
+        let mut recover = false;
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
+                Command::Recover { answer } => {
+                    let accepted = self.may_hand_over();
+                    recover |= accepted.is_ok();
+                    let _ = answer.send(accepted.map_err(|why| format!("{}: {why}", self.label())));
+                }
+                Command::Update { modules, allow_feature_loss, answer } => match self.may_hand_over() {
+                    Ok(()) if !recover => self.begin_update(modules, allow_feature_loss, answer)?,
+                    Ok(()) => {
+                        let _ = answer.send(Err(format!("{}: a restart was requested first", self.label())));
+                    }
+                    Err(why) => {
+                        let _ = answer.send(Err(format!("{}: {why}", self.label())));
+                    }
+                },
+                Command::Migrate { to, modules, answer } if self.succession.parked() => match self.destination(&to) {
+                    Ok(vfio) => self.attach(Driver { device: to, modules }, vfio, answer)?,
+                    Err(why) => {
+                        let _ = answer.send(Err(format!("{}: {why}", self.label())));
+                    }
+                },
+                Command::Migrate { to, modules, answer } => {
+                    let destination = self.may_hand_over().map_err(str::to_string)
+                        .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
+                        .and_then(|()| self.destination(&to));
+                    match destination {
+                        Ok(vfio) => self.begin_migrate(Driver { device: to, modules }, vfio, answer)?,
+                        Err(why) => {
+                            warn!("{}: move to {to} refused, nothing changed: {why}", self.label());
+                            let _ = answer.send(Err(format!("{}: {why}", self.label())));
+                        }
+                    }
+                }
+            }
+        }
+        if recover {
+            return Err(Fault::RecoverRequested);
+        }
+        // While a handover is under way queries wait for the successor's answer.
+        if self.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
+            let why = match self.link {
+                Some(_) => "the driver has not registered its net_device yet",
+                None if self.succession.parked() => "the interface has no device (parked: see `understudy status`)",
+                None => "the driver is dead (see `understudy status`)",
+            };
+            for (_, answer) in self.ethtool_queue.drain(..) {
+                let _ = answer.send(Err(format!("{}: {why}", self.devices.address())));
+            }
+            return Ok(());
+        }
+        if self.ethtool.is_none() && self.shadow.is_some() {
+            if let Some((queries, answer)) = self.ethtool_queue.pop_front() {
+                let (job, requests) =
+                    EthtoolJob::start(self.label().to_string(), self.interface.name().to_string(), queries, answer);
+                if requests.is_empty() {
+                    job.finish();
+                    return Ok(());
+                }
+                self.ethtool = Some(job);
+                for request in requests {
+                    self.send(request, Purpose::Ethtool)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
+    fn may_hand_over(&self) -> Result<(), &'static str> {
+        match (&self.link, &self.shadow, self.succession.reason()) {
+            (None, ..) => Err("the driver is dead (see `understudy status`)"),
+            (_, _, Some(Reason::Update { .. })) => Err("an update is already under way"),
+            (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way"),
+            (_, _, Some(_)) => Err("a restart is already under way"),
+            (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What a move between devices adds to the handover (docs/migration.md): the
+//! devices an interface may go to (standbys, probed at `run`), a move's
+//! destination, which device serves, the announcement after a move, a device
+//! the kernel takes back, and an interface parked without one.
+
+use std::time::Instant;
+
+use log::{info, warn};
+use understudy_api::DriverState;
+use understudy_shm::SharedMemory;
+use understudy_vfio::{PciAddress, Vfio};
+
+use super::loader::{Loader, Spawn};
+use super::succession::module_names;
+use super::{device, Fault, Supervisor, UpdateAnswer};
+use crate::handover::{Driver, Event, Handover};
+use crate::shadow::format_mac;
+use crate::standby::Standbys;
+
+impl Supervisor {
+    /// `understudy migrate`: a successor for `to` loads and probes its device
+    /// on scratch memory while the driver serves (handover.rs). The
+    /// destination, opened here, is free from now on for nobody else.
+    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
+              self.label(), self.interface.name(), to.device, module_names(&to.modules));
+        let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
+        self.begin_handover(handover, None);
+        self.devices.other = Some(destination);
+        self.succession.answer_to(answer);
+        self.act(actions)
+    }
+
+    /// The serving device becomes `device`: the other device of the move
+    /// under way (its destination, or on a rollback its origin).
+    pub(super) fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<&Vfio, String> {
+        let before = self.devices.address().clone();
+        self.devices.serve_on(device)?;
+        if *device != before {
+            self.now_serving();
+            if std::mem::take(&mut self.succession.device_removed) {
+                // The kernel waits for the device it asked back, until every
+                // process that has it open is gone: no rollback will need it.
+                self.end_template("its device is being removed");
+                self.devices.other = None;
+                info!("{before}: released to the kernel, which is removing it");
+            }
+        }
+        Ok(self.devices.serving().expect("serve_on made it serve"))
+    }
+
+    /// Log lines and `status` name the device that serves now.
+    fn now_serving(&mut self) {
+        let address = self.devices.address().to_string();
+        let group = self.devices.serving().map_or(0, Vfio::group_id);
+        info!("{}: {} is served by this device from now on", address, self.interface.name());
+        self.interface.label = address.clone();
+        self.datapath.label = address.clone();
+        self.update(|s| {
+            s.device = address;
+            s.iommu_group = group;
+        });
+    }
+
+    /// After a move (and its rollback): the network learns where the MAC is.
+    pub(super) fn announce(&mut self) {
+        let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
+        match crate::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
+            Ok(frames) => {
+                info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
+                      self.label(), self.interface.name());
+                self.succession.announced(frames);
+            }
+            Err(e) => warn!("{}: announcing {} failed: {e}; peers learn its new place from its next frames",
+                            self.label(), self.interface.name()),
+        }
+    }
+
+    /// The serving device is given back to the kernel, which is removing it;
+    /// the interface keeps its settings and its carrier (the stack queues and
+    /// TCP retransmits, as across any outage) until it is given a device.
+    pub(super) fn park(&mut self) {
+        self.end_template("its device is being removed");
+        self.devices.release();
+        self.succession.device_removed = false;
+        self.interface.carrier_held_until = None;
+        warn!("{}: released to the kernel, which is removing it; no standby is left, so {} waits without a \
+               device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
+              self.interface.name());
+        self.update(|s| {
+            s.state = DriverState::Parked;
+            s.pid = None;
+        });
+    }
+
+    /// A parked interface is given `to` (`understudy migrate` while parked).
+    pub(super) fn attach(&mut self, to: Driver, mut destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+        info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
+        // A standby's arena is mapped since its probe; a device opened just now has none.
+        if destination.mapped_bytes() == 0 {
+            if let Err(e) = device::map_arena(&mut destination, &self.datapath.shm) {
+                let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
+                return Ok(());
+            }
+        }
+        self.devices.other = Some(destination);
+        self.succession.answer_to(answer);
+        self.interface.hold_carrier(Instant::now());
+        self.feed(Event::Attach(to))
+    }
+
+    /// The device a move to `to` takes: a standby's, or opened now -- which
+    /// checks it is present, bound to vfio-pci and free.
+    pub(super) fn destination(&mut self, to: &PciAddress) -> Result<Vfio, String> {
+        if to == self.devices.address() && self.devices.serving().is_some() {
+            return Err(format!("{} already serves {}", to, self.interface.name()));
+        }
+        if let Some(vfio) = self.standbys.lend(to) {
+            return Ok(vfio);
+        }
+        open_device(to).map_err(|e| format!("the destination cannot be taken: {e}"))
+    }
+
+    /// The kernel asked for `device` back. A standby is released at once;
+    /// the serving device's driver is ended, and the interface fails over to
+    /// a standby (agent.rs) or, without one, goes with the device.
+    pub(super) fn removal_requested(&mut self, device: &PciAddress) {
+        if device != self.devices.address() {
+            warn!("{}: {device}, a standby, is being removed: released", self.label());
+            drop(self.standbys.release(device));
+            let standby = self.standbys.status();
+            self.update(|s| s.standby = standby);
+            return;
+        }
+        warn!("{device}: the kernel asks for the device back (hot-unplug or unbind)");
+        self.succession.device_removed = true;
+        if self.link.is_some() {
+            self.end_driver(&Fault::DeviceRemoved.describe(), true);
+        }
+    }
+}
+
+/// `run --standby`: each device is opened, its driver loaded and probed on
+/// scratch memory (loader.rs), then stopped and kept for the interface; what
+/// its driver registered narrows what the interface advertises.
+pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Vfio>, String> {
+    let mut standbys = Standbys::new();
+    for driver in standby {
+        let address = driver.device.clone();
+        let refused = |why: String| format!("standby {address}: {why}");
+        let mut vfio = open_device(&address).map_err(|e| refused(e.to_string()))?;
+        let mut loader = Loader::probe(spawn, &mut vfio, &driver.modules, real).map_err(refused)?;
+        let limit = spawn.detection.probe * 2;
+        let loaded = loader.wait(limit, |level, text| info!("{address}: standby's driver ({level}): {text}"));
+        loader.finish_probe(&mut vfio, real).map_err(refused)?;
+        let registration = loaded.map_err(refused)?.registration
+            .ok_or_else(|| refused("its driver registered no net_device when it probed".into()))?;
+        info!("{address}: standby: {} registered MAC {}, MTU {}..{}, offloads {}", registration.driver,
+              format_mac(&registration.dev_addr), registration.min_mtu, registration.max_mtu,
+              crate::shadow::offload_names(registration.offloads).join(", "));
+        standbys.declare(driver, &registration, vfio);
+    }
+    Ok(standbys)
+}
+
+/// Opens a device through VFIO and asks to be told when the kernel wants it
+/// back (`removal_requested`); a device that cannot tell is used all the same.
+pub(super) fn open_device(address: &PciAddress) -> Result<Vfio, understudy_vfio::VfioError> {
+    let mut vfio = Vfio::open(address)?;
+    if let Err(e) = vfio.watch_removal() {
+        warn!("{address}: {e}: its hot-unplug will wait until understudyd releases it");
+    }
+    Ok(vfio)
+}
