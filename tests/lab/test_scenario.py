@@ -70,6 +70,29 @@ def test_announcements_are_gratuitous_arps_and_unsolicited_advertisements_of_tha
     assert [round(t, 3) for t in announcements_from(pcap, "52:54:00:12:34:56")] == [2.0, 2.1]
 
 
+def test_a_moves_wire_gap_spans_both_nics_and_its_announcements_are_the_destinations():
+    import struct
+    from lab.migrate_loop import wire
+    us0 = bytes.fromhex("525400123456")
+    ip = bytes([10, 203, 0, 2])
+
+    def capture(frames):
+        pcap = struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 96, 1)
+        return pcap + b"".join(struct.pack("<IIII", int(t), round(t % 1 * 1e6), len(f), len(f)) + f
+                               for t, f in frames)
+
+    data = b"\x52\x55\0\0\0\x02" + us0 + b"\x08\x00" + bytes(40)
+    garp = b"\xff" * 6 + us0 + b"\x08\x06" + bytes([0, 1, 8, 0, 6, 4, 0, 1]) + us0 + ip + bytes(6) + ip
+    # nic0 serves until 10.0, nic1 from 10.8 (announcing at 10.9), nic0 again from 21.5.
+    nic0 = capture([(9.9, data), (10.0, data), (21.5, data), (21.6, garp)])
+    nic1 = capture([(10.8, data), (10.9, garp)] + [(11.0 + i / 2, data) for i in range(19)])   # ... 20.0
+    records = [{"move": 1, "dest_nic": 1}, {"move": 2, "dest_nic": 0}]
+    figures = wire(records, [nic0, nic1], "52:54:00:12:34:56", [9.95, 19.0])
+    assert [r["wire_gap_ms"] for r in records] == [800.0, 1500.0]
+    assert [(r["announced_on_wire"], r["announced_after_first_frame_ms"]) for r in records] == [(1, 100.0), (1, 100.0)]
+    assert (figures["wire_gap_ms_median"], figures["wire_gap_ms_max"]) == (1150.0, 1500.0)
+
+
 def test_sizes_parse_and_bad_ones_are_usage_errors():
     assert parse_size("60M") == 60 << 20 and parse_size("2G") == 2 << 30
     assert parse_size("1000000") == 1000000
