@@ -83,6 +83,12 @@ class Guest:
     share_dir: Path | None = None     # host directory mounted read-write at /run/lab
     console: OutputSink | None = None  # called with the guest's console output, if set
     pcap: bool = False                # record each NIC's frames' headers (pcap_path)
+    # With pcap, which frames: "all", both ways, or "rx", only those the NIC
+    # sent (QEMU's filter queues are named from the backend's side: its "rx"
+    # is what it receives from the NIC). Two NICs on one bridge hear each
+    # other's broadcasts, and a stopped NIC gets those queued for it when it
+    # starts: "rx" tells what each one put on the wire.
+    pcap_queue: str = "all"
     nic_props: str = ""               # more QEMU -device properties for each NIC ("autonegotiation=off")
 
     def __post_init__(self) -> None:
@@ -121,8 +127,9 @@ class Guest:
         return ["-netdev", f"tap,id=net-{pd.id},fd={self._tap_fds[pd.id]}"]
 
     def pcap_path(self, dev_id: str) -> Path:
-        """With `pcap`, the NIC's frames as its backend saw them, both ways: the
-        wire side of the NIC, timestamped by QEMU (host wall clock)."""
+        """With `pcap`, the NIC's frames as its backend saw them, both ways (or
+        those it sent, pcap_queue): the wire side of the NIC, timestamped by
+        QEMU (host wall clock)."""
         return self.rundir / f"{dev_id}.pcap"
 
     def device_args(self, pd: PlacedDevice) -> list[str]:
@@ -131,7 +138,7 @@ class Guest:
         if dev.kind == NIC:
             # Headers are enough to time frames; whole frames would cost disk and CPU.
             dump = ["-object", f"filter-dump,id=dump-{pd.id},netdev=net-{pd.id},maxlen={PCAP_SNAPLEN},"
-                    f"file={self.pcap_path(pd.id)}"] if self.pcap else []
+                    f"file={self.pcap_path(pd.id)},queue={self.pcap_queue}"] if self.pcap else []
             return [*self._netdev_args(pd), *dump, "-device",
                     f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"
                     + (f",{self.nic_props}" if self.nic_props else "")]

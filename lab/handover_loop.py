@@ -17,10 +17,6 @@ from .traffic import GAP_LOG_MS, Us0Transfer, gaps_between, gaps_per_kill, wait_
 MIN_BYTES_BETWEEN = 1 << 20
 
 
-def module_args(modules: list[str]) -> list[str]:
-    return [a for m in modules for a in ("--module", m)]
-
-
 def guest_time(guest) -> float:
     """The guest's wall clock, which the probe's and the application's gaps are stamped with."""
     return float(guest.run(["bash", "-c", "echo $EPOCHREALTIME"], check=True).out)
@@ -34,11 +30,13 @@ def hand_over(daemon: understudy.Daemon, transfer: Us0Transfer, base: int, passe
     before = wait_received(daemon, "us0", base + passed + MIN_BYTES_BETWEEN, transfer, timeout=120)
     code, answer = daemon.cli_json(*argv)
     record = answer.get("handover") or {"outcome": answer.get("error", "no record")}
+    # Only a handover that went through has a first frame to wait for; a
+    # refusal may leave no record, and the status's last would be an older one.
     deadline = time.monotonic() + 30
     while (after := daemon.status_of("us0"))[records_key] and after[records_key][-1].get("first_packet_ms") is None \
-            and time.monotonic() < deadline and transfer.running():
+            and code == 0 and time.monotonic() < deadline and transfer.running():
         time.sleep(0.1)
-    if after[records_key]:
+    if after[records_key] and code in (0, 4):   # done or rolled back: the command's record is the last
         record = {**record, **{k: after[records_key][-1][k] for k in ("first_packet_ms", "downtime_ms")}}
     return code, record, before, after
 

@@ -9,19 +9,24 @@ with the second declared a standby (so us0 advertises only what both
 drivers offer), and `understudy migrate us0 --to` moves it --moves times,
 each after 1 MiB through the serving driver. The daemon's record of each
 move gives its phases and downtime, a ping probe and the receiving
-application the outage as they saw it.
+application the outage as they saw it, and what each NIC sent (QEMU's
+captures) the gap in us0's frames on the wire and the gratuitous ARPs
+the destination sent.
 """
 from __future__ import annotations
 
-from . import net, understudy
+import time
+
+from . import net, pcap, understudy
 from .arguments import add_json, positive
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
 from .netns import PEER_ADDRESS, LabNetwork
-from .handover_loop import check_common, guest_time, hand_over, module_args, outages, transfer_summary
+from .handover_loop import check_common, guest_time, hand_over, outages, transfer_summary
 from .report import Report, columns, emit, log, median, verdict_lines
-from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer
+from .scenario import WIRE_GAP_MS
+from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer, gaps_between, gaps_per_kill
 
 # A move: the destination's load and probe on scratch memory, the switch, the
 # link (QEMU's e1000 emulates 2 s of autonegotiation) and the 5 s probation.
@@ -39,6 +44,34 @@ def mac_of_us0(guest: Guest) -> str:
     return guest.run("cat /sys/class/net/us0/address", check=True).out.strip()
 
 
+def announcements(capture: bytes, mac: str, start: float, end: float) -> dict:
+    """What the destination sent between a move's start and the next (host
+    clock): how many announcements of `mac`, and how long after its first
+    frame the first of them went out. Timed from that frame, not from the
+    command: the command's time includes the CLI's own start in the guest,
+    a good part of a second on TCG."""
+    heard = [t for t in pcap.announcements_from(capture, mac) if start <= t < end]
+    sent = [t for t in pcap.frames_from(capture, mac) if start <= t < end]
+    return {"announced_on_wire": len(heard),
+            "announced_after_first_frame_ms": round((heard[0] - sent[0]) * 1000, 1) if heard else None}
+
+
+def wire(records: list[dict], captures: list[bytes], mac: str, times: list[float]) -> dict:
+    """Each record gets the longest gap in us0's frames on the wire after its
+    move -- what either NIC sent, whichever served -- and the destination's
+    announcements; returns the gaps' median and maximum."""
+    sent = sorted(t for c in captures for t in pcap.frames_from(c, mac))
+    gaps = gaps_per_kill(gaps_between(sent, WIRE_GAP_MS), times)
+    for rec, gap, start, end in zip(records, gaps, times, times[1:] + [float("inf")]):
+        rec["wire_gap_ms"] = gap
+        rec.update(announcements(captures[rec["dest_nic"]], mac, start, end))
+    present = [g for g in gaps if g is not None]
+    after_first = [r["announced_after_first_frame_ms"] for r in records
+                   if r.get("announced_after_first_frame_ms") is not None]
+    return {"wire_gap_ms_median": median(present), "wire_gap_ms_max": max(present, default=None),
+            "announced_after_first_frame_ms_median": median(after_first)}
+
+
 def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Report:
     a, b = lookup_nic(source), lookup_nic(target)
     nbytes = int(rate_mbps * 1e6 / 8 * (moves + 1) * SECONDS_PER_MOVE)
@@ -46,7 +79,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         f"{moves} moves during {nbytes >> 20} MiB at {rate_mbps:g} Mbit/s")
     records: list[dict] = []
     failure: str | None = None
-    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network) as guest:
+    with LabNetwork() as network, Guest(devices=[a.name, b.name], netdev=network, pcap=True, pcap_queue="rx") as guest:
         understudy.prepare(guest)
         devices = [guest.pci_address("nic0"), guest.pci_address("nic1")]
         chains = [understudy.module_chain(guest, a.driver), understudy.module_chain(guest, b.driver)]
@@ -54,7 +87,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
             understudy.bind_vfio(guest, bdf)
         daemon = understudy.Daemon(guest, understudy.build(), None, "--max-restarts", "3")
         standby = f"{devices[1]}={chains[1][-1]}"
-        res = daemon.cli("run", "--device", devices[0], "--ifname", "us0", *module_args(chains[0]),
+        res = daemon.cli("run", "--device", devices[0], "--ifname", "us0", *understudy.module_args(chains[0]),
                          "--standby", standby, timeout=300)
         if res.returncode:
             raise LabError(f"understudy run failed: {res.err.strip()}")
@@ -63,7 +96,10 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         features_before, mac_before = features_on(guest), mac_of_us0(guest)
         base = daemon.status_of("us0")["counters"]["rx_bytes"]
         drops = understudy.carrier_drops(guest)
+        # The guest's clock times the probe's and the application's gaps; the
+        # host's, the captures' (QEMU stamps them with the host's).
         move_times: list[float] = []
+        host_move_times: list[float] = []
         with PingProbe(guest, PEER_ADDRESS) as probe, \
                 Us0Transfer(guest, nbytes, timeout=nbytes * 8 / rate_mbps / 1e6 * 3 + 120, gap_log_ms=GAP_LOG_MS,
                             network=network, rate_mbps=rate_mbps) as transfer:
@@ -71,17 +107,19 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
             for i in range(moves):
                 to = (i + 1) % 2
                 move_times.append(guest_time(guest))
-                code, record, st, after = hand_over(daemon, transfer, base, passed, "migrations",
-                                                    "migrate", "us0", "--to", devices[to], *module_args(chains[to]))
+                host_move_times.append(time.time())
+                code, record, st, after = hand_over(daemon, transfer, base, passed, "migrations", "migrate", "us0",
+                                                    "--to", devices[to], *understudy.module_args(chains[to]))
                 mac = mac_of_us0(guest)
                 records.append({"move": i + 1, "to": f"{devices[to]} ({(a, b)[to].driver})", "exit": code,
-                                "at_bytes": st["counters"]["rx_bytes"] - base, "mac": mac,
-                                "serving": after["device"], **record})
+                                "at_bytes": st["counters"]["rx_bytes"] - base, "mac": mac, "dest_nic": to,
+                                "serving": after["device"], "serving_driver": after["driver_name"], **record})
                 log(f"move {i + 1}/{moves} to {devices[to]}: {record['outcome']}, downtime {record.get('downtime_ms')} "
                     f"ms (load {record.get('load_ms')}, stop {record.get('stop_ms')}, probe {record.get('start_ms')}, "
                     f"replay {record.get('replay_ms')}, link {record.get('link_ms')})")
-                if code != 0 or after["device"] != devices[to]:
-                    failure = f"move {i + 1}: {record['outcome']}"
+                if code != 0 or (after["device"], after["driver_name"]) != (devices[to], (a, b)[to].driver):
+                    failure = (f"move {i + 1}: {record['outcome']}; us0 is served by {after['device']} "
+                               f"({after['driver_name']})")
                     break
                 passed = after["counters"]["rx_bytes"] - base
             result = transfer.result(nbytes * 8 / rate_mbps / 1e6 * 3) if failure is None else None
@@ -93,7 +131,8 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
         daemon_log = daemon.stop()
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
-    gaps = outages(records, result, replies, move_times)
+        captures = [guest.pcap_path(f"nic{i}").read_bytes() for i in range(2)]
+    gaps = {**outages(records, result, replies, move_times), **wire(records, captures, mac_before, host_move_times)}
     summary = transfer_summary(result, nbytes, failure)
     moved = sum(r["outcome"] == "moved" for r in records)
     rolled_back = sum(str(r["outcome"]).startswith("rolled back") for r in records)
@@ -115,6 +154,10 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
     check_common(rep, summary, nbytes, final, dropped, alive)
     rep.check("every_move_moved", moved == moves, f"{moved} of {moves} moved" + (f"; {failure}" if failure else ""))
     rep.check("mac_unchanged", mac_unchanged, f"us0's MAC per move: {[r['mac'] for r in records]}, before {mac_before}")
+    unheard = [r["move"] for r in records
+               if r["outcome"] == "moved" and not (r.get("announced") and r["announced_on_wire"])]
+    rep.check("announced", not unheard,
+              f"moves whose announcements the daemon did not count or the destination did not send: {unheard}")
     rep.check("features_kept", features_after == features_before, f"{features_before} -> {features_after}")
     return rep
 
@@ -122,7 +165,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
 def table(rep: Report) -> str:
     f = rep.figures
     cols = ["move", "to", "outcome", "load_ms", "stop_ms", "start_ms", "replay_ms", "link_ms", "first_packet_ms",
-            "downtime_ms", "probe_gap_ms", "app_gap_ms", "announced"]
+            "downtime_ms", "wire_gap_ms", "probe_gap_ms", "app_gap_ms", "announced", "announced_on_wire"]
     lines = columns(f["per_move"], cols)
     lines.append(f"{f['from']} <-> {f['to']}: {f['moves']} moved, {f['rolled_back']} rolled back, {f['refused']} "
                  f"refused; transfer {f['bytes_received']} of {f['bytes']} bytes, hash "
@@ -130,9 +173,13 @@ def table(rep: Report) -> str:
                  f"{'unchanged' if f['mac_unchanged'] else 'CHANGED'} ({f['mac']}); us0 lost carrier "
                  f"{f['carrier_drops']} times")
     lines.append(f"downtime (daemon, last frame -> first frame): median {f['downtime_ms_median']} ms, max "
-                 f"{f['downtime_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
+                 f"{f['downtime_ms_max']} ms; us0's frames on the wire: median {f['wire_gap_ms_median']} ms, max "
+                 f"{f['wire_gap_ms_max']} ms; ping every {PROBE_INTERVAL_S * 1000:g} ms, replies: median "
                  f"{f['probe_gap_ms_median']} ms, max {f['probe_gap_ms_max']} ms; the receiving TCP application: "
                  f"median {f['app_gap_ms_median']} ms, max {f['app_gap_ms_max']} ms")
+    lines.append(f"announcements (gratuitous ARP, unsolicited NA) sent by the destination: "
+                 f"{sum(r.get('announced_on_wire', 0) for r in f['per_move'])} in {len(f['per_move'])} moves, median "
+                 f"{f['announced_after_first_frame_ms_median']} ms after its first frame")
     lines.append(f"ethtool -k us0, on: before {', '.join(f['features_before'])}")
     lines.append(f"                    after  {', '.join(f['features_after'])}")
     return "\n".join(lines + verdict_lines(rep))

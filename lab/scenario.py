@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import struct
 import time
 
 from . import net, understudy
@@ -25,6 +24,7 @@ from .arguments import add_driver, add_json, add_nic_props, parse_size, positive
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
+from .pcap import frames_from
 from .report import Report, columns, emit, log, median, verdict_lines
 from .swifi.campaign import ArmedInjection, host_module
 from .swifi.faults import generator_for
@@ -51,21 +51,6 @@ def fire_hang(hang: ArmedInjection) -> tuple[float, float | None]:
         raise LabError(f"injecting a hang into driver process {hang.pid} failed: {res.err.strip()[-800:]}")
     out = json.loads(res.out.strip().splitlines()[-1])
     return out["written_at"], out["exit_after_ms"]
-
-
-def frames_from(pcap: bytes, mac: str) -> list[float]:
-    """Timestamps (s) of the frames in a pcap file whose source MAC is `mac`."""
-    src = bytes.fromhex(mac.replace(":", ""))
-    if len(pcap) < 24 or pcap[:4] not in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"):
-        raise LabError("the NIC's capture is not a pcap file")
-    order = "<" if pcap[:4] == b"\xd4\xc3\xb2\xa1" else ">"
-    times, off = [], 24
-    while off + 16 <= len(pcap):
-        sec, usec, incl, _ = struct.unpack_from(order + "IIII", pcap, off)
-        if pcap[off + 16 + 6:off + 16 + 12] == src:
-            times.append(sec + usec / 1e6)
-        off += 16 + incl
-    return times
 
 
 def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import config, net
@@ -58,12 +59,26 @@ def module_path(g: Guest, name: str) -> str:
     return g.run(f"readlink -f $(modinfo -n {name})", check=True).out.strip()
 
 
-def module_chain(g: Guest, name: str) -> list[str]:
-    """A module's file and its dependencies' (modinfo depends), dependencies first."""
+def dependencies_first(name: str, depends: Callable[[str], list[str]], path: Callable[[str], str]) -> list[str]:
+    """The files of a module and of all it depends on, dependencies first, as
+    `understudy run|update|migrate --module` takes them: `depends` names a
+    module's direct dependencies (modinfo's `depends`), `path` its file."""
     chain: list[str] = []
-    for dep in filter(None, g.run(["modinfo", "-F", "depends", name], check=True).out.strip().split(",")):
-        chain += [m for m in module_chain(g, dep) if m not in chain]
-    return chain + [module_path(g, name)]
+    for dep in depends(name):
+        chain += [m for m in dependencies_first(dep, depends, path) if m not in chain]
+    return chain + [path(name)]
+
+
+def module_chain(g: Guest, name: str) -> list[str]:
+    """The guest's own (Debian's) files of a module and its dependencies, dependencies first."""
+    def depends(n: str) -> list[str]:
+        return list(filter(None, g.run(["modinfo", "-F", "depends", n], check=True).out.strip().split(",")))
+    return dependencies_first(name, depends, lambda n: module_path(g, n))
+
+
+def module_args(modules: list[str]) -> list[str]:
+    """`--module M` for each file, in order (dependencies first)."""
+    return [a for m in modules for a in ("--module", m)]
 
 
 def bound_driver(g: Guest, bdf: str) -> str | None:
@@ -141,10 +156,8 @@ class Daemon:
 
     def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if given)."""
-        argv = ["run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else [])]
-        for m in modules:
-            argv += ["--module", m]
-        res = self.cli(*argv)
+        res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
+                       *module_args(modules))
         if res.returncode:
             raise LabError(f"understudy run {bdf} failed: {res.err.strip()}")
 

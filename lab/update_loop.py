@@ -17,7 +17,7 @@ from .arguments import add_driver, add_json, add_nic_props, positive
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
-from .handover_loop import check_common, guest_time, hand_over, module_args, outages, transfer_summary
+from .handover_loop import check_common, guest_time, hand_over, outages, transfer_summary
 from .report import Report, columns, emit, log, median, verdict_lines
 from .traffic import GAP_LOG_MS, PROBE_INTERVAL_S, PingProbe, Us0Transfer
 
@@ -28,17 +28,15 @@ SECONDS_PER_UPDATE = 12
 
 
 def module_chain(abi: str, driver: str) -> list[str]:
-    """A driver's module and its dependencies (modinfo's `depends`), dependencies
-    first, as Debian's ABI `abi` built them (the lab's cache, which the guest
-    sees at the same path)."""
-    path = config.cached_module(abi, driver)
-    res = subprocess.run(["modinfo", "-F", "depends", str(path)], capture_output=True, text=True)
-    if res.returncode:
-        raise LabError(f"modinfo {path}: {res.stderr.strip()}")
-    chain: list[str] = []
-    for dep in filter(None, res.stdout.strip().split(",")):
-        chain += [m for m in module_chain(abi, dep) if m not in chain]
-    return chain + [str(path)]
+    """A driver's module and its dependencies, dependencies first, as Debian's
+    ABI `abi` built them (the lab's cache, which the guest sees at the same path)."""
+    def depends(name: str) -> list[str]:
+        path = config.cached_module(abi, name)
+        res = subprocess.run(["modinfo", "-F", "depends", str(path)], capture_output=True, text=True)
+        if res.returncode:
+            raise LabError(f"modinfo {path}: {res.stderr.strip()}")
+        return list(filter(None, res.stdout.strip().split(",")))
+    return understudy.dependencies_first(driver, depends, lambda name: str(config.cached_module(abi, name)))
 
 
 def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float,
@@ -70,7 +68,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
                 to = versions[(i + 1) % len(versions)]
                 update_times.append(guest_time(guest))
                 code, record, st, after = hand_over(daemon, transfer, base, passed, "updates",
-                                                    "update", "us0", *module_args(chains[to]))
+                                                    "update", "us0", *understudy.module_args(chains[to]))
                 records.append({"update": i + 1, "to": to, "exit": code, "at_bytes": st["counters"]["rx_bytes"] - base,
                                 "pid_before": st["pid"], "pid_after": after["pid"], **record})
                 log(f"update {i + 1}/{updates} to {to}: {record['outcome']}, downtime {record.get('downtime_ms')} ms "

@@ -15,7 +15,7 @@ import pytest
 
 from lab import config
 from lab.arguments import parse_size
-from lab.scenario import frames_from
+from lab.pcap import announcements_from, frames_from
 from lab.traffic import gaps_between, gaps_per_kill
 
 
@@ -45,6 +45,52 @@ def test_frames_a_mac_sent_are_read_from_a_pcap_and_their_gaps_found():
     assert gaps_between(times, 20) == [{"start": times[1], "ms": 880.0}]
     with pytest.raises(Exception, match="not a pcap"):
         frames_from(b"nonsense" * 10, "52:54:00:12:34:56")
+
+
+def test_announcements_are_gratuitous_arps_and_unsolicited_advertisements_of_that_mac_only():
+    import struct
+    us0, peer = bytes.fromhex("525400123456"), bytes.fromhex("525500000002")
+    ip, peer_ip = bytes([10, 203, 0, 2]), bytes([10, 203, 0, 1])
+
+    def arp(src: bytes, sender: bytes, target: bytes) -> bytes:
+        return b"\xff" * 6 + src + b"\x08\x06" + bytes([0, 1, 8, 0, 6, 4, 0, 1]) + src + sender + bytes(6) + target
+
+    def na(src: bytes, icmp_type: int) -> bytes:
+        ipv6 = bytes([0x60, 0, 0, 0, 0, 32, 58, 255]) + bytes(32)
+        return b"\x33\x33\0\0\0\x01" + src + b"\x86\xdd" + ipv6 + bytes([icmp_type]) + bytes(31)
+
+    frames = [(1.0, arp(us0, ip, peer_ip)),     # an ordinary request for the peer: not one
+              (2.0, arp(us0, ip, ip)),          # gratuitous
+              (2.1, na(us0, 136)),              # unsolicited advertisement
+              (2.2, na(us0, 135)),              # a solicitation: not one
+              (2.3, arp(peer, peer_ip, peer_ip)),  # the peer's own: another MAC
+              (2.4, arp(us0, ip, ip)[:30])]     # cut short by the snap length: cannot tell
+    pcap = struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 96, 1)
+    pcap += b"".join(struct.pack("<IIII", int(t), round(t % 1 * 1e6), len(f), len(f)) + f for t, f in frames)
+    assert [round(t, 3) for t in announcements_from(pcap, "52:54:00:12:34:56")] == [2.0, 2.1]
+
+
+def test_a_moves_wire_gap_spans_both_nics_and_its_announcements_are_the_destinations():
+    import struct
+    from lab.migrate_loop import wire
+    us0 = bytes.fromhex("525400123456")
+    ip = bytes([10, 203, 0, 2])
+
+    def capture(frames):
+        pcap = struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 96, 1)
+        return pcap + b"".join(struct.pack("<IIII", int(t), round(t % 1 * 1e6), len(f), len(f)) + f
+                               for t, f in frames)
+
+    data = b"\x52\x55\0\0\0\x02" + us0 + b"\x08\x00" + bytes(40)
+    garp = b"\xff" * 6 + us0 + b"\x08\x06" + bytes([0, 1, 8, 0, 6, 4, 0, 1]) + us0 + ip + bytes(6) + ip
+    # nic0 serves until 10.0, nic1 from 10.8 (announcing at 10.9), nic0 again from 21.5.
+    nic0 = capture([(9.9, data), (10.0, data), (21.5, data), (21.6, garp)])
+    nic1 = capture([(10.8, data), (10.9, garp)] + [(11.0 + i / 2, data) for i in range(19)])   # ... 20.0
+    records = [{"move": 1, "dest_nic": 1}, {"move": 2, "dest_nic": 0}]
+    figures = wire(records, [nic0, nic1], "52:54:00:12:34:56", [9.95, 19.0])
+    assert [r["wire_gap_ms"] for r in records] == [800.0, 1500.0]
+    assert [(r["announced_on_wire"], r["announced_after_first_frame_ms"]) for r in records] == [(1, 100.0), (1, 100.0)]
+    assert (figures["wire_gap_ms_median"], figures["wire_gap_ms_max"]) == (1150.0, 1500.0)
 
 
 def test_sizes_parse_and_bad_ones_are_usage_errors():
