@@ -108,9 +108,7 @@ def test_moves_that_cannot_be_made_are_refused_under_traffic_and_change_nothing(
 
 
 def test_a_new_driver_that_dies_on_probation_sends_us0_back_to_the_old_device(no_leftover_qemu, bins):
-    # pcnet32 serves and 8139cp is the destination: 8139cp offers every offload
-    # pcnet32 does, so with no standby declared the move is allowed (the other
-    # way it is refused: pcnet32 lacks the rx-checksum 8139cp advertises).
+    # pcnet32 serves; 8139cp, the destination, is killed while on probation.
     with LabNetwork() as network, Guest(devices=["pcnet", "rtl8139"], netdev=network) as g:
         understudy.prepare(g)
         pcnet, rtl = g.pci_address("nic0"), g.pci_address("nic1")
