@@ -91,15 +91,17 @@ impl Devices {
 
     /// `device` serves from now on: the other device, which takes the
     /// serving one's place (and the serving one, if any, becomes the other).
-    pub fn serve_on(&mut self, device: &PciAddress) -> Result<(), String> {
+    /// True if another device serves now (a hot-plugged one may have the
+    /// address of the one it replaces).
+    pub fn serve_on(&mut self, device: &PciAddress) -> Result<bool, String> {
         if self.serving.is_some() && device == &self.address {
-            return Ok(());
+            return Ok(false);
         }
         let other = self.other.take().filter(|o| o.address() == device)
             .ok_or_else(|| format!("{device} is not the device of the move under way"))?;
         self.address = device.clone();
         self.other = self.serving.replace(other);
-        Ok(())
+        Ok(true)
     }
 
     /// Gives the serving device back to the kernel (it is being removed).

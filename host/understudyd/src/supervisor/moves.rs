@@ -20,8 +20,8 @@ use crate::standby::Standbys;
 
 impl Supervisor {
     /// `understudy migrate`: a successor for `to` loads and probes its device
-    /// on scratch memory while the driver serves (handover.rs). The
-    /// destination, opened here, is free from now on for nobody else.
+    /// on scratch memory while the driver serves (handover.rs); the move
+    /// holds the `destination` (opened by `destination`) from now on.
     pub(super) fn begin_migrate(&mut self, to: Driver, destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
         let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
@@ -35,10 +35,9 @@ impl Supervisor {
 
     /// The serving device becomes `device`: the other device of the move
     /// under way (its destination, or on a rollback its origin).
-    pub(super) fn serve_on(&mut self, device: &understudy_vfio::PciAddress) -> Result<&Vfio, String> {
+    pub(super) fn serve_on(&mut self, device: &PciAddress) -> Result<&Vfio, String> {
         let before = self.devices.address().clone();
-        self.devices.serve_on(device)?;
-        if *device != before {
+        if self.devices.serve_on(device)? {
             self.now_serving();
             if std::mem::take(&mut self.succession.device_removed) {
                 // The kernel waits for the device it asked back, until every
