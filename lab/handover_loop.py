@@ -56,7 +56,8 @@ def outages(records: list[dict], result, replies: list[float], times: list[float
     return figures
 
 
-def transfer_summary(result, nbytes: int, failure: str | None) -> dict:
+def transfer_summary(result, failure: str | None) -> dict:
+    """The transfer's summary, or, if a handover failed before it ended, an empty one saying why."""
     return result.summary() if result else {"bytes": 0, "hash_ok": False, "resets": 0, "errors": [failure]}
 
 

@@ -133,7 +133,7 @@ def migrate_loop(source: str, target: str, moves: int, rate_mbps: float) -> Repo
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
         captures = [guest.pcap_path(f"nic{i}").read_bytes() for i in range(2)]
     gaps = {**outages(records, result, replies, move_times), **wire(records, captures, mac_before, host_move_times)}
-    summary = transfer_summary(result, nbytes, failure)
+    summary = transfer_summary(result, failure)
     moved = sum(r["outcome"] == "moved" for r in records)
     rolled_back = sum(str(r["outcome"]).startswith("rolled back") for r in records)
     refused = sum(r["exit"] == 1 for r in records)

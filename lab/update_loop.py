@@ -91,7 +91,7 @@ def update_loop(driver: str, versions: list[str], updates: int, rate_mbps: float
         if failure:
             log("the daemon's log, last lines:\n" + "\n".join(daemon_log.splitlines()[-80:]))
     gaps = outages(records, result, replies, update_times)
-    summary = transfer_summary(result, nbytes, failure)
+    summary = transfer_summary(result, failure)
     updated = sum(r["outcome"] == "updated" for r in records)
     rollbacks = sum(str(r["outcome"]).startswith("rolled back") for r in records)
     rep = Report({
