@@ -11,6 +11,8 @@
  *   layout.c    the low window, section placement, the per-cpu block
  *   relocate.c  symbol values and RELA relocations
  *   sections.c  special sections, fault lookups, __fentry__ patching
+ *   rewrite.c   for checked modules, before resolving: the code rewritten
+ *               with probes (rewrite-x86.c decodes and emits one section)
  *   module.c    the context and the order of the steps above
  */
 #ifndef UNDERSTUDY_LOADER_INTERNAL_H
@@ -180,6 +182,11 @@ int layout_protect(struct ko_context *ctx, struct loaded_module *m);
 unsigned int reloc_width(unsigned int type);
 int symbols_compute(struct ko_context *ctx, struct loaded_module *m);
 int relocations_apply(struct ko_context *ctx, struct loaded_module *m);
+
+/* rewrite.c */
+int rewrite_module(struct ko_context *ctx, struct loaded_module *m);
+/* check_sites' ret from section offsets to addresses, sorted */
+void rewrite_place_sites(struct loaded_module *m);
 
 /* sections.c */
 int special_sections_parse(struct ko_context *ctx, struct loaded_module *m);

@@ -4,7 +4,7 @@
  * happened. Used by tests and by people checking whether a module would load.
  *
  *	ko-load [--symvers FILE] [--vermagic STR] [--resolve-all-dummy]
- *		[--percpu NAME,...] [--json] MODULE.ko [MORE.ko ...]
+ *		[--percpu NAME,...] [--checked] [--json] MODULE.ko [MORE.ko ...]
  *
  * Modules load in order; later ones link against earlier ones' exports. This
  * tool has no kernel runtime, so without --resolve-all-dummy every import
@@ -12,6 +12,10 @@
  * a test mode: such imports get distinct addresses in a PROT_NONE guard
  * region (the names given with --percpu get per-cpu offsets instead), which
  * is enough to place and relocate a module but never to run it.
+ *
+ * --checked loads every module as the checker runs it: rewritten with a
+ * probe before each memory access (docs/checking.md); the report gives the
+ * number of probes ("check_sites").
  *
  * Exit status: 0 all loaded, 1 a module failed to load (reason on stderr, or
  * in the JSON), 2 bad usage or setup.
@@ -181,7 +185,7 @@ static void json_module(const struct ko_module *m, const struct dummy_resolver *
 		printf("%s\"%s\": %lu", sep, ko_reloc_type_name(t), m->relocs[t]);
 		sep = ", ";
 	}
-	printf("}, \"imports\": [");
+	printf("}, \"check_sites\": %zu, \"imports\": [", m->check_sites.count);
 	for (size_t i = 0; i < m->imports.count; i++) {
 		const struct ko_import *imp = &m->imports.entries[i];
 
@@ -252,6 +256,8 @@ static void text_module(const struct ko_module *m, const struct dummy_resolver *
 		total += m->relocs[t];
 	}
 	printf(" (%lu applied)\n", total);
+	if (m->check_sites.count)
+		printf("  checked    %zu probes\n", m->check_sites.count);
 
 	for (size_t i = 0; i < m->imports.count; i++) {
 		const struct ko_import *imp = &m->imports.entries[i];
@@ -303,7 +309,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: ko-load [--symvers FILE] [--vermagic STR] [--resolve-all-dummy]\n"
-		"               [--percpu NAME,...] [--json] MODULE.ko [MORE.ko ...]\n");
+		"               [--percpu NAME,...] [--checked] [--json] MODULE.ko [MORE.ko ...]\n");
 	exit(2);
 }
 
@@ -315,6 +321,7 @@ int main(int argc, char **argv)
 		{ "resolve-all-dummy", no_argument, NULL, 'd' },
 		{ "percpu", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "checked", no_argument, NULL, 'c' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct dummy_resolver dummy = { 0 };
@@ -322,7 +329,7 @@ int main(int argc, char **argv)
 	struct ko_crc_table *crcs = NULL;
 	struct ko_percpu_layout layout;
 	const char *symvers = NULL;
-	bool json = false, use_dummy = false;
+	bool json = false, use_dummy = false, checked = false;
 	struct ko_context *ctx;
 	char err[512];
 	int c, status = 0;
@@ -333,6 +340,7 @@ int main(int argc, char **argv)
 		case 'v': opts.vermagic = optarg; break;
 		case 'd': use_dummy = true; break;
 		case 'j': json = true; break;
+		case 'c': checked = true; break;
 		case 'p':
 			if (asprintf(&dummy.percpu_names, ",%s,", optarg) < 0)
 				return 2;
@@ -373,7 +381,7 @@ int main(int argc, char **argv)
 		       crcs ? ko_crc_table_size(crcs) : 0);
 
 	for (int i = optind; i < argc; i++) {
-		if (!ko_load_file(ctx, argv[i])) {
+		if (!(checked ? ko_load_file_checked : ko_load_file)(ctx, argv[i])) {
 			report_error(ko_last_error(ctx), json);
 			status = 1;
 			break;

@@ -108,6 +108,7 @@ enum ko_status {
 	KO_ERR_RELOC,		/* a relocation cannot be applied */
 	KO_ERR_SECTION,		/* a special section is malformed */
 	KO_ERR_CONFLICT,	/* module name or an export already loaded */
+	KO_ERR_REWRITE,		/* cannot be rewritten for checking (see message) */
 };
 
 enum ko_problem_kind {
@@ -254,6 +255,19 @@ struct ko_param {
 	uint64_t arg;
 };
 
+/*
+ * A probe of a module rewritten for checking (docs/checking.md): the stub
+ * call that returns to `ret` stands for an access by the instruction at
+ * `offset` of section `section` of the original file.
+ */
+struct ko_check_site {
+	uint64_t ret;
+	uint32_t offset;
+	uint16_t section;
+	uint8_t size;			/* bytes accessed; element size for strings */
+	uint8_t flags;			/* US_SITE_* of include/understudy/trace.h */
+};
+
 /* An array of records parsed from one special section. */
 #define KO_ARRAY(type) struct { type *entries; size_t count; }
 
@@ -297,6 +311,8 @@ struct ko_module {
 	KO_ARRAY(struct ko_extable_entry) extable;	/* sorted by insn */
 	KO_ARRAY(struct ko_bug_entry) bugs;		/* sorted by addr */
 	KO_ARRAY(struct ko_param) params;
+	/* Rewritten for checking: every probe, sorted by ret; count 0 otherwise. */
+	KO_ARRAY(struct ko_check_site) check_sites;
 };
 
 /* ---------------------------------------------------------------------- */
@@ -319,6 +335,15 @@ void ko_context_destroy(struct ko_context *ctx);
  * that stays, because the runtime may have remembered it.
  */
 const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path);
+
+/*
+ * The same, for a module to run under the checker: its code is rewritten
+ * first to call __understudy_trace_* stubs before every memory access
+ * (docs/checking.md), which the resolver must provide. A module whose code
+ * does not decode completely, or that the rewriter cannot place, is refused
+ * with KO_ERR_REWRITE and the offsets concerned.
+ */
+const struct ko_module *ko_load_file_checked(struct ko_context *ctx, const char *path);
 
 const struct ko_error *ko_last_error(const struct ko_context *ctx);
 

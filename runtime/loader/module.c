@@ -21,6 +21,7 @@ const char *ko_status_name(enum ko_status status)
 		[KO_ERR_RELOC]		= "reloc",
 		[KO_ERR_SECTION]	= "section",
 		[KO_ERR_CONFLICT]	= "conflict",
+		[KO_ERR_REWRITE]	= "rewrite",
 	};
 
 	return (unsigned int)status < ARRAY_SIZE(names) ? names[status] : "?";
@@ -135,6 +136,7 @@ static void module_free(struct loaded_module *m)
 	free(pub->extable.entries);
 	free(pub->bugs.entries);
 	free(pub->params.entries);
+	free(pub->check_sites.entries);
 	free(m->versions);
 	free(m->section_addr);
 	free(m->symbol_value);
@@ -159,7 +161,8 @@ void ko_context_destroy(struct ko_context *ctx)
 }
 
 /* From the file to a list of resolved imports: nothing is mapped yet. */
-static int read_and_resolve(struct ko_context *ctx, struct loaded_module *m)
+static int read_and_resolve(struct ko_context *ctx, struct loaded_module *m,
+			    bool checked)
 {
 	size_t size;
 
@@ -167,6 +170,7 @@ static int read_and_resolve(struct ko_context *ctx, struct loaded_module *m)
 		return -1;
 	m->pub.signature_appended = elf_strip_signature(m->file, &size);
 	if (elf_parse(ctx, &m->elf, m->file, size) ||
+	    (checked && rewrite_module(ctx, m)) ||
 	    modinfo_parse(ctx, m))
 		return -1;
 	if (ko_find_module(ctx, m->pub.name))
@@ -188,23 +192,26 @@ static int place_and_relocate(struct ko_context *ctx, struct loaded_module *m)
 	size_t window_used = ctx->window_used;
 	size_t percpu_end = ctx->percpu_end, percpu_align = ctx->percpu_align;
 
-	if (layout_map(ctx, m) ||
-	    symbols_compute(ctx, m) ||
+	if (layout_map(ctx, m))
+		goto fail;
+	rewrite_place_sites(m);
+	if (symbols_compute(ctx, m) ||
 	    relocations_apply(ctx, m) ||
 	    exports_parse(ctx, m) ||
 	    special_sections_parse(ctx, m) ||
 	    code_sites_patch(ctx, m) ||
 	    layout_protect(ctx, m) ||
-	    exports_prepare_commit(ctx, m)) {
-		window_rollback(ctx, window_used);
-		ctx->percpu_end = percpu_end;
-		ctx->percpu_align = percpu_align;
-		return -1;
-	}
+	    exports_prepare_commit(ctx, m))
+		goto fail;
 	return 0;
+fail:
+	window_rollback(ctx, window_used);
+	ctx->percpu_end = percpu_end;
+	ctx->percpu_align = percpu_align;
+	return -1;
 }
 
-const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
+static const struct ko_module *load(struct ko_context *ctx, const char *path, bool checked)
 {
 	struct loaded_module *m = calloc(1, sizeof(*m));
 	struct loaded_module **modules;
@@ -223,7 +230,7 @@ const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
 		return NULL;
 	}
 	ctx->modules = modules;
-	if (read_and_resolve(ctx, m) || place_and_relocate(ctx, m)) {
+	if (read_and_resolve(ctx, m, checked) || place_and_relocate(ctx, m)) {
 		module_free(m);
 		return NULL;
 	}
@@ -236,6 +243,16 @@ const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
 		ctx->module_exit_offset = m->exit_offset;
 	ctx->modules[ctx->nmodules++] = m;
 	return &m->pub;
+}
+
+const struct ko_module *ko_load_file(struct ko_context *ctx, const char *path)
+{
+	return load(ctx, path, false);
+}
+
+const struct ko_module *ko_load_file_checked(struct ko_context *ctx, const char *path)
+{
+	return load(ctx, path, true);
 }
 
 size_t ko_module_count(const struct ko_context *ctx)
