@@ -73,6 +73,8 @@ static __thread struct cpu_waiter self_waiter;
 /* For the heartbeat (ddekit_cpu_await_progress): who has the CPU, and how often it changed hands. */
 static bool cpu_held;
 static unsigned long cpu_entries;
+static void (*cpu_observer)(void);	/* the checker's trace: who holds the CPU now */
+static void (*device_memory_observer)(void *addr, size_t size);	/* the checker's gate */
 static __thread void *thread_data;
 
 /* ---- logging ------------------------------------------------------------ */
@@ -152,6 +154,13 @@ static void cpu_taken(void)
 {
 	__atomic_add_fetch(&cpu_entries, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&cpu_held, true, __ATOMIC_RELEASE);
+	if (cpu_observer)
+		cpu_observer();
+}
+
+void ddekit_setup_cpu_observer(void (*observer)(void))
+{
+	cpu_observer = observer;
 }
 
 void ddekit_cpu_lock(void)
@@ -610,7 +619,14 @@ void *ddekit_pci_bar_map(int bar)
 	if (p == MAP_FAILED)
 		return NULL;
 	device.bar_map[bar] = p;
+	if (device_memory_observer)
+		device_memory_observer(p, r->size);
 	return p;
+}
+
+void ddekit_setup_device_memory_observer(void (*observer)(void *addr, size_t size))
+{
+	device_memory_observer = observer;
 }
 
 /* ---- INTx --------------------------------------------------------------- */

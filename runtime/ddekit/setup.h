@@ -24,6 +24,10 @@ int ddekit_setup_percpu(void *block);
 void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len));
 /* Also called with every event line (main watches for CARRIER, ...). */
 void ddekit_setup_event_observer(void (*observer)(const char *line));
+/* Called each time a thread takes the CPU, with it held (the checker's trace). */
+void ddekit_setup_cpu_observer(void (*observer)(void));
+/* Called with each BAR mapped for the driver: device memory (the checker's gate). */
+void ddekit_setup_device_memory_observer(void (*observer)(void *addr, size_t size));
 /* Log records at or below this level go to stderr (default 7: all). */
 void ddekit_setup_loglevel(int level);
 

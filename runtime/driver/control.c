@@ -197,8 +197,15 @@ static int open_device(struct session *s)
 /* Replies in the template; in the fork, becomes the driver on child_control. */
 static void spawn(struct session *s, uint32_t seq, int child_control)
 {
-	int pid = template_spawn(s->control_fd, child_control);
+	int pid;
 	uint32_t data;
+
+	if (ddekit_checking) {	/* a fork would share the template's trace region */
+		close(child_control);
+		reply(seq, -EOPNOTSUPP, NULL, 0);
+		return;
+	}
+	pid = template_spawn(s->control_fd, child_control);
 
 	if (pid == 0) {
 		s->control_fd = child_control;

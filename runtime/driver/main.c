@@ -11,6 +11,7 @@
  *
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
  *		--kick-fd N --notify-fd N [--runtime KO] [--symvers FILE]
+ *		[--trace-fd N --gate triage|permissive|stringent]
  *
  * the host's LOAD (live update), HELLO and PROBE name the modules, the
  * geometry and the PCI address, and later requests open, configure and query the device.
@@ -23,6 +24,10 @@
  *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
  *		[--arp SRC_IP,DST_IP] [--loglevel N]
  *
+ * With --trace-fd (both modes) the driver's modules run rewritten under the
+ * checker: every memory access is traced into the trace region on that fd
+ * and device writes pass the gate (docs/checking.md; runtime/check/).
+ *
  * Without --runtime the kernel half is the first module's ABI's, from
  * abi/<abi>/ next to this executable (runtime/README.md, "One kernel half
  * per ABI"); --symvers defaults to the Module.symvers next to --runtime.
@@ -30,8 +35,8 @@
  * kernel log records on stderr (and, under the host, as messages).
  *
  * Exit status: 0 done (or the host closed the control socket), 1 an action
- * failed, 2 bad usage, load failure or protocol violation, 70 kernel panic
- * (BUG, corruption).
+ * failed, 2 bad usage, load failure or protocol violation, 3 stopped by the
+ * checker's verdict before a device write, 70 kernel panic (BUG, corruption).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -55,6 +60,7 @@
 
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
+#include "../check/check.h"
 #include "../loader/loader.h"
 #include "driver.h"
 
@@ -70,6 +76,7 @@
 #define BUGFLAG_DONE_BIT	(1 << 2)
 
 static struct ko_context *ctx;
+static bool checked;		/* --trace-fd: the modules run rewritten under the checker */
 
 static void watch_events(const char *line);
 
@@ -183,12 +190,15 @@ static void install_fault_handlers(void)
 
 /* ---- loading ------------------------------------------------------------ */
 
-/* Imports of the kernel half that no module exports: the ddekit functions. */
+/*
+ * Imports no module exports: the kernel half's ddekit functions, and a
+ * checked module's probe stubs (runtime/check/stubs.S).
+ */
 static int resolve_ddekit(void *arg, const char *name, struct ko_symbol *out)
 {
 	void *addr;
 
-	if (strncmp(name, "ddekit_", 7))
+	if (strncmp(name, "ddekit_", 7) && (!checked || strncmp(name, "__understudy_trace_", 19)))
 		return -1;
 	addr = dlsym(RTLD_DEFAULT, name);
 	if (!addr)
@@ -386,7 +396,7 @@ static int try_half(const struct half *h, const char *const *modules, int n_modu
 		die("%s", message);
 	ok = ko_load_file(ctx, h->ko);
 	for (int i = 0; ok && i < n_modules; i++)
-		ok = ko_load_file(ctx, modules[i]);
+		ok = (checked ? ko_load_file_checked : ko_load_file)(ctx, modules[i]);
 	if (ok)
 		return 0;
 
@@ -541,6 +551,14 @@ int load_modules(const char *runtime, const char *symvers, const char *const *mo
 	printf("LOADED modules=%zu %s\n", ko_module_count(ctx), used);
 	for (size_t m = 0; m < ko_module_count(ctx); m++)
 		debugger_register_module(ko_module_at(ctx, m));
+	for (size_t m = 1; checked && m < ko_module_count(ctx); m++) {
+		char message[PATH_MAX + 128];
+
+		if (check_add_module(ko_module_at(ctx, m), message, sizeof(message))) {
+			problems_add(why, "%s", message);
+			return -ENOEXEC;
+		}
+	}
 	return 0;
 }
 
@@ -600,6 +618,14 @@ int run_modules(const char *const *params, int n_params, int *init_status)
 	ddekit_setup_event_observer(watch_events);
 	find_kernel_api();
 	setup_percpu();
+	if (checked) {
+		void *arena;
+		unsigned long long iova;
+		unsigned long size, pool_size;
+
+		ddekit_arena(&arena, &iova, &size, &pool_size);
+		check_start(ddekit_percpu_block(), arena, iova, size);
+	}
 	if (kernel.boot())
 		die("the kernel half failed to boot");
 	for (int i = 0; i < n_params; i++) {
@@ -795,7 +821,7 @@ int main(int argc, char **argv)
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
-	       OPT_PARAM };
+	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -815,11 +841,13 @@ int main(int argc, char **argv)
 		{ "arp", required_argument, NULL, OPT_ARP },
 		{ "loglevel", required_argument, NULL, OPT_LOGLEVEL },
 		{ "param", required_argument, NULL, OPT_PARAM },
+		{ "trace-fd", required_argument, NULL, OPT_TRACE_FD },
+		{ "gate", required_argument, NULL, OPT_GATE },
 		{ 0 }
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
-	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status;
+	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
 	double wait_carrier = 0;
@@ -863,6 +891,12 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_LOGLEVEL: ddekit_setup_loglevel(number(optarg, "--loglevel")); break;
+		case OPT_TRACE_FD: trace_fd = number(optarg, "--trace-fd"); break;
+		case OPT_GATE:
+			gate = check_gate_mode(optarg);
+			if (gate < 0)
+				die("--gate is triage, permissive or stringent, not %s", optarg);
+			break;
 		default:
 			die("usage: see the comment at the top of runtime/driver/main.c");
 		}
@@ -874,6 +908,16 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	install_fault_handlers();
+	if ((trace_fd >= 0) != (gate >= 0))
+		die("--trace-fd and --gate go together");
+	if (trace_fd >= 0) {
+		char err[256];
+
+		if (check_setup(trace_fd, gate, err, sizeof(err)))
+			die("%s", err);
+		ddekit_setup_device_memory_observer(check_device_memory);
+		checked = true;
+	}
 	if (control_fd >= 0) {
 		if (device_fd < 0 || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 || notify_fd < 0)
 			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");

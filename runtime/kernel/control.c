@@ -102,6 +102,8 @@ int us_netdev_stop(struct net_device *dev)
 		timer_delete_sync(&dev->watchdog_timer);
 	if (dev->netdev_ops->ndo_stop)
 		err = dev->netdev_ops->ndo_stop(dev);
+	/* what the driver still has mapped for the device now has leaked */
+	us_trace(DDEKIT_EV_STOP, 0, dev, 0, 0);
 	dev->flags &= ~IFF_UP;
 	return err;
 }

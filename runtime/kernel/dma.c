@@ -22,6 +22,8 @@ dma_addr_t dma_map_page_attrs(struct device *dev, struct page *page, size_t offs
 	if (!us_in_dma_region(page_address(page) + offset, size))
 		us_panic("dma_map_page(%px + %zu, %zu) from %pS: not arena memory",
 			 page_address(page), offset, size, __builtin_return_address(0));
+	us_trace(DDEKIT_EV_DMA_MAP, _RET_IP_, page_address(page) + offset,
+		 US_TRACE_DMA(size, dir), us_dma_addr(phys));
 	return us_dma_addr(phys);
 }
 EXPORT_SYMBOL(dma_map_page_attrs);
@@ -29,6 +31,7 @@ EXPORT_SYMBOL(dma_map_page_attrs);
 void dma_unmap_page_attrs(struct device *dev, dma_addr_t addr, size_t size,
 			  enum dma_data_direction dir, unsigned long attrs)
 {
+	us_trace(DDEKIT_EV_DMA_UNMAP, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
 }
 EXPORT_SYMBOL(dma_unmap_page_attrs);
 
@@ -50,12 +53,19 @@ EXPORT_SYMBOL(dma_map_sg_attrs);
 void dma_unmap_sg_attrs(struct device *dev, struct scatterlist *sg, int nents,
 			enum dma_data_direction dir, unsigned long attrs)
 {
+	struct scatterlist *s;
+	int i;
+
+	for_each_sg(sg, s, nents, i)
+		us_trace(DDEKIT_EV_DMA_UNMAP, _RET_IP_, (void *)sg_dma_address(s),
+			 US_TRACE_DMA(sg_dma_len(s), dir), 0);
 }
 EXPORT_SYMBOL(dma_unmap_sg_attrs);
 
 void dma_sync_single_for_cpu(struct device *dev, dma_addr_t addr, size_t size,
 			     enum dma_data_direction dir)
 {
+	us_trace(DDEKIT_EV_DMA_SYNC_CPU, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
 	rmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_cpu);
@@ -63,6 +73,7 @@ EXPORT_SYMBOL(dma_sync_single_for_cpu);
 void dma_sync_single_for_device(struct device *dev, dma_addr_t addr, size_t size,
 				enum dma_data_direction dir)
 {
+	us_trace(DDEKIT_EV_DMA_SYNC_DEVICE, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
 	wmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_device);
@@ -75,6 +86,7 @@ void *dma_alloc_attrs(struct device *dev, size_t size, dma_addr_t *dma_handle,
 	if (!va)
 		return NULL;
 	*dma_handle = us_dma_addr(virt_to_phys(va));
+	us_trace(DDEKIT_EV_DMA_ALLOC, _RET_IP_, va, size, *dma_handle);
 	return va;
 }
 EXPORT_SYMBOL(dma_alloc_attrs);
@@ -82,6 +94,7 @@ EXPORT_SYMBOL(dma_alloc_attrs);
 void dma_free_attrs(struct device *dev, size_t size, void *cpu_addr,
 		    dma_addr_t dma_handle, unsigned long attrs)
 {
+	us_trace(DDEKIT_EV_DMA_FREE, _RET_IP_, cpu_addr, size, 0);
 	us_free(cpu_addr);
 }
 EXPORT_SYMBOL(dma_free_attrs);
@@ -151,14 +164,17 @@ void *dma_pool_alloc(struct dma_pool *pool, gfp_t mem_flags, dma_addr_t *handle)
 {
 	void *va = us_alloc(pool->size, mem_flags);
 
-	if (va)
+	if (va) {
 		*handle = us_dma_addr(virt_to_phys(va));
+		us_trace(DDEKIT_EV_DMA_ALLOC, _RET_IP_, va, pool->size, *handle);
+	}
 	return va;
 }
 EXPORT_SYMBOL(dma_pool_alloc);
 
 void dma_pool_free(struct dma_pool *pool, void *vaddr, dma_addr_t dma)
 {
+	us_trace(DDEKIT_EV_DMA_FREE, _RET_IP_, vaddr, pool->size, 0);
 	us_free(vaddr);
 }
 EXPORT_SYMBOL(dma_pool_free);

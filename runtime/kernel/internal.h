@@ -50,6 +50,22 @@ void us_panic_print(const char *fmt, ...) __printf(1, 2) __cold;
 /* For entry points that exist only behind a static key we never enable. */
 #define us_unreachable() us_panic("%s: reached, but the runtime never enables the path to it", __func__)
 
+/*
+ * What the checker cannot see through a rewritten module's probes
+ * (docs/checking.md, "The trace"): allocations, DMA mappings, locks,
+ * contexts. A no-op unless the driver runs under the checker. `site` is
+ * the caller in the module, _RET_IP_ of the function the driver called.
+ */
+static __always_inline void us_trace(unsigned int kind, unsigned long site, const void *addr,
+				     unsigned long arg0, unsigned long arg1)
+{
+	if (unlikely(ddekit_checking))
+		ddekit_trace(kind, site, (unsigned long)addr, arg0, arg1);
+}
+
+/* The DMA API's size and direction in one argument (trace.h, US_EV_DMA_MAP). */
+#define US_TRACE_DMA(size, dir)	((u64)(size) | (u64)(dir) << 56)
+
 /* mem.c: every allocation lives in the IOMMU-mapped DMA region. */
 int us_mem_init(void);
 void *us_alloc(size_t size, gfp_t flags);

@@ -57,7 +57,9 @@ static void irq_thread(void *arg)
 		}
 		desc->count++;
 		__irq_enter_raw();
+		ddekit_trace_context(DDEKIT_CTX_HARDIRQ);
 		ret = desc->handler(desc->irq, desc->dev_id);
+		ddekit_trace_context(DDEKIT_CTX_PROCESS);
 		__irq_exit_raw();
 		us_softirq_on_irq_exit();
 		if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
@@ -137,6 +139,7 @@ static struct us_irq *lookup(unsigned int irq)
 
 void disable_irq_nosync(unsigned int irq)
 {
+	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 }
 EXPORT_SYMBOL(disable_irq_nosync);
@@ -144,12 +147,14 @@ EXPORT_SYMBOL(disable_irq_nosync);
 /* No handler runs while the caller holds the CPU, so nothing to wait for. */
 void disable_irq(unsigned int irq)
 {
+	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 }
 EXPORT_SYMBOL(disable_irq);
 
 bool disable_hardirq(unsigned int irq)
 {
+	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 	return true;
 }
@@ -161,6 +166,7 @@ void enable_irq(unsigned int irq)
 
 	if (WARN(!desc->disable_depth, "unbalanced enable_irq(%u)\n", irq))
 		return;
+	us_trace(DDEKIT_EV_IRQ_ON, _RET_IP_, NULL, irq, 0);
 	if (!--desc->disable_depth)
 		us_wake();
 }

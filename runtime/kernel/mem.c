@@ -175,8 +175,12 @@ void *us_alloc(size_t size, gfp_t flags)
 	if (!p)
 		return NULL;
 	region.in_use += 1UL << order;
-	if (flags & __GFP_ZERO)
+	/* the driver's kmalloc et al. reach here by a tail call: _RET_IP_ is its call site */
+	us_trace(DDEKIT_EV_ALLOC, _RET_IP_, p, size, 0);
+	if (flags & __GFP_ZERO) {
 		memset(p, 0, 1UL << order);
+		us_trace(DDEKIT_EV_FILL, _RET_IP_, p, 0, size);
+	}
 	return p;
 }
 
@@ -205,6 +209,7 @@ void us_free(const void *p)
 	if (ZERO_OR_NULL_PTR(p))
 		return;
 	order = block_order(p, "kfree");
+	us_trace(DDEKIT_EV_FREE, _RET_IP_, p, 0, 0);
 	*(void **)p = region.free[order];
 	region.free[order] = (void *)p;
 	region.in_use -= 1UL << order;
@@ -306,8 +311,11 @@ void *vmalloc(unsigned long size)
 {
 	void *p = ddekit_vmalloc(size);
 
-	if (p)
+	if (p) {
 		region.in_use += PAGE_ALIGN(size);
+		us_trace(DDEKIT_EV_ALLOC, _RET_IP_, p, size, 0);
+		us_trace(DDEKIT_EV_FILL, _RET_IP_, p, 0, size);	/* fresh pages are zero */
+	}
 	return p;
 }
 EXPORT_SYMBOL(vmalloc);
@@ -327,6 +335,7 @@ void vfree(const void *addr)
 	len = ddekit_vfree(addr);
 	if (!len)
 		us_panic("vfree(%px): not the start of a vmalloc area", addr);
+	us_trace(DDEKIT_EV_FREE, _RET_IP_, addr, 0, 0);
 	region.in_use -= len;
 }
 EXPORT_SYMBOL(vfree);

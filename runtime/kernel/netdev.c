@@ -577,8 +577,12 @@ enum us_net_rx us_net_rx_action(void)
 			list_add_tail(&n->poll_list, &no_room);
 			continue;
 		}
-		if (test_bit(NAPI_STATE_SCHED, &n->state))
+		if (test_bit(NAPI_STATE_SCHED, &n->state)) {
+			int outer = ddekit_trace_context(DDEKIT_CTX_SOFTIRQ);
+
 			work = n->poll(n, n->weight);
+			ddekit_trace_context(outer);
+		}
 		if (WARN_ONCE(work > n->weight, "%ps returned %d, exceeding its budget of %d\n",
 			      n->poll, work, n->weight))
 			work = n->weight;

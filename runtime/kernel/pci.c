@@ -51,6 +51,7 @@ static int config_read(int where, void *val, int len)
 
 static int config_write(int where, const void *val, int len)
 {
+	ddekit_check_gate(_RET_IP_);	/* a device write: the checker's gate applies */
 	return ddekit_pci_config_write(where, val, len) ? PCIBIOS_DEVICE_NOT_FOUND : 0;
 }
 

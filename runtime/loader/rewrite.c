@@ -319,7 +319,7 @@ int rewrite_module(struct ko_context *ctx, struct loaded_module *m)
 {
 	struct rewrite rw = { 0 };
 	uint8_t *file = NULL;
-	size_t size;
+	size_t size = 0;
 
 	if (texts_decode(ctx, &m->elf, &rw) || symbols_rewrite(ctx, &m->elf, &rw))
 		goto out;

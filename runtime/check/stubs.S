@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The stubs a rewritten module calls before each memory access
+ * (docs/checking.md, "The rewritten module"). The probe is
+ *	push %rdi; <load %rdi>; call <stub>; pop %rdi
+ * so a stub gets its operand in %rdi, finds its site in its own return
+ * address, and must keep every other register -- the module's code around
+ * the probe was compiled without knowing of it. The _flags variants also
+ * keep the flags (the rewriter decides which are needed); the others may
+ * clobber them. Kernel code calls with the stack 8-byte aligned only; the C
+ * they call is compiled for that (-mincoming-stack-boundary=3).
+ *
+ * The fast path writes one event and publishes it; everything rarer is C
+ * (producer.c): a full ring, a sleeping checker, an access inside device
+ * memory (the gate), port I/O, string instructions.
+ */
+#include "layout.h"
+
+	.text
+
+/* Calls a C function of producer.c keeping the registers a stub must keep (%rax, %rcx, %rdx are saved already). */
+.macro CALL_C fn
+	push	%rsi
+	push	%rdi
+	push	%r8
+	push	%r9
+	push	%r10
+	push	%r11
+	call	\fn
+	pop	%r11
+	pop	%r10
+	pop	%r9
+	pop	%r8
+	pop	%rdi
+	pop	%rsi
+.endm
+
+/*
+ * One event {kind_flags, site = return address, addr = %rdi}. Its site
+ * (ret_at) is where the return address lies above %rsp once %rax, %rcx,
+ * %rdx are pushed; `device` says whether the address may be device memory.
+ */
+.macro ACCESS_STUB name, kind_flags, flags, device
+	.globl	\name
+	.type	\name, @function
+\name:
+	.if \flags
+	pushfq
+	.endif
+	push	%rax
+	push	%rcx
+	push	%rdx
+	.set	ret_at, 24 + 8 * \flags
+1:	mov	us_trace_hdr(%rip), %rcx
+	mov	us_trace_head(%rip), %rax
+	mov	%rax, %rdx
+	sub	STUB_HDR_APPROVED(%rcx), %rdx
+	cmp	$(STUB_RING_ENTRIES - 1), %rdx
+	jae	4f
+	mov	%eax, %edx
+	and	$(STUB_RING_ENTRIES - 1), %edx
+	shl	$STUB_EVENT_SHIFT, %rdx
+	add	us_trace_slots(%rip), %rdx
+	movl	$\kind_flags, (%rdx)
+	mov	ret_at(%rsp), %rcx
+	mov	%ecx, 4(%rdx)
+	mov	%rdi, 8(%rdx)
+	inc	%rax
+	mov	%rax, us_trace_head(%rip)
+	mov	us_trace_hdr(%rip), %rcx
+	mov	%rax, STUB_HDR_HEAD(%rcx)
+	cmpl	$0, STUB_HDR_CHECKER_WAITING(%rcx)
+	jne	5f
+2:
+	.if \device
+	mov	%rdi, %rdx
+	sub	us_trace_device_lo(%rip), %rdx
+	cmp	us_trace_device_span(%rip), %rdx
+	jb	6f
+	.endif
+3:	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	.if \flags
+	popfq
+	.endif
+	ret
+4:	CALL_C	us_trace_wait_room
+	jmp	1b
+5:	CALL_C	us_trace_wake_checker
+	jmp	2b
+	.if \device
+6:	mov	ret_at(%rsp), %rsi
+	CALL_C	us_check_device_access
+	jmp	3b
+	.endif
+	.size	\name, . - \name
+.endm
+
+ACCESS_STUB __understudy_trace_access,		STUB_EV_ACCESS, 0, 1
+ACCESS_STUB __understudy_trace_access_flags,	STUB_EV_ACCESS, 1, 1
+ACCESS_STUB __understudy_trace_percpu,		STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 0, 0
+ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 1, 0
+
+/* in/out: %rdi = port; all in C (port I/O is slow anyway). */
+.macro PORT_STUB name, flags
+	.globl	\name
+	.type	\name, @function
+\name:
+	.if \flags
+	pushfq
+	.endif
+	push	%rax
+	push	%rcx
+	push	%rdx
+	mov	(24 + 8 * \flags)(%rsp), %rsi
+	CALL_C	us_check_port
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	.if \flags
+	popfq
+	.endif
+	ret
+	.size	\name, . - \name
+.endm
+
+PORT_STUB __understudy_trace_port, 0
+PORT_STUB __understudy_trace_port_flags, 1
+
+/* rep movs/stos/...: %rdi, %rsi, %rcx and DF are the instruction's own. */
+	.globl	__understudy_trace_string
+	.type	__understudy_trace_string, @function
+__understudy_trace_string:
+	pushfq
+	push	%rax
+	push	%rcx
+	push	%rdx
+	push	%r8
+	mov	%rcx, %rdx		/* us_check_string(rdi, rsi, rcx, rflags, ret) */
+	mov	32(%rsp), %rcx		/* the saved rflags */
+	mov	40(%rsp), %r8		/* the return address */
+	CALL_C	us_check_string
+	pop	%r8
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	popfq
+	ret
+	.size	__understudy_trace_string, . - __understudy_trace_string
+
+	.section .note.GNU-stack, "", @progbits
