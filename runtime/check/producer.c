@@ -325,13 +325,15 @@ void us_check_port(uint64_t port, uint64_t ret)
 		gate(ret);
 }
 
-/* stubs.S: a rep string instruction. */
+/* stubs.S: a rep string instruction; rep outs writes to a port. */
 void us_check_string(uint64_t rdi, uint64_t rsi, uint64_t rcx, uint64_t rflags, uint64_t ret)
 {
 	bool backward = rflags & (1u << 10);	/* DF */
+	const struct us_trace_site *s = site_of(ret);
+	bool to_port = s && (s->flags & US_SITE_PORT) && (s->flags & US_SITE_WRITE);
 
 	put(US_EV_STRING | (backward ? US_EVF_BACKWARD : 0) << 16, ret, rdi, rsi, rcx);
-	if (in_device_memory(rdi) && is_write(ret))
+	if (to_port || (in_device_memory(rdi) && is_write(ret)))
 		gate(ret);
 }
 

@@ -18,14 +18,21 @@
 
 	.text
 
-/* Calls a C function of producer.c keeping the registers a stub must keep (%rax, %rcx, %rdx are saved already). */
-.macro CALL_C fn
+/*
+ * Calls a C function of producer.c keeping the registers a stub must keep
+ * (%rax, %rcx, %rdx are saved already). With ret_at, the second argument is
+ * the stub's return address, which lay ret_at above %rsp before the call.
+ */
+.macro CALL_C fn, ret_at=-1
 	push	%rsi
 	push	%rdi
 	push	%r8
 	push	%r9
 	push	%r10
 	push	%r11
+	.if \ret_at >= 0
+	mov	(\ret_at + 48)(%rsp), %rsi
+	.endif
 	call	\fn
 	pop	%r11
 	pop	%r10
@@ -90,8 +97,7 @@
 5:	CALL_C	us_trace_wake_checker
 	jmp	2b
 	.if \device
-6:	mov	ret_at(%rsp), %rsi
-	CALL_C	us_check_device_access
+6:	CALL_C	us_check_device_access, ret_at
 	jmp	3b
 	.endif
 	.size	\name, . - \name
@@ -113,8 +119,7 @@ ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU <
 	push	%rax
 	push	%rcx
 	push	%rdx
-	mov	(24 + 8 * \flags)(%rsp), %rsi
-	CALL_C	us_check_port
+	CALL_C	us_check_port, (24 + 8 * \flags)
 	pop	%rdx
 	pop	%rcx
 	pop	%rax

@@ -219,13 +219,25 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	return encode_lea(p, mem);
 }
 
-/* movs/stos/lods/cmps/scas: with rep one STRING event, without one access per operand. */
+/*
+ * movs/stos/lods/cmps/scas: with rep one STRING event, without one access
+ * per operand. ins/outs move between memory and a port: only their rep
+ * form (PIO drivers' insw/outsw loops) is taken, as a STRING event that
+ * is also port I/O -- outs passes the gate.
+ */
 static int probe_string(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 			const ZydisDecodedOperand *ops)
 {
 	bool rep = zi->attributes & (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE |
 				     ZYDIS_ATTRIB_HAS_REPNE);
-	unsigned int element = 0, flags = 0;
+	bool io = zi->meta.category == ZYDIS_CATEGORY_IOSTRINGOP;
+	unsigned int element = 0, flags = io ? US_SITE_PORT : 0;
+
+	if (io && !rep)
+		return -1;
+	if (zi->mnemonic == ZYDIS_MNEMONIC_OUTSB || zi->mnemonic == ZYDIS_MNEMONIC_OUTSW ||
+	    zi->mnemonic == ZYDIS_MNEMONIC_OUTSD)
+		flags |= US_SITE_WRITE;		/* to the device; its memory operand is read */
 
 	for (unsigned int i = 0; i < zi->operand_count; i++) {
 		const ZydisDecodedOperand *op = &ops[i];
@@ -319,11 +331,10 @@ static int classify(struct rw_text *t, struct rw_insn *in, struct flag_use *fu,
 	if ((zi->attributes & ZYDIS_ATTRIB_IS_RELATIVE) && zi->raw.imm[0].is_relative &&
 	    classify_branch(t, in, zi))
 		return -1;
-	if (zi->meta.category == ZYDIS_CATEGORY_IOSTRINGOP)
-		return -1;
 	if (zi->meta.category == ZYDIS_CATEGORY_IO)
 		return probe_port(in, zi, ops);
-	if (zi->meta.category == ZYDIS_CATEGORY_STRINGOP)
+	if (zi->meta.category == ZYDIS_CATEGORY_STRINGOP ||
+	    zi->meta.category == ZYDIS_CATEGORY_IOSTRINGOP)
 		return probe_string(in, zi, ops);
 
 	for (unsigned int i = 0; i < zi->operand_count; i++) {
