@@ -4,12 +4,15 @@
 //!
 //! Each 8-byte granule of tracked memory (live heap blocks and the modules'
 //! images) moves through Eraser's states: virgin; exclusive to the context
-//! that first touched it; shared once a context that could run concurrently
-//! reads it; shared-modified once such a context writes it. From shared on,
-//! the granule's lockset is the intersection of the locks held at each
-//! access (`lockset.rs`, virtual locks for interrupts included); a
-//! shared-modified granule whose lockset runs empty is a race, reported once
-//! per granule.
+//! that first touched it; shared once another context reads it;
+//! shared-modified once another context writes it. From shared on, the
+//! granule's lockset is the intersection of the locks held at each access
+//! (`lockset.rs`, virtual locks for interrupts included); a shared-modified
+//! granule whose lockset runs empty is a race, reported once per granule.
+//! As in Eraser, the intersection starts at the first access by a second
+//! context, without the owner's locks: a block is commonly initialised
+//! without locks before it is published, and a race with the owner is
+//! found at the owner's next access.
 //!
 //! A context is what the CPU runs (US_EV_CONTEXT): a process thread, by
 //! thread id; a hard-IRQ, softirq, timer or work handler, by handler (the
@@ -80,6 +83,8 @@ struct Granule {
     /// The event of the last access: what state-based synchronisation
     /// compares a context's first run with.
     last_event: u64,
+    /// Exclusive: the owner's locks at its last access (for reports).
+    /// Shared: the locks held at every access since it became shared.
     lockset: LocksetId,
     state: State,
     /// The last access, and the last one by another context than its.
@@ -114,7 +119,7 @@ pub struct Race {
 /// What a race report says of the access it was found at.
 struct Found {
     other: Party,
-    /// The granule's lockset before the access, if it was already shared.
+    /// The granule's lockset before the access.
     before: Option<LocksetId>,
     granule: u64,
 }
@@ -270,15 +275,19 @@ impl Race {
             event: u64) -> (Granule, Option<(Party, Option<LocksetId>)>) {
         let c = me.context();
         let other_context = g.last.context() != c;
-        let before = matches!(g.state, State::Shared | State::SharedModified).then_some(g.lockset);
+        let before = (g.state != State::Virgin).then_some(g.lockset);
         match g.state {
-            State::Virgin => g.state = State::Exclusive,
             State::Reported => {}
+            State::Virgin => {
+                g.state = State::Exclusive;
+                g.lockset = lockset;
+            }
             _ if other_context && first_seen > g.last_event => {
                 // State-based: all of it happened before this context could run.
                 g.state = State::Exclusive;
+                g.lockset = lockset;
             }
-            State::Exclusive if !other_context => {}
+            State::Exclusive if !other_context => g.lockset = lockset,
             State::Exclusive => {
                 g.state = if me.write() { State::SharedModified } else { State::Shared };
                 g.lockset = lockset;
@@ -333,7 +342,7 @@ impl Race {
                     "write": f.other.write(),
                     "context": self.context_json(s, f.other.context()),
                 },
-                "locks_common_before": f.before.map(|before| self.locks_json(s, before)),
+                "locks_before": f.before.map(|before| self.locks_json(s, before)),
             }),
         });
     }
