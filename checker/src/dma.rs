@@ -174,7 +174,7 @@ impl Dma {
         let line_end = end.div_ceil(CACHE_LINE).saturating_mul(CACHE_LINE);
         let known = |start: u64, stop: u64| {
             start < stop && (heap.any_live(start, stop) || self.indexed_overlapping(start, stop).is_some()
-                             || self.coherent.range(..stop).next_back().is_some_and(|(&c, k)| c + k.size > start))
+                             || self.coherent.range(..stop).next_back().is_some_and(|(&c, k)| c.saturating_add(k.size) > start))
         };
         let (before, after) = (known(line_start, m.cpu), known(end, line_end));
         if before || after {

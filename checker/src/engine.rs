@@ -23,6 +23,9 @@ use crate::trace::*;
 /// checker its size in work.
 pub const MAX_RANGE: u64 = 1 << 30;
 
+/// The most locks one context may hold: Linux's MAX_LOCK_DEPTH.
+pub const MAX_HELD_LOCKS: usize = 48;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum EventError {
     #[error("event {index}: unknown kind {kind}")]
@@ -31,12 +34,14 @@ pub enum EventError {
     UnknownSite { index: u64, site: u32 },
     #[error("event {index}: site {site:#x} has flags {flags:#x}, not those of a kind {kind} event")]
     WrongSite { index: u64, site: u32, flags: u8, kind: u16 },
-    #[error("event {index}: a range of {size} bytes, more than the {MAX_RANGE} an event may cover")]
-    Range { index: u64, size: u128 },
+    #[error("event {index}: a range of {size} bytes at {address:#x}: more than the {MAX_RANGE} an event may cover, or past the end of the address space")]
+    Range { index: u64, address: u64, size: u128 },
     #[error("event {index}: context kind {kind} is not a US_CTX_*")]
     ContextKind { index: u64, kind: u64 },
     #[error("event {index}: lock kind {kind} is not a US_LOCK_*")]
     LockKind { index: u64, kind: u64 },
+    #[error("event {index}: a context holds more than {MAX_HELD_LOCKS} locks")]
+    LockDepth { index: u64 },
 }
 
 pub struct Engine {
@@ -49,9 +54,10 @@ pub struct Engine {
     reporter: Reporter,
 }
 
-fn range(index: u64, size: u128) -> Result<u64, EventError> {
-    if size > MAX_RANGE as u128 {
-        return Err(EventError::Range { index, size });
+/// `size` bytes at `address`, if the range is one an event may cover.
+fn range(index: u64, address: u64, size: u128) -> Result<u64, EventError> {
+    if size > MAX_RANGE as u128 || address.checked_add(size as u64).is_none() {
+        return Err(EventError::Range { index, address, size });
     }
     Ok(size as u64)
 }
@@ -103,13 +109,13 @@ impl Engine {
                 self.stub_site(index, ev, SITE_PORT, SITE_STRING)?;
             }
             EV_ALLOC => {
-                let size = range(index, ev.arg0 as u128)?;
+                let size = range(index, ev.addr, ev.arg0 as u128)?;
                 self.memory.allocate(&mut self.heap, Block { start: ev.addr, size, site: runtime, event: index });
                 self.race.forget(ev.addr, size);
             }
             EV_FREE => self.memory.free(&mut self.heap, ev.addr, runtime, index, out),
             EV_DMA_MAP => {
-                let size = range(index, ev.arg0 as u128)?;
+                let size = range(index, ev.addr, ev.arg0 as u128)?;
                 let dir = ((ev.flags() & EVF_DIR_MASK) >> EVF_DIR_SHIFT) as u8;
                 self.dma.map(&self.heap, ev.addr, size, ev.arg1, dir, runtime, index, out);
             }
@@ -120,20 +126,23 @@ impl Engine {
                 }
             }
             EV_DMA_SYNC_CPU => {
-                let size = range(index, ev.arg0 as u128)?;
+                let size = range(index, ev.addr, ev.arg0 as u128)?;
                 if let Some((cpu, size)) = self.dma.sync_for_cpu(ev.addr, size, runtime, index, out) {
                     self.memory.define(cpu, size);
                 }
             }
             EV_DMA_SYNC_DEVICE => self.dma.sync_for_device(ev.addr, ev.arg0, runtime, index, out),
             EV_DMA_ALLOC => {
-                let size = range(index, ev.arg0 as u128)?;
+                let size = range(index, ev.addr, ev.arg0 as u128)?;
                 self.dma.alloc_coherent(ev.addr, size, ev.arg1, runtime, index);
             }
             EV_DMA_FREE => self.dma.free_coherent(ev.addr, ev.arg0, runtime, index, out),
             EV_LOCK => {
                 if ev.arg0 > LOCK_MUTEX {
                     return Err(EventError::LockKind { index, kind: ev.arg0 });
+                }
+                if self.race.held_locks() >= MAX_HELD_LOCKS {
+                    return Err(EventError::LockDepth { index });
                 }
                 self.race.lock(ev.addr, ev.arg0);
             }
@@ -147,11 +156,12 @@ impl Engine {
                 self.race.switch(ev.addr, ev.arg0, ev.arg1, index);
             }
             EV_COPY => {
-                let size = range(index, ev.arg1 as u128)?;
+                let size = range(index, ev.arg0, ev.arg1 as u128)?;
+                range(index, ev.addr, size as u128)?;
                 self.copy(ev.addr, ev.arg0, size, runtime, index, 0);
             }
             EV_FILL => {
-                let size = range(index, ev.arg1 as u128)?;
+                let size = range(index, ev.addr, ev.arg1 as u128)?;
                 if size > 0 {
                     self.touch(Touch { address: ev.addr, size, read: false, write: true, site: runtime, event: index,
                                        copy: false }, 0);
@@ -174,7 +184,9 @@ impl Engine {
     fn string(&mut self, index: u64, ev: &TraceEvent) -> Result<(), EventError> {
         let site = self.stub_site(index, ev, SITE_STRING, SITE_PORT)?;
         let element = site.size.max(1) as u64;
-        let len = range(index, ev.arg1 as u128 * element as u128)?;
+        // Only the length is bounded: the addresses may wrap walking down,
+        // and a wrapped range is nobody's memory.
+        let len = range(index, 0, ev.arg1 as u128 * element as u128)?;
         if len == 0 || site.flags & SITE_WRITE == 0 {
             return Ok(());
         }

@@ -24,6 +24,7 @@ const QUARANTINE_BLOCKS: usize = 1 << 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
     pub start: u64,
+    /// start + size does not wrap (the engine refuses such an ALLOC).
     pub size: u64,
     pub site: SiteRef,
     pub event: u64,
@@ -79,11 +80,6 @@ impl Heap {
         self.live.range(..=address).next_back().map(|(_, b)| *b).filter(|b| address < b.end())
     }
 
-    /// The live block starting at exactly `address`.
-    pub fn live_starting_at(&self, address: u64) -> Option<Block> {
-        self.live.get(&address).copied()
-    }
-
     pub fn freed_starting_at(&self, address: u64) -> Option<Freed> {
         self.freed.get(&address).copied()
     }
@@ -103,11 +99,11 @@ impl Heap {
             return Place::Freed(f);
         }
         let before = self.live.range(..address).next_back().map(|(_, b)| *b);
-        if let Some(b) = before.filter(|b| address < b.end() + REDZONE) {
+        if let Some(b) = before.filter(|b| address < b.end().saturating_add(REDZONE)) {
             return Place::OutOfBounds(b);
         }
         let after = self.live.range((Excluded(address), Unbounded)).next().map(|(_, b)| *b);
-        if let Some(b) = after.filter(|b| end + REDZONE > b.start) {
+        if let Some(b) = after.filter(|b| end.saturating_add(REDZONE) > b.start) {
             return Place::OutOfBounds(b);
         }
         Place::Untracked

@@ -150,11 +150,7 @@ fn run(region: &Region, fatal: Vec<Kind>) -> ExitCode {
         }
         STOP.load(Ordering::SeqCst)
     });
-    let config = match ready.then(|| region.config()) {
-        None => Ok(None),
-        Some(result) => result.map(Some),
-    };
-    let config = match config {
+    let config = match ready.then(|| region.config()).transpose() {
         Err(e) => return refuse(fatal, "the trace region's header", &e.to_string()),
         Ok(None) => {
             let symbols = Rc::new(Symbols::load(&[], Vec::new()));

@@ -115,7 +115,7 @@ impl Memory {
     /// the destination gets the source's definedness if the source is a live
     /// block, and is defined otherwise (the checker cannot know better).
     pub fn copy(&mut self, heap: &Heap, dst: u64, src: u64, size: u64) {
-        if heap.live_at(src).is_some_and(|b| src + size <= b.end()) {
+        if heap.live_at(src).is_some_and(|b| src.saturating_add(size) <= b.end()) {
             self.definedness.copy(dst, src, size);
         } else {
             self.definedness.define(dst, size);

@@ -158,6 +158,11 @@ impl Race {
         }
     }
 
+    /// How many locks the current context holds.
+    pub fn held_locks(&self) -> usize {
+        self.contexts[self.current as usize].held.len()
+    }
+
     pub fn lock(&mut self, lock: u64, kind: u64) {
         self.contexts[self.current as usize].held.push((lock, kind));
         self.recompute();

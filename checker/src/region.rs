@@ -119,14 +119,6 @@ impl Region {
         Region { base, len, _backing: Box::new(words) }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn ptr(&self, offset: usize, size: usize, align: usize) -> *mut u8 {
         assert!(offset.checked_add(size).is_some_and(|end| end <= self.len) && offset % align == 0,
                 "{size} bytes at {offset:#x} are outside the region or misaligned: a checker bug, offsets are validated");

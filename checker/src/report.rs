@@ -140,18 +140,11 @@ impl Reporter {
                    started: now, last_progress: (now, 0) }
     }
 
-    pub fn symbols(&self) -> &Symbols {
-        &self.symbols
-    }
-
-    pub fn is_fatal(&self, kind: Kind) -> bool {
-        self.fatal.contains(&kind)
-    }
 
     /// Records a finding of `kind` at `site` in event `event`; `detail` runs
     /// for its first occurrence only.
     pub fn report(&mut self, kind: Kind, site: SiteRef, event: u64, detail: impl FnOnce(&Symbols) -> Detail) {
-        let fatal = self.is_fatal(kind);
+        let fatal = self.fatal.contains(&kind);
         if fatal && self.first_fatal.is_none() {
             self.first_fatal = Some(event);
         }
@@ -182,16 +175,6 @@ impl Reporter {
     /// The first event with a fatal finding, if any.
     pub fn first_fatal(&self) -> Option<u64> {
         self.first_fatal
-    }
-
-    pub fn finding_count(&self) -> usize {
-        self.records.len()
-    }
-
-    /// Every finding with its count so far: kind, site and count.
-    pub fn findings(&self) -> Vec<(String, Value, u64)> {
-        self.records.iter().map(|r| (r.json["kind"].as_str().unwrap_or("").to_string(), r.json["site"].clone(), r.count))
-            .collect()
     }
 
     fn line(&mut self, value: &Value) {

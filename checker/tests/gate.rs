@@ -41,11 +41,12 @@ fn in_triage_mode_findings_are_reported_and_nothing_is_stopped() {
 
 #[test]
 fn an_event_outside_the_contract_is_refused_and_never_approved() {
-    let cases: [(TraceEvent, GateError); 5] = [
+    let cases: [(TraceEvent, GateError); 6] = [
         (ev(99, 0, 0, 0, 0), EventError::UnknownKind { index: 2, kind: 99 }.into()),
         (access(0x1234, HEAP), EventError::UnknownSite { index: 2, site: 0x1234 }.into()),
         (access(OUTB, 0), EventError::WrongSite { index: 2, site: OUTB, flags: SITE_WRITE | SITE_PORT, kind: EV_ACCESS }.into()),
-        (ev(EV_FILL, CALLER, HEAP, 0, 1 << 40), EventError::Range { index: 2, size: 1 << 40 }.into()),
+        (ev(EV_FILL, CALLER, HEAP, 0, 1 << 40), EventError::Range { index: 2, address: HEAP, size: 1 << 40 }.into()),
+        (alloc(u64::MAX - 8, 64), EventError::Range { index: 2, address: u64::MAX - 8, size: 64 }.into()),
         (context(7, 0, 0), EventError::ContextKind { index: 2, kind: 7 }.into()),
     ];
     for (bad, error) in cases {
@@ -53,6 +54,9 @@ fn an_event_outside_the_contract_is_refused_and_never_approved() {
         assert_eq!(o.error, Some(error));
         assert_eq!((o.approved, o.verdict_at), (2, 3));
     }
+    let mut deep: Vec<_> = (0..48).map(|i| lock(HEAP + 8 * i, LOCK_SPIN)).collect();
+    deep.push(lock(HEAP - 8, LOCK_SPIN));
+    assert_eq!(check(&deep).error, Some(EventError::LockDepth { index: 48 }.into()));
 }
 
 #[test]
