@@ -96,13 +96,17 @@ fn bh_locks_exclude_softirqs_and_two_softirq_handlers_race() {
 
 #[test]
 fn state_based_accesses_before_a_handler_first_ran_cannot_race_with_it() {
-    // Probe writes fields without locks; the handler, first seen after,
-    // reads and writes them: no race (the kernel cannot have run the
-    // handler before request_irq). Plain lockset would report the write.
+    // Probe (thread 1) writes a field and open (thread 2) reads it, both
+    // without locks; then the interrupt handler, first seen after both,
+    // writes it. Plain lockset reports the handler's write (the granule was
+    // shared with no lock); it cannot race with accesses from before the
+    // handler could run. Likewise a thread first seen after probe's writes
+    // takes them over.
     let o = check(&[
-        process(1), alloc(ADAPTER, 4096), ev(EV_FILL, CALLER, ADAPTER, 0, 4096),
-        access(WRITE4, ADAPTER + 0x10), access(WRITE4, ADAPTER + 0x18),
-        hardirq(IRQ_HANDLER), access(READ4, ADAPTER + 0x10), access(WRITE4, ADAPTER + 0x18),
+        process(1), alloc(ADAPTER, 4096), ev(EV_FILL, CALLER, ADAPTER, 0, 4096), access(WRITE4, ADAPTER + 0x10),
+        process(2), access(READ4, ADAPTER + 0x10),
+        hardirq(IRQ_HANDLER), access(WRITE4, ADAPTER + 0x10),
+        process(3), access(WRITE4, ADAPTER + 0x20),
     ]);
     assert_eq!(o.kinds(), Vec::<&str>::new(), "{:#?}", o.findings);
 
