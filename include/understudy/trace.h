@@ -46,13 +46,13 @@ enum us_gate_mode {
 enum us_trace_kind {
 	/* from the rewritten module's stubs; `site` is the stub call's return address */
 	US_EV_ACCESS = 1,     /* addr: effective address (US_EVF_PERCPU: %gs offset) */
-	US_EV_STRING = 2,     /* rep string op: addr = %rdi, arg0 = %rsi, arg1 = %rcx (US_EVF_BACKWARD: DF set) */
+	US_EV_STRING = 2,     /* rep string op: addr = %rdi, arg0 = %rsi, arg1 = %rcx; DF: US_EVF_DF */
 	US_EV_PORT = 3,       /* in/out: addr = port */
 	/* from the runtime's interposition points; `site` is the caller in the module */
 	US_EV_ALLOC = 16,     /* addr, arg0 = size (kmalloc, vmalloc, alloc_pages, skb data...) */
 	US_EV_FREE = 17,      /* addr */
-	US_EV_DMA_MAP = 18,   /* addr = cpu address, arg0 = size | direction << 56, arg1 = dma address */
-	US_EV_DMA_UNMAP = 19, /* addr = dma address, arg0 = size | direction << 56 */
+	US_EV_DMA_MAP = 18,   /* addr = cpu address, arg0 = size, arg1 = dma address; direction: US_EVF_DIR */
+	US_EV_DMA_UNMAP = 19, /* addr = dma address, arg0 = size; direction: US_EVF_DIR */
 	US_EV_DMA_SYNC_CPU = 20,    /* dma_sync_*_for_cpu: addr = dma address, arg0 = size */
 	US_EV_DMA_SYNC_DEVICE = 21, /* dma_sync_*_for_device: the same */
 	US_EV_DMA_ALLOC = 22, /* coherent: addr = cpu address, arg0 = size, arg1 = dma address */
@@ -68,8 +68,13 @@ enum us_trace_kind {
 };
 
 /* Event flags (the high 16 bits of kind_flags). */
-#define US_EVF_PERCPU   0x0001u /* ACCESS: addr is an offset from the per-cpu block */
-#define US_EVF_BACKWARD 0x0002u /* STRING: the direction flag was set (addresses go down) */
+#define US_EVF_PERCPU 0x0001u /* ACCESS: addr is an offset from the per-cpu block */
+#define US_EVF_DF     0x0002u /* STRING: the direction flag was set: the op walks down */
+/* DMA_MAP, DMA_UNMAP: Linux's enum dma_data_direction (0 bidirectional, 1 to
+ * device, 2 from device, 3 none) in flag bits 8-9; the event has no room for a
+ * fourth argument. */
+#define US_EVF_DIR_SHIFT 8u
+#define US_EVF_DIR_MASK  0x0300u
 
 enum us_lock_kind {
 	US_LOCK_SPIN = 0,

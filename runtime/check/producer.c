@@ -332,7 +332,7 @@ void us_check_string(uint64_t rdi, uint64_t rsi, uint64_t rcx, uint64_t rflags, 
 	const struct us_trace_site *s = site_of(ret);
 	bool to_port = s && (s->flags & US_SITE_PORT) && (s->flags & US_SITE_WRITE);
 
-	put(US_EV_STRING | (backward ? US_EVF_BACKWARD : 0) << 16, ret, rdi, rsi, rcx);
+	put(US_EV_STRING | (backward ? US_EVF_DF : 0) << 16, ret, rdi, rsi, rcx);
 	if (to_port || (in_device_memory(rdi) && is_write(ret)))
 		gate(ret);
 }

@@ -183,6 +183,7 @@ void ddekit_check_gate(unsigned long site);
 	X(EV_COPY,		29)	\
 	X(EV_FILL,		30)	\
 	X(EV_STOP,		31)	\
+	X(EVF_DIR_SHIFT,	8)	\
 	X(LOCK_SPIN,		0)	\
 	X(LOCK_SPIN_IRQ,	1)	\
 	X(LOCK_SPIN_BH,		2)	\

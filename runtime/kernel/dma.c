@@ -22,8 +22,8 @@ dma_addr_t dma_map_page_attrs(struct device *dev, struct page *page, size_t offs
 	if (!us_in_dma_region(page_address(page) + offset, size))
 		us_panic("dma_map_page(%px + %zu, %zu) from %pS: not arena memory",
 			 page_address(page), offset, size, __builtin_return_address(0));
-	us_trace(DDEKIT_EV_DMA_MAP, _RET_IP_, page_address(page) + offset,
-		 US_TRACE_DMA(size, dir), us_dma_addr(phys));
+	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_MAP, dir), _RET_IP_, page_address(page) + offset,
+		 size, us_dma_addr(phys));
 	return us_dma_addr(phys);
 }
 EXPORT_SYMBOL(dma_map_page_attrs);
@@ -31,7 +31,7 @@ EXPORT_SYMBOL(dma_map_page_attrs);
 void dma_unmap_page_attrs(struct device *dev, dma_addr_t addr, size_t size,
 			  enum dma_data_direction dir, unsigned long attrs)
 {
-	us_trace(DDEKIT_EV_DMA_UNMAP, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
+	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_UNMAP, dir), _RET_IP_, (void *)addr, size, 0);
 }
 EXPORT_SYMBOL(dma_unmap_page_attrs);
 
@@ -57,15 +57,15 @@ void dma_unmap_sg_attrs(struct device *dev, struct scatterlist *sg, int nents,
 	int i;
 
 	for_each_sg(sg, s, nents, i)
-		us_trace(DDEKIT_EV_DMA_UNMAP, _RET_IP_, (void *)sg_dma_address(s),
-			 US_TRACE_DMA(sg_dma_len(s), dir), 0);
+		us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_UNMAP, dir), _RET_IP_,
+			 (void *)sg_dma_address(s), sg_dma_len(s), 0);
 }
 EXPORT_SYMBOL(dma_unmap_sg_attrs);
 
 void dma_sync_single_for_cpu(struct device *dev, dma_addr_t addr, size_t size,
 			     enum dma_data_direction dir)
 {
-	us_trace(DDEKIT_EV_DMA_SYNC_CPU, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
+	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_SYNC_CPU, dir), _RET_IP_, (void *)addr, size, 0);
 	rmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_cpu);
@@ -73,7 +73,7 @@ EXPORT_SYMBOL(dma_sync_single_for_cpu);
 void dma_sync_single_for_device(struct device *dev, dma_addr_t addr, size_t size,
 				enum dma_data_direction dir)
 {
-	us_trace(DDEKIT_EV_DMA_SYNC_DEVICE, _RET_IP_, (void *)addr, US_TRACE_DMA(size, dir), 0);
+	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_SYNC_DEVICE, dir), _RET_IP_, (void *)addr, size, 0);
 	wmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_device);

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Definedness of heap bytes: one bit per byte, kept per 4 KiB page and
+//! created when a block is allocated there. A page the checker never saw
+//! allocated is absent, and its bytes count as defined: the checker only
+//! judges memory whose whole history it saw.
+
+use rustc_hash::FxHashMap;
+
+const PAGE: u64 = 4096;
+const WORDS: usize = (PAGE / 64) as usize;
+
+type Bits = [u64; WORDS];
+
+#[derive(Default)]
+pub struct Definedness {
+    pages: Vec<Bits>,
+    index: FxHashMap<u64, u32>,
+}
+
+/// Calls `f(page, word, mask)` for the bits of every byte of [start, start + len),
+/// word by word, in address order; stops when it returns false.
+fn words(start: u64, len: u64, mut f: impl FnMut(u64, usize, u64) -> bool) {
+    let mut at = start;
+    let end = start.saturating_add(len);
+    while at < end {
+        let (page, byte) = (at / PAGE, at % PAGE);
+        let (word, bit) = ((byte / 64) as usize, byte % 64);
+        let n = (64 - bit).min(end - at);
+        let mask = if n == 64 { !0 } else { ((1u64 << n) - 1) << bit };
+        if !f(page, word, mask) {
+            return;
+        }
+        at += n;
+    }
+}
+
+impl Definedness {
+    fn page(&self, page: u64) -> Option<&Bits> {
+        self.index.get(&page).map(|&i| &self.pages[i as usize])
+    }
+
+    fn page_mut(&mut self, page: u64, create: bool) -> Option<&mut Bits> {
+        let i = match self.index.get(&page) {
+            Some(&i) => i,
+            None if create => {
+                self.pages.push([!0; WORDS]);
+                let i = (self.pages.len() - 1) as u32;
+                self.index.insert(page, i);
+                i
+            }
+            None => return None,
+        };
+        Some(&mut self.pages[i as usize])
+    }
+
+    /// A new block: its bytes are undefined.
+    pub fn allocate(&mut self, start: u64, len: u64) {
+        words(start, len, |page, word, mask| {
+            self.page_mut(page, true).unwrap()[word] &= !mask;
+            true
+        });
+    }
+
+    /// The bytes were written: defined from now on.
+    pub fn define(&mut self, start: u64, len: u64) {
+        words(start, len, |page, word, mask| {
+            if let Some(bits) = self.page_mut(page, false) {
+                bits[word] |= mask;
+            }
+            true
+        });
+    }
+
+    /// The first undefined byte of [start, start + len).
+    pub fn first_undefined(&self, start: u64, len: u64) -> Option<u64> {
+        let mut found = None;
+        words(start, len, |page, word, mask| {
+            let undefined = self.page(page).map_or(0, |bits| !bits[word] & mask);
+            if undefined != 0 {
+                found = Some(page * PAGE + word as u64 * 64 + undefined.trailing_zeros() as u64);
+            }
+            undefined == 0
+        });
+        found
+    }
+
+    /// The definedness of up to 64 bytes from `start`, bit i for byte i.
+    fn get(&self, start: u64, len: u64) -> u64 {
+        let mut out = 0;
+        let mut shift = 0;
+        words(start, len, |page, word, mask| {
+            let bits = self.page(page).map_or(!0, |b| b[word]) & mask;
+            out |= (bits >> mask.trailing_zeros()) << shift;
+            shift += mask.count_ones();
+            true
+        });
+        out
+    }
+
+    fn set(&mut self, start: u64, len: u64, value: u64) {
+        let mut shift = 0;
+        words(start, len, |page, word, mask| {
+            let chunk = (value >> shift) << mask.trailing_zeros() & mask;
+            shift += mask.count_ones();
+            if let Some(bits) = self.page_mut(page, false) {
+                bits[word] = bits[word] & !mask | chunk;
+            }
+            true
+        });
+    }
+
+    /// memmove's effect: `dst` gets `src`'s definedness, 64 bytes at a time,
+    /// in the direction that reads every source byte before it is written.
+    pub fn copy(&mut self, dst: u64, src: u64, len: u64) {
+        let chunks = len.div_ceil(64);
+        for i in 0..chunks {
+            let i = if dst > src { chunks - 1 - i } else { i };
+            let n = (len - i * 64).min(64);
+            let bits = self.get(src + i * 64, n);
+            self.set(dst + i * 64, n, bits);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_write_and_copy() {
+        let mut d = Definedness::default();
+        d.allocate(0x1ff0, 0x40); // across a page boundary
+        assert_eq!(d.first_undefined(0x1ff0, 4), Some(0x1ff0));
+        d.define(0x1ff0, 0x14);
+        assert_eq!(d.first_undefined(0x1ff0, 0x14), None);
+        assert_eq!(d.first_undefined(0x1ff0, 0x18), Some(0x2004));
+        // Never allocated: defined.
+        assert_eq!(d.first_undefined(0x9000, 8), None);
+
+        d.allocate(0x5000, 200);
+        d.define(0x5000 + 3, 1);
+        d.define(0x5000 + 100, 50);
+        d.copy(0x1ff0 + 8, 0x5000, 0x38);
+        // Bytes 8.. of the first block now mirror 0x5000..0x5038.
+        assert_eq!(d.first_undefined(0x1ff0 + 8 + 3, 1), None);
+        assert_eq!(d.first_undefined(0x1ff0 + 8, 4), Some(0x1ff0 + 8));
+        assert_eq!(d.first_undefined(0x1ff0 + 8 + 4, 0x30), Some(0x1ff0 + 8 + 4));
+        // A long overlapping move upwards keeps the pattern.
+        d.copy(0x5000 + 10, 0x5000, 150);
+        assert_eq!(d.first_undefined(0x5000 + 13, 1), None);
+        assert_eq!(d.first_undefined(0x5000 + 110, 50), None);
+        assert_eq!(d.first_undefined(0x5000 + 109, 1), Some(0x5000 + 109));
+    }
+}
