@@ -71,6 +71,7 @@ static uint32_t nsites;
 static struct { uint64_t lo, size; } device_ranges[MAX_DEVICE_RANGES];
 static unsigned int ndevice_ranges;
 static __thread int thread_context = DDEKIT_CTX_PROCESS;
+static __thread unsigned long thread_handler;
 
 int check_gate_mode(const char *name)
 {
@@ -161,7 +162,7 @@ static const struct us_trace_site *site_of(uint64_t ret)
 
 static void cpu_taken(void)
 {
-	ddekit_trace(US_EV_CONTEXT, 0, thread_context, gettid(), 0);
+	ddekit_trace(US_EV_CONTEXT, 0, thread_context, gettid(), thread_handler);
 }
 
 void check_start(void *percpu_block, void *arena, uint64_t arena_iova, uint64_t arena_size)
@@ -337,19 +338,39 @@ void us_check_string(uint64_t rdi, uint64_t rsi, uint64_t rcx, uint64_t rflags, 
 		gate(ret);
 }
 
+static bool in_checked_module(uint64_t addr)
+{
+	for (uint32_t i = 0; i < us_trace_hdr->nmodules; i++) {
+		const struct us_trace_module *m = &us_trace_hdr->modules[i];
+
+		if (addr - m->text < m->text_size)
+			return true;
+	}
+	return false;
+}
+
 void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 		  unsigned long arg0, unsigned long arg1)
 {
-	if (ddekit_checking)
-		put(kind, site, addr, arg0, arg1);
+	if (!ddekit_checking)
+		return;
+	put(kind, site, addr, arg0, arg1);
+	/*
+	 * The runtime fills what it allocates for itself (an skb, a net_device)
+	 * in code the checker does not see: only what the driver allocates
+	 * starts undefined (docs/checking.md, "The trace").
+	 */
+	if (kind == US_EV_ALLOC && !in_checked_module(site))
+		put(US_EV_FILL, site, addr, 0, arg0);
 }
 
-int ddekit_trace_context(int kind)
+int ddekit_trace_context(int kind, unsigned long handler)
 {
 	int previous = thread_context;
 
 	thread_context = kind;
-	ddekit_trace(US_EV_CONTEXT, 0, kind, gettid(), 0);
+	thread_handler = handler;
+	ddekit_trace(US_EV_CONTEXT, 0, kind, gettid(), handler);
 	return previous;
 }
 

@@ -457,7 +457,16 @@ unsigned long ddekit_vfree(const void *addr)
 	pthread_mutex_unlock(&vmalloc_lock);
 	if (area) {
 		len = area->len;
-		munmap(area->start - page, len + 2 * page);
+		/*
+		 * Under the checker the area stays reserved, without its pages:
+		 * an address it saw freed is never handed out again by mmap to
+		 * memory it does not know (docs/checking.md, "The trace").
+		 */
+		if (ddekit_checking)
+			mmap(area->start - page, len + 2 * page, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		else
+			munmap(area->start - page, len + 2 * page);
 		free(area);
 	}
 	return len;

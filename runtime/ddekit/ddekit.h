@@ -160,8 +160,11 @@ void ddekit_irq_close(int eventfd);
 extern int ddekit_checking;
 void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 		  unsigned long arg0, unsigned long arg1);
-/* The thread now runs kernel code of context `kind` (DDEKIT_CTX_*); returns the previous. */
-int ddekit_trace_context(int kind);
+/*
+ * The thread now runs kernel code of context `kind` (DDEKIT_CTX_*): the
+ * handler `handler` (0 for process context). Returns the previous kind.
+ */
+int ddekit_trace_context(int kind, unsigned long handler);
 /* A device write the runtime does for the driver (config space): the gate applies. */
 void ddekit_check_gate(unsigned long site);
 

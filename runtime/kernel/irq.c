@@ -57,9 +57,9 @@ static void irq_thread(void *arg)
 		}
 		desc->count++;
 		__irq_enter_raw();
-		ddekit_trace_context(DDEKIT_CTX_HARDIRQ);
+		ddekit_trace_context(DDEKIT_CTX_HARDIRQ, (unsigned long)desc->handler);
 		ret = desc->handler(desc->irq, desc->dev_id);
-		ddekit_trace_context(DDEKIT_CTX_PROCESS);
+		ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
 		__irq_exit_raw();
 		us_softirq_on_irq_exit();
 		if (ret == IRQ_WAKE_THREAD && desc->thread_fn)

@@ -161,7 +161,7 @@ static void *take_block(unsigned int order)
 	return block;
 }
 
-void *us_alloc(size_t size, gfp_t flags)
+static void *alloc_block(size_t size)
 {
 	unsigned int order;
 	void *p;
@@ -175,13 +175,31 @@ void *us_alloc(size_t size, gfp_t flags)
 	if (!p)
 		return NULL;
 	region.in_use += 1UL << order;
-	/* the driver's kmalloc et al. reach here by a tail call: _RET_IP_ is its call site */
-	us_trace(DDEKIT_EV_ALLOC, _RET_IP_, p, size, 0);
-	if (flags & __GFP_ZERO) {
-		memset(p, 0, 1UL << order);
-		us_trace(DDEKIT_EV_FILL, _RET_IP_, p, 0, size);
+	return p;
+}
+
+/*
+ * An allocation as the checker sees it (docs/checking.md, "The trace"):
+ * its bytes are undefined until written, unless zeroed (memset tells the
+ * checker, after the allocation). The producer counts the runtime's own
+ * allocations as defined at once, since the runtime fills them in code the
+ * checker does not see.
+ */
+static void *alloc_traced(size_t size, gfp_t flags, unsigned long site)
+{
+	void *p = alloc_block(size);
+
+	if (!ZERO_OR_NULL_PTR(p)) {
+		us_trace(DDEKIT_EV_ALLOC, site, p, size, 0);
+		if (flags & __GFP_ZERO)
+			memset(p, 0, size);	/* as the slab does: the bytes asked for */
 	}
 	return p;
+}
+
+void *us_alloc(size_t size, gfp_t flags)
+{
+	return alloc_traced(size, flags, _RET_IP_);
 }
 
 static unsigned int block_order(const void *p, const char *who)
@@ -226,31 +244,31 @@ EXPORT_SYMBOL_GPL(us_mem_in_use);
 
 void *__kmalloc(size_t size, gfp_t flags)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(__kmalloc);
 
 void *__kmalloc_node(size_t size, gfp_t flags, int node)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(__kmalloc_node);
 
 void *kmalloc_trace(struct kmem_cache *s, gfp_t flags, size_t size)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(kmalloc_trace);
 
 void *kmalloc_node_trace(struct kmem_cache *s, gfp_t flags, int node, size_t size)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(kmalloc_node_trace);
 
 void *kmalloc_large(size_t size, gfp_t flags)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(kmalloc_large);
 
@@ -358,7 +376,7 @@ EXPORT_SYMBOL(kvfree);
 
 void *kvmalloc_node(size_t size, gfp_t flags, int node)
 {
-	return us_alloc(size, flags);
+	return alloc_traced(size, flags, _RET_IP_);
 }
 EXPORT_SYMBOL(kvmalloc_node);
 

@@ -578,10 +578,10 @@ enum us_net_rx us_net_rx_action(void)
 			continue;
 		}
 		if (test_bit(NAPI_STATE_SCHED, &n->state)) {
-			int outer = ddekit_trace_context(DDEKIT_CTX_SOFTIRQ);
+			int outer = ddekit_trace_context(DDEKIT_CTX_SOFTIRQ, (unsigned long)n->poll);
 
 			work = n->poll(n, n->weight);
-			ddekit_trace_context(outer);
+			ddekit_trace_context(outer, 0);
 		}
 		if (WARN_ONCE(work > n->weight, "%ps returned %d, exceeding its budget of %d\n",
 			      n->poll, work, n->weight))
