@@ -437,9 +437,11 @@ unsigned int name(const void __iomem *addr)				\
 }									\
 EXPORT_SYMBOL(name)
 
+/* A write to the device from the runtime on the driver's behalf: the checker's gate applies. */
 #define DEFINE_IOWRITE(name, type, out, wr)				\
 void name(type val, void __iomem *addr)					\
 {									\
+	ddekit_check_gate(_RET_IP_);					\
 	if (is_pio(addr))						\
 		out(val, port_of(addr));				\
 	else								\
@@ -487,6 +489,7 @@ void memcpy_toio(volatile void __iomem *dst, const void *src, size_t n)
 	volatile u8 __iomem *d = dst;
 	const u8 *s = src;
 
+	ddekit_check_gate(_RET_IP_);
 	while (n--)
 		writeb(*s++, d++);
 }

@@ -7,12 +7,19 @@ maps it into the IOMMU at the protocol's IOVA, and starts the driver with the
 device and arena fds. It keeps the container and group (the driver never gets
 them) and stays alive until the driver exits, whose status it returns.
 
-Usage: python3 launch.py BDF DRIVER_ARGS...
+With --check MODE it also does what the daemon does for a checked driver
+(docs/checking.md): creates the trace region, starts understudy-checker on
+it and hands the driver --trace-fd and --gate MODE. The checker's JSON lines
+go to stdout among the driver's event lines; it is ended (and prints its
+summary) once the driver has exited.
+
+Usage: python3 launch.py [--check MODE] BDF DRIVER_ARGS...
   e.g. launch.py 0000:01:00.0 runtime/build/understudy-driver --runtime ... --module e1000.ko
 """
 import ctypes
 import mmap
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +32,9 @@ VFIO_GROUP_GET_STATUS, VFIO_GROUP_SET_CONTAINER, VFIO_GROUP_GET_DEVICE_FD = io(3
 VFIO_IOMMU_MAP_DMA = io(13)
 VFIO_TYPE1v2_IOMMU = 3
 VFIO_DMA_MAP_FLAG_READ_WRITE = 1 | 2
+
+CHECKER = Path(__file__).resolve().parents[2] / "host/target/release/understudy-checker"
+TRACE_REGION_SIZE = 64 << 20     # US_TRACE_REGION_SIZE, include/understudy/trace.h
 
 ARENA_IOVA = 0x10000000
 ARENA_SIZE = 64 << 20
@@ -48,7 +58,19 @@ def bind_vfio(bdf: str) -> None:
     Path("/sys/bus/pci/drivers_probe").write_text(bdf)
 
 
-def main(bdf: str, driver_argv: list[str]) -> int:
+def run_checked(argv: list[str], pass_fds: tuple, gate: str) -> int:
+    """The driver under the checker, as understudyd starts them: region, checker, driver."""
+    trace_fd = os.memfd_create("understudy-trace")
+    os.ftruncate(trace_fd, TRACE_REGION_SIZE)
+    checker = subprocess.Popen([str(CHECKER), "--trace-fd", str(trace_fd)], pass_fds=(trace_fd,))
+    status = subprocess.run(argv + ["--trace-fd", str(trace_fd), "--gate", gate],
+                            pass_fds=pass_fds + (trace_fd,)).returncode
+    checker.send_signal(signal.SIGTERM)     # it prints its summary and exits
+    checker.wait(timeout=30)
+    return status
+
+
+def main(bdf: str, driver_argv: list[str], gate: str | None = None) -> int:
     bind_vfio(bdf)
     group = os.path.basename(os.readlink(f"/sys/bus/pci/devices/{bdf}/iommu_group"))
     container = os.open("/dev/vfio/vfio", os.O_RDWR)
@@ -71,8 +93,13 @@ def main(bdf: str, driver_argv: list[str]) -> int:
     argv = driver_argv + ["--device-fd", str(device_fd), "--pci-address", bdf,
                           "--arena-fd", str(arena_fd), "--arena-iova", hex(ARENA_IOVA),
                           "--arena-size", str(ARENA_SIZE), "--pool-size", str(POOL_SIZE)]
+    if gate:
+        return run_checked(argv, (device_fd, arena_fd), gate)
     return subprocess.run(argv, pass_fds=(device_fd, arena_fd)).returncode
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    args, gate = sys.argv[1:], None
+    if args[:1] == ["--check"]:
+        gate, args = args[1], args[2:]
+    sys.exit(main(args[0], args[1:], gate))
