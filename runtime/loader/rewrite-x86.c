@@ -68,18 +68,29 @@ static void offsets_add(struct offsets *o, uint64_t off)
 	o->count++;
 }
 
+/* "N <what> at 0x.., 0x.., ..." for a refusal; empty if there are none. */
+static void offsets_describe(char *buf, size_t len, const struct offsets *o, const char *what)
+{
+	size_t used;
+
+	buf[0] = '\0';
+	if (!o->count)
+		return;
+	used = snprintf(buf, len, "%zu %s at ", o->count, what);
+	for (size_t i = 0; i < o->count && i < MAX_LISTED && used < len; i++)
+		used += snprintf(buf + used, len - used, "%s0x%" PRIx64, i ? ", " : "", o->at[i]);
+	if (o->count > MAX_LISTED && used < len)
+		snprintf(buf + used, len - used, ", ...");
+}
+
 static int offsets_fail(struct ko_context *ctx, const struct ko_elf *elf,
 			const struct rw_text *t, const struct offsets *o, const char *what)
 {
-	char list[MAX_LISTED * 20] = "";
-	size_t used = 0;
+	char list[MAX_LISTED * 20 + 160];
 
-	for (size_t i = 0; i < o->count && i < MAX_LISTED; i++)
-		used += snprintf(list + used, sizeof(list) - used, "%s0x%" PRIx64,
-				 i ? ", " : "", o->at[i]);
-	return ko_fail(ctx, KO_ERR_REWRITE, "cannot rewrite %s for checking: %zu %s at %s%s",
-		       elf_section_name(elf, t->shndx), o->count, what, list,
-		       o->count > MAX_LISTED ? ", ..." : "");
+	offsets_describe(list, sizeof(list), o, what);
+	return ko_fail(ctx, KO_ERR_REWRITE, "cannot rewrite %s for checking: %s",
+		       elf_section_name(elf, t->shndx), list);
 }
 
 static const Elf64_Rela *reloc_at(const struct rw_text *t, uint64_t off)
@@ -476,13 +487,14 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 		t->ninsns++;
 		off += zi.length;
 	}
-	if (undecodable.count) {
-		offsets_fail(ctx, elf, t, &undecodable, "bytes that do not decode");
-		goto out;
-	}
-	if (unsupported.count) {
-		offsets_fail(ctx, elf, t, &unsupported,
-			     "instructions the rewriter cannot move or probe (loop, jrcxz, %fs, 32-bit addressing, ins/outs)");
+	if (undecodable.count || unsupported.count) {
+		char bytes[MAX_LISTED * 20 + 160], insns[MAX_LISTED * 20 + 160];
+
+		offsets_describe(bytes, sizeof(bytes), &undecodable, "bytes that do not decode");
+		offsets_describe(insns, sizeof(insns), &unsupported,
+				 "instructions the rewriter cannot move or probe (loop, jrcxz, %fs, 32-bit addressing, ins/outs without rep)");
+		ko_fail(ctx, KO_ERR_REWRITE, "cannot rewrite %s for checking: %s%s%s",
+			elf_section_name(elf, t->shndx), bytes, *bytes && *insns ? "; " : "", insns);
 		goto out;
 	}
 	for (size_t k = 0; k < t->ninsns; k++)
