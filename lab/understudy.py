@@ -33,7 +33,7 @@ RECOVERY_TIMEOUT_S = 90
 
 
 def build(release: bool = False) -> dict[str, Path]:
-    """Builds the daemon, its CLI and the driver process; returns their paths.
+    """Builds the daemon, its CLI, the checker and the driver process; returns their paths.
 
     Tests use the debug build (overflow checks and debug assertions on);
     measurements use `release`, what `make build` installs: the debug
@@ -46,7 +46,7 @@ def build(release: bool = False) -> dict[str, Path]:
         raise LabError(f"make -C runtime failed:\n{res.stdout}\n{res.stderr}")
     target = RELEASE_TARGET if release else TARGET
     return {"understudyd": target / "understudyd", "understudy": target / "understudy",
-            "driver": DRIVER}
+            "checker": target / "understudy-checker", "driver": DRIVER}
 
 
 def prepare(g: Guest) -> None:
