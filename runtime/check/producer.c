@@ -9,9 +9,9 @@
  * asked (the sDDF rule): the checker sets checker_waiting before it sleeps
  * on `head`, the producer sets producer_waiting before it sleeps on
  * `approved`. The fast path does not fence between publishing `head` and
- * reading checker_waiting, so a wake-up can be missed; the checker's sleep
- * is therefore bounded (it polls at worst every millisecond), which costs a
- * stringent write at most that.
+ * reading checker_waiting, so a wake-up can be missed there; the checker's
+ * sleep is bounded, and the producer, before it sleeps itself (a full ring,
+ * a stringent write), fences and wakes a checker that sleeps.
  *
  * Fail closed: the producer never writes past room the checker has freed,
  * and a device write waits for approval in stringent mode. A checker that
@@ -226,6 +226,13 @@ static void stop(uint64_t ret)
 	_exit(CHECK_EXIT_VERDICT);
 }
 
+/* stubs.S and put(): the checker sleeps on `head`. */
+void us_trace_wake_checker(void)
+{
+	__atomic_store_n(&us_trace_hdr->checker_waiting, 0, __ATOMIC_RELAXED);
+	futex(futex_word(&us_trace_hdr->head), FUTEX_WAKE, 1, NULL);
+}
+
 /*
  * Sleeps until the checker has approved `target` events or found a fatal
  * one. The CPU stays held: nothing else of the driver may run meanwhile,
@@ -242,6 +249,9 @@ static void wait_approved(uint64_t target)
 		if (seen >= target || verdict())
 			break;
 		__atomic_store_n(&h->producer_waiting, 1, __ATOMIC_SEQ_CST);
+		/* the fast path's wake-up may have been missed: never sleep on a sleeping checker */
+		if (__atomic_load_n(&h->checker_waiting, __ATOMIC_SEQ_CST))
+			us_trace_wake_checker();
 		seen = __atomic_load_n(&h->approved, __ATOMIC_SEQ_CST);
 		if (seen >= target || verdict())
 			break;
@@ -257,13 +267,6 @@ void us_trace_wait_room(void)
 	wait_approved(us_trace_head - US_TRACE_RING_ENTRIES / 2);
 	if (verdict() && gate_mode != US_GATE_TRIAGE)
 		stop(0);
-}
-
-/* stubs.S and put(): the checker sleeps on `head`. */
-void us_trace_wake_checker(void)
-{
-	__atomic_store_n(&us_trace_hdr->checker_waiting, 0, __ATOMIC_RELAXED);
-	futex(futex_word(&us_trace_hdr->head), FUTEX_WAKE, 1, NULL);
 }
 
 static void put(uint32_t kind_flags, uint64_t site, uint64_t addr, uint64_t arg0, uint64_t arg1)
