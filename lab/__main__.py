@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench import add_parser as add_bench
     add_bench(sub)
+    from .check import add_parser as add_check
+    add_check(sub)
     from .swifi.cli import add_parser as add_swifi
     add_swifi(sub)
     from .scenario import add_parser as add_scenario

@@ -154,10 +154,12 @@ class Daemon:
         return self.g.run([str(self.bins["understudy"]), "--socket", self.socket, *args],
                           timeout=timeout, in_initramfs=self.in_initramfs)
 
-    def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None) -> None:
-        """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if given)."""
+    def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None,
+            check: str | None = None) -> None:
+        """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if
+        given; under the checker with gate mode `check`, if given)."""
         res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
-                       *module_args(modules))
+                       *(["--check", check] if check else []), *module_args(modules))
         if res.returncode:
             raise LabError(f"understudy run {bdf} failed: {res.err.strip()}")
 
@@ -210,11 +212,12 @@ def driver_pids(g: Guest, executable: Path | str) -> list[int]:
 
 
 def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
-                  network: LabNetwork | None = None, cpu: int | None = None) -> None:
-    """understudy runs the device's driver (on `cpu`, if given) and us0 carries the slirp
-    network (or `network`)."""
+                  network: LabNetwork | None = None, cpu: int | None = None,
+                  check: str | None = None) -> None:
+    """understudy runs the device's driver (on `cpu`, if given; under the checker with
+    gate mode `check`, if given) and us0 carries the slirp network (or `network`)."""
     bind_vfio(guest, bdf)
-    daemon.run(bdf, modules, "us0", cpu)
+    daemon.run(bdf, modules, "us0", cpu, check)
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)
