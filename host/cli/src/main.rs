@@ -322,7 +322,7 @@ fn main() -> ExitCode {
                 Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
                 None => StandbyRequest { device: s, modules: Vec::new() },
             }).collect();
-            (Request::Run { device, modules, ifname, cpu, standby }, false)
+            (Request::Run { device, modules, ifname, cpu, standby, check: None }, false)
         }
         Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),
         Command::Status { json } => (Request::Status, json),
@@ -357,6 +357,7 @@ fn main() -> ExitCode {
             Request::Stop { device } => println!("{device}: stopped and released"),
             Request::Recover { device } => println!("{device}: restarting its driver (see `understudy status`)"),
             Request::Update { .. } | Request::Migrate { .. } => response.handover.iter().for_each(print_update),
+            Request::CheckReport { .. } => unreachable!("not asked yet"),
         }
     }
     let rolled_back = response.handover.as_ref().is_some_and(|r| r.outcome.starts_with("rolled back"));
