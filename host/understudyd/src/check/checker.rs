@@ -111,7 +111,7 @@ impl Checker {
         if self.stdout.is_none() {
             let how = self.reap_after_close();
             let why = format!("checker {} of driver process {} {how}", self.pid, self.driver());
-            lock(&self.log).ended(self.incarnation, how, Some(format!("{why}: its driver was restarted")));
+            lock(&self.log).ended(self.incarnation, how, Some(format!("{why}: its driver was ended")));
             return Err(Alarm::Gone(why));
         }
         verdict.map_or(Ok(()), |v| Err(Alarm::Verdict(v)))
