@@ -58,8 +58,9 @@ const DEFAULT_CHECKER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/re
 /// is one that WARNs too often (--warn-storm).
 ///
 /// `understudy run --check MODE` runs a device's every driver process under
-/// a checker (--checker) on another CPU, which checks the module's memory
-/// accesses and approves its device writes (docs/checking.md). A checker
+/// a checker (--checker), on another CPU than the driver's when `run --cpu`
+/// leaves one, which checks the module's memory accesses and approves its
+/// device writes (docs/checking.md). A checker
 /// that dies, or a fatal verdict, ends the driver, which is restarted like
 /// a crashed one, with a fresh checker; a checked device gets no post-probe
 /// template, so its restarts load and probe the driver again.
@@ -82,7 +83,7 @@ struct Args {
     #[arg(long, default_value = DEFAULT_CHECKER)]
     checker: PathBuf,
     /// Devices to run at start (TOML: [[device]] tables with pci, modules
-    /// and an optional ifname). A device that cannot start is logged and
+    /// and optional ifname, cpu and check). A device that cannot start is logged and
     /// skipped; a config that does not parse stops the daemon.
     #[arg(long)]
     config: Option<PathBuf>,

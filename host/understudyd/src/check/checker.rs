@@ -270,7 +270,7 @@ mod tests {
     fn a_checker_that_dies_under_its_driver_is_an_alarm_with_fake_checker_script() {
         let script = fake_checker_script("dies", &format!(
             "[ \"$1\" = --trace-fd ] && [ -e /proc/$$/fd/$2 ] || exit 9\necho 'not json'\necho '{FINDING}'\nexit 1"));
-        let c = checking(&script, GateMode::Triage);
+        let c = checking(&script.path, GateMode::Triage);
         let region = super::super::region::create().unwrap();
         let mut checker = Checker::spawn(&c, region.as_fd(), "0000:00:02.0", vec!["/m/e1000.ko".into()]).unwrap();
         checker.driver_started(4242);
@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn a_fatal_finding_in_permissive_mode_is_a_verdict_with_fake_checker_script() {
         let script = fake_checker_script("verdict", &format!("echo '{FINDING}'\nexec sleep 30"));
-        let c = checking(&script, GateMode::Permissive);
+        let c = checking(&script.path, GateMode::Permissive);
         let region = super::super::region::create().unwrap();
         let mut checker = Checker::spawn(&c, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
         let alarm = read_until_alarm(&mut checker, Duration::from_secs(5));
@@ -311,7 +311,7 @@ mod tests {
         let script = fake_checker_script("summary", &format!(
             "summary() {{ echo '{summary}'; exit 0; }}\ntrap summary TERM\n\
              echo '{{\"progress\": {{\"events\": 5, \"events_per_s\": 5}}}}'\nwhile :; do sleep 0.05; done"));
-        let c = checking(&script, GateMode::Stringent);
+        let c = checking(&script.path, GateMode::Stringent);
         let region = super::super::region::create().unwrap();
         let mut checker = Checker::spawn(&c, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
         assert_eq!(read_until_alarm(&mut checker, Duration::from_millis(300)), None);

@@ -101,14 +101,25 @@ pub mod testing {
     /// A fatal finding, as understudy-checker prints it.
     pub const FINDING: &str = r#"{"finding": {"checker": "memory", "kind": "use-after-free", "fatal": true, "site": {"module": "e1000", "function": "e1000_xmit_frame", "offset": "0x4c", "address": "0x1003f21"}, "event": 3, "count": 1}}"#;
 
-    /// A shell script standing in for understudy-checker: it runs `body`.
-    pub fn fake_checker_script(name: &str, body: &str) -> PathBuf {
+    /// A shell script standing in for understudy-checker, removed with this.
+    pub struct FakeChecker {
+        pub path: PathBuf,
+    }
+
+    impl Drop for FakeChecker {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.path.parent().expect("in its own directory"));
+        }
+    }
+
+    /// A fake checker that runs `body`.
+    pub fn fake_checker_script(name: &str, body: &str) -> FakeChecker {
         let dir = std::env::temp_dir().join(format!("understudyd-test-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("understudy-checker");
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        path
+        FakeChecker { path }
     }
 
     pub fn checking(binary: &Path, mode: GateMode) -> Checking {

@@ -280,7 +280,8 @@ mod tests {
 
     #[test]
     fn a_checker_that_dies_ends_its_driver_with_fake_checker_script() {
-        let c = checking(&fake_checker_script("link-dies", "exit 1"), GateMode::Stringent);
+        let script = fake_checker_script("link-dies", "exit 1");
+        let c = checking(&script.path, GateMode::Stringent);
         let mut link = checked_link("exec sleep 30", &c);
         let Some(Fault::CheckerGone(why)) = alarm(&mut link) else { panic!("a dead checker was not a fault") };
         let why = Fault::CheckerGone(why).describe();
@@ -290,7 +291,8 @@ mod tests {
 
     #[test]
     fn a_driver_stopped_at_its_gate_dies_of_the_verdict_with_fake_checker_script() {
-        let c = checking(&fake_checker_script("link-gate", &format!("echo '{FINDING}'\nexec sleep 30")), GateMode::Permissive);
+        let script = fake_checker_script("link-gate", &format!("echo '{FINDING}'\nexec sleep 30"));
+        let c = checking(&script.path, GateMode::Permissive);
         let mut link = checked_link("sleep 0.5; exit 3", &c);
         let Some(Fault::Verdict(verdict)) = alarm(&mut link) else { panic!("a fatal finding was not a verdict") };
         assert_eq!(verdict, "use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)");
