@@ -4,6 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod check;
+
+pub use check::{CheckReport, CheckStatus, Finding, FindingSite, GateMode, Incarnation, SeenIn, Verdict};
+
 pub const DEFAULT_SOCKET: &str = "/run/understudy/understudyd.sock";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -14,8 +18,12 @@ pub enum Request {
     /// device kept off it (`understudy run --cpu`).
     /// `standby`: devices the interface may move to, each with its modules
     /// (as `Migrate`'s); the interface advertises only what every one's driver offers.
+    /// `check`: run every driver process of the device under a checker with
+    /// this gate (docs/checking.md); absent, unchecked. Left out of the JSON
+    /// when absent, so a request without it reads as before.
     Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32>,
-          #[serde(default)] standby: Vec<StandbyRequest> },
+          #[serde(default)] standby: Vec<StandbyRequest>,
+          #[serde(default, skip_serializing_if = "Option::is_none")] check: Option<GateMode> },
     Status,
     /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
     Ethtool { device: String, queries: EthtoolQueries },
@@ -37,6 +45,9 @@ pub enum Request {
     /// advertises -- while the running driver serves; if the new driver
     /// fails, the interface goes back. Answered when the move is over.
     Migrate { device: String, to: String, #[serde(default)] modules: Vec<String> },
+    /// What the checkers of `device` (a PCI address or an interface name)
+    /// found: answered with `check`.
+    CheckReport { device: String },
 }
 
 /// A standby device of `run`, and its driver's modules (empty: found for it).
@@ -59,15 +70,18 @@ pub struct Response {
     /// `update`'s and `migrate`'s record: how it ended and its phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<HandoverRecord>,
+    /// `check_report`'s answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckReport>,
 }
 
 impl Response {
     pub fn ok(devices: Vec<DeviceStatus>) -> Self {
-        Response { ok: true, error: None, devices, ethtool: None, handover: None }
+        Response { ok: true, error: None, devices, ethtool: None, handover: None, check: None }
     }
 
     pub fn error(message: impl Into<String>) -> Self {
-        Response { ok: false, error: Some(message.into()), devices: Vec::new(), ethtool: None, handover: None }
+        Response { ok: false, error: Some(message.into()), devices: Vec::new(), ethtool: None, handover: None, check: None }
     }
 }
 
@@ -301,6 +315,9 @@ pub struct DeviceStatus {
     pub standby: Vec<Standby>,
     /// The post-probe template restarts fork from, if the driver has one.
     pub template_pid: Option<u32>,
+    /// Checking (`run --check`): absent for an unchecked device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckStatus>,
 }
 
 /// A device an interface may move to, and the driver that would run it.
@@ -373,5 +390,30 @@ mod tests {
         assert_eq!(j, r#"{"request":"stop","device":"0000:00:02.0"}"#);
         assert_eq!(serde_json::from_str::<Request>(&j).unwrap(), r);
         assert!(serde_json::from_str::<Request>(r#"{"request":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn run_carries_its_gate_mode_and_reads_without_one() {
+        let run = |check| Request::Run { device: "0000:00:02.0".into(), modules: vec!["/m/e1000.ko".into()], ifname: None,
+                                         cpu: Some(1), standby: Vec::new(), check };
+        let checked = serde_json::to_string(&run(Some(GateMode::Stringent))).unwrap();
+        assert!(checked.contains(r#""check":"stringent""#), "{checked}");
+        assert_eq!(serde_json::from_str::<Request>(&checked).unwrap(), run(Some(GateMode::Stringent)));
+        // Unchecked, the request is the one older daemons read...
+        let unchecked = serde_json::to_string(&run(None)).unwrap();
+        assert!(!unchecked.contains("check"), "{unchecked}");
+        // ...and what older clients send reads as unchecked.
+        let old = r#"{"request":"run","device":"0000:00:02.0","modules":["/m/e1000.ko"],"ifname":null,"cpu":1}"#;
+        assert_eq!(serde_json::from_str::<Request>(old).unwrap(), run(None));
+        let bad = r#"{"request":"run","device":"0000:00:02.0","modules":[],"ifname":null,"cpu":null,"check":"strict"}"#;
+        assert!(serde_json::from_str::<Request>(bad).is_err());
+    }
+
+    #[test]
+    fn check_report_is_a_request_of_its_own() {
+        let r = Request::CheckReport { device: "us0".into() };
+        let j = serde_json::to_string(&r).unwrap();
+        assert_eq!(j, r#"{"request":"check_report","device":"us0"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&j).unwrap(), r);
     }
 }

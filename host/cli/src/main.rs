@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 //! `understudy`: asks understudyd to run, report on and stop devices.
 
+mod check;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, Request, Response, StandbyRequest,
-                     DEFAULT_SOCKET};
+use clap::{Parser, Subcommand, ValueEnum};
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, Request, Response,
+                     StandbyRequest, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
 ///
@@ -19,6 +21,7 @@ use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord
 /// Exit status: 0 done; 1 the daemon refused or failed the request (the
 /// message says why); 2 bad usage; 3 the daemon is not reachable; 4 an
 /// update or a move was rolled back (the old driver serves again).
+/// `check report` has its own: see `understudy check report --help`.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -61,6 +64,17 @@ enum Command {
         /// advertises only the offloads and MTU range every driver has.
         #[arg(long, value_name = "ADDR[=MODULE]")]
         standby: Vec<String>,
+        /// Run every driver process of the device (the first, each restart,
+        /// an update's or a move's successor) under a checker, on another
+        /// CPU if --cpu leaves one, that checks the module's memory
+        /// accesses, DMA and locking and approves its device writes at a
+        /// gate (docs/checking.md). A checker that dies, or a fatal verdict,
+        /// ends the driver, which is restarted like a crashed one (if
+        /// understudyd's --max-restarts allows). A checked device has no
+        /// post-probe template: restarts load and probe the driver again.
+        /// See the findings with `understudy check report`.
+        #[arg(long, value_enum, value_name = "MODE")]
+        check: Option<CheckMode>,
     },
     /// Show every device: driver module and its sha256, process, uptime,
     /// counters, carrier, and why a driver died.
@@ -158,6 +172,51 @@ enum Command {
         /// PCI address of the device.
         device: String,
     },
+    /// What the checkers of a device run with `run --check` found.
+    Check {
+        #[command(subcommand)]
+        command: CheckCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckCommand {
+    /// Print a checked device's findings -- kind, site in the module, how
+    /// often, in which driver processes -- most frequent first, its
+    /// verdicts, its checkers' event rate, and each driver process checked.
+    /// Findings outlive restarts: a restarted driver's are added.
+    ///
+    /// Exit status: 0 no findings; 1 findings; 2 bad usage, the daemon is
+    /// not reachable, or it refused (the device is not run or not checked).
+    Report {
+        /// The interface (e.g. us0) or the device's PCI address.
+        device: String,
+        /// Print the daemon's JSON: every finding with the checker's own
+        /// detail (access, allocation, mapping, other access...).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The gate's modes (docs/checking.md, "The gate").
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CheckMode {
+    /// Device writes flow; findings are only reported.
+    Triage,
+    /// Device writes flow; a fatal verdict stops the driver before its next one.
+    Permissive,
+    /// Each device write waits until the checker approved everything before it.
+    Stringent,
+}
+
+impl From<CheckMode> for GateMode {
+    fn from(m: CheckMode) -> GateMode {
+        match m {
+            CheckMode::Triage => GateMode::Triage,
+            CheckMode::Permissive => GateMode::Permissive,
+            CheckMode::Stringent => GateMode::Stringent,
+        }
+    }
 }
 
 fn ask(socket: &PathBuf, request: &Request) -> Result<Response, String> {
@@ -186,6 +245,9 @@ fn print_device(d: &DeviceStatus) {
         if !d.offloads.is_empty() {
             println!("    offloads {}", d.offloads.join(", "));
         }
+    }
+    if let Some(c) = &d.check {
+        check::print_status(c);
     }
     if d.warnings > 0 {
         println!("    {} WARN(s) from the driver", d.warnings);
@@ -317,13 +379,14 @@ fn main() -> ExitCode {
             };
             (Request::Update { device, modules, allow_feature_loss }, json)
         }
-        Command::Run { device, modules, ifname, cpu, standby } => {
+        Command::Run { device, modules, ifname, cpu, standby, check } => {
             let standby = standby.into_iter().map(|s| match s.split_once('=') {
                 Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
                 None => StandbyRequest { device: s, modules: Vec::new() },
             }).collect();
-            (Request::Run { device, modules, ifname, cpu, standby }, false)
+            (Request::Run { device, modules, ifname, cpu, standby, check: check.map(GateMode::from) }, false)
         }
+        Command::Check { command: CheckCommand::Report { device, json } } => return check::report(&cli.socket, device, json),
         Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),
         Command::Status { json } => (Request::Status, json),
         Command::Ethtool { device, driver_info, link, stats, json } => {
@@ -348,15 +411,28 @@ fn main() -> ExitCode {
         response.handover.iter().for_each(print_update);
     } else {
         match &request {
-            Request::Run { .. } => response.devices.iter().for_each(|d| {
+            Request::Run { check: None, .. } => response.devices.iter().for_each(|d| {
                 println!("{}: driver process {} started, interface {}", d.device, d.pid.unwrap_or(0), d.ifname)
             }),
+            Request::Run { check: Some(mode), .. } => {
+                for d in &response.devices {
+                    let Some(c) = &d.check else {
+                        // A daemon older than checking ignores the option: say so, never run unchecked silently.
+                        eprintln!("understudy: {}: understudyd runs it UNCHECKED: it does not know --check (is it \
+                                   older than this CLI?); `understudy stop {}` stops it", d.device, d.device);
+                        return ExitCode::from(1);
+                    };
+                    println!("{}: driver process {} started, interface {}; checked ({mode}) by checker {}", d.device,
+                             d.pid.unwrap_or(0), d.ifname, c.checker_pid.map_or("-".into(), |p| p.to_string()));
+                }
+            }
             Request::Status if response.devices.is_empty() => println!("no devices"),
             Request::Status => response.devices.iter().for_each(print_device),
             Request::Ethtool { .. } => response.ethtool.iter().for_each(print_ethtool),
             Request::Stop { device } => println!("{device}: stopped and released"),
             Request::Recover { device } => println!("{device}: restarting its driver (see `understudy status`)"),
             Request::Update { .. } | Request::Migrate { .. } => response.handover.iter().for_each(print_update),
+            Request::CheckReport { .. } => unreachable!("`check report` answers on its own"),
         }
     }
     let rolled_back = response.handover.as_ref().is_some_and(|r| r.outcome.starts_with("rolled back"));

@@ -7,6 +7,7 @@
 //! modules = ["/lib/modules/6.1.0-28-amd64/kernel/drivers/net/ethernet/intel/e1000/e1000.ko"]
 //! ifname = "us0"                                        # optional: the first free usN
 //! cpu = 1                                               # optional: `understudy run --cpu`
+//! check = "stringent"                                   # optional: `understudy run --check`
 //!
 //! [recovery]                                            # optional; understudyd's options win
 //! on_exhausted = "retry"                                # or "down" (--on-exhausted)
@@ -19,6 +20,8 @@
 use std::path::Path;
 
 use serde::Deserialize;
+
+use understudy_api::GateMode;
 
 use crate::policy::OnExhausted;
 
@@ -49,6 +52,8 @@ pub struct DeviceConfig {
     pub modules: Vec<String>,
     pub ifname: Option<String>,
     pub cpu: Option<u32>,
+    /// Run its driver processes under a checker with this gate.
+    pub check: Option<GateMode>,
 }
 
 pub fn parse(text: &str) -> Result<Config, String> {
@@ -79,6 +84,7 @@ mod tests {
             modules = ["/m/e1000.ko"]
             ifname = "us0"
             cpu = 1
+            check = "permissive"
 
             [[device]]
             pci = "0000:00:03.0"
@@ -89,6 +95,8 @@ mod tests {
         assert_eq!(c.devices[1].modules, ["/m/mii.ko", "/m/8139cp.ko"]);
         assert_eq!(c.devices[1].ifname, None);
         assert_eq!((c.devices[0].cpu, c.devices[1].cpu), (Some(1), None));
+        assert_eq!((c.devices[0].check, c.devices[1].check), (Some(GateMode::Permissive), None));
+        assert!(parse("[[device]]\npci = \"a\"\nmodules = [\"x\"]\ncheck = \"strict\"\n").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! it over a unix socket.
 
 mod announce;
+mod check;
 mod coalesce;
 mod config;
 mod ethtool_job;
@@ -39,6 +40,7 @@ use crate::recovery::RestartPolicy;
 use crate::watchdog::Detection;
 
 const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime/build/understudy-driver");
+const DEFAULT_CHECKER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/understudy-checker");
 
 /// understudyd — runs unmodified Linux NIC drivers as supervised user-space processes.
 ///
@@ -55,6 +57,14 @@ const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime
 /// one (`understudy status` says "hung: no reply to PING within N ms"); so
 /// is one that WARNs too often (--warn-storm).
 ///
+/// `understudy run --check MODE` runs a device's every driver process under
+/// a checker (--checker), on another CPU than the driver's when `run --cpu`
+/// leaves one, which checks the module's memory accesses and approves its
+/// device writes (docs/checking.md). A checker
+/// that dies, or a fatal verdict, ends the driver, which is restarted like
+/// a crashed one, with a fresh checker; a checked device gets no post-probe
+/// template, so its restarts load and probe the driver again.
+///
 /// Exit status: 0 after a clean shutdown, 1 if it could not start (bad
 /// options or config, socket in use).
 #[derive(Parser, Debug)]
@@ -67,8 +77,13 @@ struct Args {
     /// fds of docs/protocol.md as --control-fd, --device-fd, ... options).
     #[arg(long, default_value = DEFAULT_DRIVER)]
     driver: PathBuf,
+    /// The checker executable started beside each driver process of a device
+    /// run with `understudy run --check` (given --trace-fd and --cpu; it
+    /// prints JSON lines the daemon reads: docs/checking.md).
+    #[arg(long, default_value = DEFAULT_CHECKER)]
+    checker: PathBuf,
     /// Devices to run at start (TOML: [[device]] tables with pci, modules
-    /// and an optional ifname). A device that cannot start is logged and
+    /// and optional ifname, cpu and check). A device that cannot start is logged and
     /// skipped; a config that does not parse stops the daemon.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -138,6 +153,7 @@ fn main() -> ExitCode {
         log::warn!("the driver executable {} does not exist yet: `understudy run` will fail until it does \
                     (build it with `make -C runtime`, or pass --driver)", driver.display());
     }
+    let checker = std::fs::canonicalize(&args.checker).unwrap_or(args.checker);
     let config = match &args.config {
         Some(path) => match config::load(path) {
             Ok(c) => c,
@@ -174,7 +190,7 @@ fn main() -> ExitCode {
         retry_max: Duration::from_secs(args.retry_max_s.or(config.recovery.retry_max_s).unwrap_or(60).max(1)),
         hook,
     };
-    match server::serve(&args.socket, driver, detection, restarts, agent, config) {
+    match server::serve(&args.socket, driver, checker, detection, restarts, agent, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

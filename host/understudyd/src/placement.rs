@@ -10,6 +10,8 @@
 //! transmit thread's CPU and the two take turns on it while another CPU
 //! idles (docs/performance.md §5). The threads of the
 //! driver process inherit its CPU, and a template's forks the template's.
+//! A checked driver's checker (docs/checking.md) gets a CPU of its own
+//! where there is one: it keeps up with the driver only beside it.
 
 use std::io;
 
@@ -58,6 +60,13 @@ impl Placement {
         }
     }
 
+    /// The CPU for the driver's checker: the first other CPU the daemon may
+    /// use (which the device's thread shares), or `None` when the driver's
+    /// is the only one.
+    pub fn checker_cpu(&self) -> Option<u32> {
+        self.daemon.as_ref().and_then(|set| cpus(set).next()).map(|c| c as u32)
+    }
+
     /// Binds the calling process to the driver's CPU: called between fork
     /// and exec, so it only makes the (async-signal-safe) system call.
     pub fn place_driver_process(&self) -> io::Result<()> {
@@ -104,6 +113,13 @@ mod tests {
         let p = Placement::within(1, &set_of([0, 1, 2, 5])).unwrap();
         assert_eq!(cpu_list(&p.driver), "1");
         assert_eq!(cpu_list(&p.daemon.unwrap()), "0,2,5");
+    }
+
+    #[test]
+    fn the_checker_gets_a_cpu_other_than_the_drivers_if_there_is_one() {
+        assert_eq!(Placement::within(0, &set_of([0, 1, 2])).unwrap().checker_cpu(), Some(1));
+        assert_eq!(Placement::within(1, &set_of([0, 1])).unwrap().checker_cpu(), Some(0));
+        assert_eq!(Placement::within(3, &set_of([3])).unwrap().checker_cpu(), None);
     }
 
     #[test]

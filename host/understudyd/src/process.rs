@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Starting the driver process with exactly the fds docs/protocol.md names,
-//! and learning how it ended.
+//! Starting the driver process with exactly the fds docs/protocol.md names
+//! (and, when it is checked, its trace region: docs/checking.md), and
+//! learning how it ended.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+
+use understudy_api::GateMode;
 
 use crate::placement::Placement;
 
@@ -18,6 +21,8 @@ pub struct DriverFds<'a> {
     pub rings: BorrowedFd<'a>,
     pub kick: BorrowedFd<'a>,
     pub notify: BorrowedFd<'a>,
+    /// A checked driver's trace region and gate (`--trace-fd N --gate MODE`).
+    pub trace: Option<(BorrowedFd<'a>, GateMode)>,
 }
 
 pub struct DriverProcess {
@@ -40,7 +45,11 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
     for (opt, fd) in named {
         cmd.arg(opt).arg(fd.to_string());
     }
-    let inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
+    let mut inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
+    if let Some((region, gate)) = fds.trace {
+        cmd.arg("--trace-fd").arg(region.as_raw_fd().to_string()).arg("--gate").arg(gate.name());
+        inherited.push(region.as_raw_fd());
+    }
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -81,15 +90,37 @@ pub fn kill(pid: libc::pid_t) {
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
-/// Reaps the process (blocking) and says how it ended.
-pub fn wait(pid: libc::pid_t) -> String {
+/// How a process ended: its wait status, or why it could not be reaped.
+pub struct Ended(Result<libc::c_int, String>);
+
+impl Ended {
+    /// Its exit status, if it exited.
+    pub fn exit_code(&self) -> Option<i32> {
+        self.0.as_ref().ok().filter(|&&s| libc::WIFEXITED(s)).map(|&s| libc::WEXITSTATUS(s))
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.0 {
+            Ok(status) => describe_status(*status),
+            Err(e) => e.clone(),
+        }
+    }
+}
+
+/// Reaps the process (blocking).
+pub fn reap(pid: libc::pid_t) -> Ended {
     let mut status = 0;
     // SAFETY: our own child.
     let r = unsafe { libc::waitpid(pid, &mut status, 0) };
     if r < 0 {
-        return format!("could not be reaped: {}", io::Error::last_os_error());
+        return Ended(Err(format!("could not be reaped: {}", io::Error::last_os_error())));
     }
-    describe_status(status)
+    Ended(Ok(status))
+}
+
+/// Reaps the process (blocking) and says how it ended.
+pub fn wait(pid: libc::pid_t) -> String {
+    reap(pid).describe()
 }
 
 pub fn describe_status(status: libc::c_int) -> String {
@@ -113,5 +144,12 @@ mod tests {
     fn wait_statuses_read_well() {
         assert_eq!(describe_status(3 << 8), "exited with status 3");
         assert!(describe_status(9).starts_with("killed by signal 9 (Killed"));
+    }
+
+    #[test]
+    fn only_an_exit_has_an_exit_code() {
+        assert_eq!(Ended(Ok(3 << 8)).exit_code(), Some(3));
+        assert_eq!(Ended(Ok(9)).exit_code(), None);
+        assert_eq!(Ended(Err("could not be reaped".into())).exit_code(), None);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use sha2::{Digest, Sha256};
-use understudy_api::{ModuleInfo, Request, Response, StandbyRequest};
+use understudy_api::{GateMode, ModuleInfo, Request, Response, StandbyRequest};
 use understudy_protocol::{MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
@@ -55,6 +55,8 @@ impl Slot {
 
 struct Daemon {
     driver: PathBuf,
+    /// `understudyd --checker`: for `run --check`.
+    checker: PathBuf,
     detection: Detection,
     restarts: RestartPolicy,
     agent: AgentPolicy,
@@ -64,8 +66,8 @@ struct Daemon {
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
 /// of the config that cannot start is logged and left out, and the daemon
 /// serves the others (`understudy status` shows which run).
-pub fn serve(socket: &Path, driver: PathBuf, detection: Detection, restarts: RestartPolicy, agent: AgentPolicy,
-             config: Config) -> Result<(), String> {
+pub fn serve(socket: &Path, driver: PathBuf, checker: PathBuf, detection: Detection, restarts: RestartPolicy,
+             agent: AgentPolicy, config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
     }
@@ -76,10 +78,10 @@ pub fn serve(socket: &Path, driver: PathBuf, detection: Detection, restarts: Res
     let listener = UnixListener::bind(socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     // Only root may drive devices.
     let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
-    let daemon = Arc::new(Daemon { driver, detection, restarts, agent, devices: Mutex::new(Vec::new()) });
+    let daemon = Arc::new(Daemon { driver, checker, detection, restarts, agent, devices: Mutex::new(Vec::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
-        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new()) {
+        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new(), d.check) {
             Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
             Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
                                    fix the cause and `understudy run` it", d.pci),
@@ -170,7 +172,7 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run { device, modules, ifname, cpu, standby } => match self.run(&device, &modules, ifname, cpu, standby) {
+            Request::Run { device, modules, ifname, cpu, standby, check } => match self.run(&device, &modules, ifname, cpu, standby, check) {
                 Ok(status) => Response::ok(vec![status]),
                 Err(e) => {
                     warn!("run {device}: refused: {e}");
@@ -209,11 +211,15 @@ impl Daemon {
                 let moved = self.migrate(&device, &to, &modules);
                 handover_response("migrate", &device, "moved", moved)
             }
+            Request::CheckReport { device } => match self.check_report(&device) {
+                Ok(report) => Response { check: Some(report), ..Response::ok(Vec::new()) },
+                Err(e) => Response::error(e),
+            },
         }
     }
 
     fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>,
-           standby: Vec<StandbyRequest>) -> Result<understudy_api::DeviceStatus, String> {
+           standby: Vec<StandbyRequest>, check: Option<GateMode>) -> Result<understudy_api::DeviceStatus, String> {
         let addr = parse_address(device)?;
         let placement = cpu.map(Placement::on).transpose()?;
         let infos = module_infos(modules)?;
@@ -227,6 +233,10 @@ impl Daemon {
         }).collect::<Result<Vec<_>, String>>()?;
         if !self.driver.is_file() {
             return Err(format!("the driver executable {} does not exist (build it with `make -C runtime`, or start understudyd with --driver)", self.driver.display()));
+        }
+        if check.is_some() && !self.checker.is_file() {
+            return Err(format!("--check: the checker executable {} does not exist (build it with `make -C host`, \
+                                or start understudyd with --checker)", self.checker.display()));
         }
         let ifname = {
             let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,6 +263,8 @@ impl Daemon {
             restarts: self.restarts,
             agent: self.agent.clone(),
             standby,
+            check,
+            checker_binary: self.checker.clone(),
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,6 +303,14 @@ impl Daemon {
             }
         }
         self.requester_for(device)?.migrate(to, infos)
+    }
+
+    fn check_report(&self, name: &str) -> Result<understudy_api::CheckReport, String> {
+        let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        match devices.iter().find(|s| s.is(name)) {
+            Some(Slot::Running(h)) => h.check_report(),
+            _ => Err(not_run(name)),
+        }
     }
 
     fn status_of(&self, name: &str) -> Result<understudy_api::DeviceStatus, String> {

@@ -9,10 +9,12 @@
 //! (succession.rs, carrying out handover.rs), with the successor that loads
 //! while its predecessor serves (loader.rs), the post-probe template
 //! (templates.rs) and what a move between devices adds (moves.rs) -- and the
-//! recovery agent's policy (agent.rs). This file is the event loop that ties
-//! them: it polls, hands the driver's messages to control.rs and the CLI's
-//! commands to commands.rs, and turns the admin's changes of the TAP into
-//! requests to the driver (shadow.rs).
+//! recovery agent's policy (agent.rs). A checked device's checkers
+//! (docs/checking.md) are started and ended with its driver processes
+//! (link.rs, check/). This file is the event loop that ties them: it polls,
+//! hands the driver's messages to control.rs and the CLI's commands to
+//! commands.rs, and turns the admin's changes of the TAP into requests to
+//! the driver (shadow.rs).
 
 mod agent;
 mod commands;
@@ -42,6 +44,7 @@ use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
 use understudy_vfio::{PciAddress, Vfio};
 
+use crate::check::Checking;
 use crate::ethtool_job::{Answer, EthtoolJob};
 use crate::fd;
 use crate::handover::{describe, Event};
@@ -55,8 +58,7 @@ use agent::RecoveryAgent;
 use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
 use interface::Interface;
-use link::DriverLink;
-use loader::Spawn;
+use link::{DriverLink, Spawn};
 use moves::{declare_standbys, open_device};
 use succession::Succession;
 
@@ -75,6 +77,12 @@ enum Fault {
     RecoverRequested,
     /// The kernel asked for the device back: it is being hot-unplugged or unbound.
     DeviceRemoved,
+    /// The driver's checker is gone: nothing approves its device writes any
+    /// more, so it must not go on (docs/checking.md, "Failing closed").
+    CheckerGone(String),
+    /// Its checker's fatal verdict: its own gate should stop it, but the
+    /// gate runs in the untrusted process.
+    Verdict(String),
 }
 
 impl Fault {
@@ -86,6 +94,9 @@ impl Fault {
             Fault::Closed => "the driver closed its control socket".into(),
             Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
             Fault::DeviceRemoved => "the kernel asked for the device back (hot-unplug or unbind)".into(),
+            Fault::CheckerGone(why) => format!("{why}: its driver's device writes are no longer approved, so the driver \
+                                                is ended (a restart gets a fresh checker)"),
+            Fault::Verdict(verdict) => format!("its checker's fatal verdict: {verdict}"),
         }
     }
 }
@@ -129,6 +140,8 @@ struct Supervisor {
     detection: Detection,
     driver_binary: PathBuf,
     placement: Option<Placement>,
+    /// How every driver process is checked (`run --check`); `None`: unchecked.
+    checking: Option<Checking>,
 }
 
 impl Supervisor {
@@ -139,7 +152,9 @@ impl Supervisor {
         let g = setup.geometry;
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
         let datapath = Datapath::new(shm, label.clone())?;
-        let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection };
+        let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
+        let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection,
+                            check: checking.as_ref() };
         let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
         let interface = Interface::create(&setup.ifname, label.clone())?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
@@ -147,9 +162,9 @@ impl Supervisor {
             p.place_daemon_thread().map_err(|e| format!("cannot keep the device's thread off CPU {}: {e}", p.cpu))?;
         }
         let now = Instant::now();
-        let (control, driver) = link::spawn(&setup.driver_binary, setup.placement, &vfio, &datapath)?;
-        let pid = driver.pid;
-        let link = DriverLink::new(driver, control, setup.detection, now)?;
+        let spawned = link::spawn(&spawn, &vfio, &datapath, &setup.modules)?;
+        let pid = spawned.process.pid;
+        let link = DriverLink::new(spawned, setup.detection, now)?;
         info!("{label}: driver process {pid} started ({}), interface {}, IOMMU group {}, arena {} MiB at IOVA {:#x}",
               setup.driver_binary.display(), setup.ifname, vfio.group_id(), g.arena_size >> 20, g.arena_iova);
         let status = DeviceStatus {
@@ -184,11 +199,14 @@ impl Supervisor {
             migrations: Vec::new(),
             standby: standbys.status(),
             template_pid: None,
+            // Handle::status reads it from the checking's log.
+            check: None,
         };
         let (command_sender, commands) = mpsc::channel();
         let mut s = Supervisor {
             link: Some(link),
-            succession: Succession::new(setup.modules, setup.restarts.template),
+            // A template's forks would share its trace region: a checked device has none.
+            succession: Succession::new(setup.modules, setup.restarts.template && checking.is_none()),
             agent: RecoveryAgent::new(setup.restarts, setup.agent),
             shadow: None,
             datapath,
@@ -206,6 +224,7 @@ impl Supervisor {
             detection: setup.detection,
             driver_binary: setup.driver_binary,
             placement: setup.placement,
+            checking,
         };
         let modules = s.succession.modules.clone();
         if let Err(e) = s.send_startup(&modules) {
@@ -217,6 +236,11 @@ impl Supervisor {
 
     fn label(&self) -> &PciAddress {
         self.devices.address()
+    }
+
+    /// How this device's driver processes are started.
+    fn spawn_options(&self) -> Spawn<'_> {
+        Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
     }
 
     /// HELLO and PROBE: the driver process maps the shared memory, loads the
@@ -267,6 +291,8 @@ impl Supervisor {
                 fds.push(fd::readable(link.pidfd()));
                 fds.push(fd::readable(link.control()));
                 fds.push(fd::readable(self.datapath.notify_fd()));
+                // poll(2) skips a negative fd: an unchecked driver has no checker.
+                fds.push(link.checker_fd().map_or(libc::pollfd { fd: -1, events: 0, revents: 0 }, fd::readable));
                 if want_tap {
                     fds.push(fd::readable(&self.interface.tap));
                 }
@@ -306,10 +332,14 @@ impl Supervisor {
                 self.retry_if_due(Instant::now());
                 continue;
             }
-            let (exited, control, notify, tap) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3);
+            let (exited, control, notify, checker, tap) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3, driver_at + 4);
             if ready(exited) {
                 self.driver_exited();
                 continue;
+            }
+            // The checker first: a driver it no longer approves is ended before it is heard.
+            if outcome.is_ok() && ready(checker) {
+                outcome = self.link.as_mut().expect("a driver").read_checker();
             }
             if outcome.is_ok() && ready(control) {
                 outcome = self.handle_control();
@@ -352,12 +382,12 @@ impl Supervisor {
     }
 
 
-    /// The serving driver's process ended by itself.
+    /// The serving driver's process ended by itself (a checked one's cause
+    /// may be its checker's verdict: link.rs, `reap`).
     fn driver_exited(&mut self) {
         let link = self.link.take().expect("a driver");
-        let pid = link.pid();
-        let how = link.reap();
-        self.after_death(format!("the driver process {pid} {how}"), true);
+        let cause = link.reap();
+        self.after_death(cause, true);
     }
 
     /// Milliseconds until the next deadline, PING, multicast poll or log report.

@@ -8,11 +8,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, HandoverRecord, ModuleInfo};
+use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, ModuleInfo};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use super::Supervisor;
+use crate::check::CheckLog;
 use crate::handover::Driver;
 use crate::ethtool_job::Answer;
 use crate::fd;
@@ -41,6 +42,10 @@ pub struct Setup {
     pub agent: AgentPolicy,
     /// The devices the interface may move to, with their drivers (`run --standby`).
     pub standby: Vec<Driver>,
+    /// `run --check`: every driver process runs under a checker with this gate.
+    pub check: Option<GateMode>,
+    /// The checker executable (`understudyd --checker`).
+    pub checker_binary: PathBuf,
 }
 
 /// What the CLI asks of a running device's thread.
@@ -60,6 +65,8 @@ pub(super) type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
 /// What the rest of the daemon holds for a device.
 pub struct Handle {
     status: Arc<Mutex<DeviceStatus>>,
+    /// What a checked device's checkers found.
+    check: Option<Arc<Mutex<CheckLog>>>,
     started: Instant,
     stop: OwnedFd,
     requester: Requester,
@@ -117,7 +124,16 @@ impl Handle {
     pub fn status(&self) -> DeviceStatus {
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.pid));
         st
+    }
+
+    /// `check report`: what the device's checkers found, if it is checked.
+    pub fn check_report(&self) -> Result<CheckReport, String> {
+        let st = self.status();
+        let log = self.check.as_ref()
+            .ok_or_else(|| format!("{} ({}) is not checked (`understudy run --check MODE` checks it)", st.ifname, st.device))?;
+        Ok(log.lock().unwrap_or_else(|p| p.into_inner()).report(st.device, st.ifname, st.pid))
     }
 
     pub fn requester(&self) -> Requester {
@@ -145,7 +161,8 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
             Ok(mut s) => {
                 let stop = s.stop.try_clone().expect("dup of an eventfd");
                 let wake = s.wake.try_clone().expect("dup of an eventfd");
-                let _ = tx.send(Ok((s.status.clone(), stop, s.command_sender.clone(), wake)));
+                let check = s.checking.as_ref().map(|c| c.log.clone());
+                let _ = tx.send(Ok((s.status.clone(), check, stop, s.command_sender.clone(), wake)));
                 s.run();
             }
             Err(e) => {
@@ -154,9 +171,9 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
     match rx.recv() {
-        Ok(Ok((status, stop, commands, wake))) => {
+        Ok(Ok((status, check, stop, commands, wake))) => {
             let requester = Requester { commands, wake: Arc::new(wake) };
-            Ok(Handle { status, started: Instant::now(), stop, requester, thread: Some(thread) })
+            Ok(Handle { status, check, started: Instant::now(), stop, requester, thread: Some(thread) })
         }
         Ok(Err(e)) => {
             let _ = thread.join();

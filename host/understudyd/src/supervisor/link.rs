@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 //! One driver process and its control socket: the requests in flight, the
 //! heartbeat, the transmit watchdog and the WARN count (docs/protocol.md,
-//! "Control messages", "Deadlines"). A link lives as long as its process;
-//! a successor gets a new one.
+//! "Control messages", "Deadlines"), and, for a checked device, its checker
+//! (docs/checking.md). A link lives as long as its process; a successor
+//! gets a new one.
 
 use std::collections::HashMap;
 use std::io;
@@ -10,12 +11,15 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::Instant;
 
+use log::info;
 use nix::sys::socket::{recv, send, MsgFlags};
+use understudy_api::ModuleInfo;
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 use understudy_vfio::Vfio;
 
 use super::datapath::Datapath;
 use super::{Fault, Purpose};
+use crate::check::{self, Alarm, Checker, Checking};
 use crate::fd;
 use crate::placement::Placement;
 use crate::process::{self, DriverFds, DriverProcess};
@@ -31,27 +35,66 @@ pub struct DriverLink {
     pub tx_progress: TxProgress,
     warn_storm: WarnStorm,
     buf: Vec<u8>,
+    /// A checked driver's checker, ended with it.
+    checker: Option<Checker>,
+}
+
+/// How a driver process is started.
+#[derive(Clone, Copy)]
+pub struct Spawn<'a> {
+    pub binary: &'a Path,
+    pub placement: Option<Placement>,
+    pub detection: Detection,
+    /// How it is checked; `None`: it is not.
+    pub check: Option<&'a Checking>,
+}
+
+/// A driver process just started: the host's end of its control socket, and its checker.
+pub struct Spawned {
+    pub control: OwnedFd,
+    pub process: DriverProcess,
+    pub checker: Option<Checker>,
 }
 
 /// Starts a driver process for `vfio`'s device on the datapath's shared
-/// memory; returns the host's end of its control socket and the process.
-pub fn spawn(binary: &Path, placement: Option<Placement>, vfio: &Vfio, datapath: &Datapath)
-             -> Result<(OwnedFd, DriverProcess), String> {
+/// memory, to run `modules`. A checked one's checker starts first, on a
+/// fresh trace region, then the driver with the same region
+/// (docs/checking.md, "Starting a checked driver").
+pub fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Spawned, String> {
     let (control, driver_control) = fd::seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
-    let driver = process::spawn(binary, &DriverFds {
+    let checked = match spawn.check {
+        Some(checking) => Some(start_checker(checking, vfio, modules).inspect_err(|e| checking.failed(e))?),
+        None => None,
+    };
+    let (region, mut checker) = checked.unzip();
+    let driver = process::spawn(spawn.binary, &DriverFds {
         control: driver_control.as_fd(),
         device: vfio.device_fd(),
         arena: datapath.shm.arena().as_fd(),
         rings: datapath.shm.rings().region().as_fd(),
         kick: datapath.kick_fd(),
         notify: datapath.notify_fd(),
-    }, placement)
+        trace: region.as_ref().zip(spawn.check).map(|(r, c)| (r.as_fd(), c.mode)),
+    }, spawn.placement)
     .map_err(|e| e.to_string())?;
-    Ok((control, driver))
+    if let (Some(c), Some(checking)) = (checker.as_mut(), spawn.check) {
+        c.driver_started(driver.pid);
+        info!("{}: checker {} checks driver process {} ({} gate)", vfio.address(), c.pid, driver.pid, checking.mode);
+    }
+    Ok(Spawned { control, process: driver, checker })
+}
+
+/// A fresh trace region and a checker reading it.
+fn start_checker(checking: &Checking, vfio: &Vfio, modules: &[ModuleInfo]) -> Result<(OwnedFd, Checker), String> {
+    let region = check::create_region().map_err(|e| format!("cannot create a trace region: {e}"))?;
+    let modules = modules.iter().map(|m| m.path.clone()).collect();
+    let checker = Checker::spawn(checking, region.as_fd(), vfio.address().as_str(), modules).map_err(|e| e.to_string())?;
+    Ok((region, checker))
 }
 
 impl DriverLink {
-    pub fn new(process: DriverProcess, control: OwnedFd, detection: Detection, now: Instant) -> Result<Self, String> {
+    pub fn new(spawned: Spawned, detection: Detection, now: Instant) -> Result<Self, String> {
+        let Spawned { control, process, checker } = spawned;
         fd::set_nonblocking(control.as_fd()).map_err(|e| format!("control socket: {e}"))?;
         Ok(DriverLink {
             process,
@@ -62,6 +105,7 @@ impl DriverLink {
             tx_progress: TxProgress::new(now),
             warn_storm: WarnStorm::new(detection.warns, detection.warn_window),
             buf: vec![0u8; MSG_MAX + 1],
+            checker,
         })
     }
 
@@ -156,14 +200,115 @@ impl DriverLink {
         Ok((std::mem::replace(&mut self.process, process), std::mem::replace(&mut self.control, control)))
     }
 
-    /// Reaps the process, which has exited; says how it ended.
-    pub fn reap(self) -> String {
-        process::wait(self.process.pid)
+    /// Readable when the checker printed something or is gone.
+    pub fn checker_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.checker.as_ref().and_then(Checker::stdout)
     }
 
-    /// Kills and reaps the process; says how it ended.
-    pub fn end(self) -> String {
+    /// Takes what the checker printed: a checker that is gone or a fatal
+    /// verdict ends the driver (docs/checking.md, "Failing closed").
+    pub fn read_checker(&mut self) -> Result<(), Fault> {
+        let Some(checker) = self.checker.as_mut() else { return Ok(()) };
+        checker.read().map_err(|alarm| match alarm {
+            Alarm::Gone(why) => Fault::CheckerGone(why),
+            Alarm::Verdict(verdict) => Fault::Verdict(verdict),
+        })
+    }
+
+    /// Reaps the process, which has exited, then stops its checker; says
+    /// why it ended -- a checked one that exited at its gate, by whose verdict.
+    pub fn reap(mut self) -> String {
+        let pid = self.process.pid;
+        let ended = process::reap(pid);
+        let Some(checker) = self.checker.take() else {
+            return format!("the driver process {pid} {}", ended.describe());
+        };
+        let at_gate = ended.exit_code() == Some(check::EXIT_AT_GATE);
+        let verdict = checker.stop(at_gate);
+        check::death_cause(pid, &ended.describe(), at_gate, verdict.as_deref())
+    }
+
+    /// Kills and reaps the process, then stops its checker; says how it ended.
+    pub fn end(mut self) -> String {
         process::kill(self.process.pid);
-        process::wait(self.process.pid)
+        let how = process::wait(self.process.pid);
+        if let Some(checker) = self.checker.take() {
+            checker.stop(false);
+        }
+        how
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testing::{checking, fake_checker_script, FINDING};
+    use std::os::fd::AsFd;
+    use std::time::Duration;
+    use understudy_api::GateMode;
+
+    fn detection() -> Detection {
+        let s = Duration::from_secs(1);
+        Detection { ping_interval: s, ping: s, request: s, probe: s, tx: s, warns: 0, warn_window: s }
+    }
+
+    /// A link to `sh -c script` standing in for a driver process, checked by `checker`.
+    fn checked_link(script: &str, checking: &Checking) -> DriverLink {
+        let region = check::create_region().unwrap();
+        let mut checker = Checker::spawn(checking, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
+        let child = std::process::Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
+        let process = process::watch(child.id() as libc::pid_t).unwrap();
+        checker.driver_started(process.pid);
+        let (control, _driver_end) = fd::seqpacket_pair().unwrap();
+        DriverLink::new(Spawned { control, process, checker: Some(checker) }, detection(), Instant::now())
+            .unwrap()
+    }
+
+    /// Reads the checker until it says the driver must end, for at most 5 s.
+    fn alarm(link: &mut DriverLink) -> Option<Fault> {
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            let mut fds = [fd::readable(link.checker_fd()?)];
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) };
+            if let Err(fault) = link.read_checker() {
+                return Some(fault);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_checker_that_dies_ends_its_driver_with_fake_checker_script() {
+        let script = fake_checker_script("link-dies", "exit 1");
+        let c = checking(&script.path, GateMode::Stringent);
+        let mut link = checked_link("exec sleep 30", &c);
+        let Some(Fault::CheckerGone(why)) = alarm(&mut link) else { panic!("a dead checker was not a fault") };
+        let why = Fault::CheckerGone(why).describe();
+        assert!(why.contains("exited with status 1: its driver's device writes are no longer approved"), "{why}");
+        assert!(link.end().starts_with("killed by signal 9"));
+    }
+
+    #[test]
+    fn a_driver_stopped_at_its_gate_dies_of_the_verdict_with_fake_checker_script() {
+        let script = fake_checker_script("link-gate", &format!("echo '{FINDING}'\nexec sleep 30"));
+        let c = checking(&script.path, GateMode::Permissive);
+        let mut link = checked_link("sleep 0.5; exit 3", &c);
+        let Some(Fault::Verdict(verdict)) = alarm(&mut link) else { panic!("a fatal finding was not a verdict") };
+        assert_eq!(verdict, "use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)");
+        let pid = link.pid();
+        assert_eq!(link.reap(), format!("the driver process {pid} was stopped by its checker's verdict before a device \
+                                         write: use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)"));
+    }
+
+    #[test]
+    fn an_unchecked_driver_exiting_with_3_is_only_an_exit() {
+        let child = std::process::Command::new("/bin/sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let process = process::watch(child.id() as libc::pid_t).unwrap();
+        let pid = process.pid;
+        let (control, _driver_end) = fd::seqpacket_pair().unwrap();
+        let link = DriverLink::new(Spawned { control, process, checker: None }, detection(), Instant::now())
+            .unwrap();
+        assert_eq!(link.reap(), format!("the driver process {pid} exited with status 3"));
     }
 }

@@ -6,7 +6,9 @@
 //! it also probes that device on scratch memory of its own: the probe says
 //! what the driver offers there before anything stops. Either way the
 //! process is not the successor's yet: an update's is kept and resumed
-//! (HELLO, PROBE on the real pool), a prober is ended.
+//! (HELLO, PROBE on the real pool), a prober is ended. An update's is
+//! therefore checked from its start, like any driver process of a checked
+//! device; a prober is not (check/mod.rs says why).
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -19,12 +21,10 @@ use understudy_vfio::Vfio;
 use log::warn;
 
 use super::datapath::Datapath;
-use super::link::{self, DriverLink};
+use super::link::{self, DriverLink, Spawn};
 use super::{device, driver_log, Fault, Purpose, Supervisor};
 use crate::fd;
 use crate::handover::{Driver, Event, Loaded};
-use crate::placement::Placement;
-use crate::watchdog::Detection;
 
 pub struct Loader {
     pub link: DriverLink,
@@ -34,18 +34,11 @@ pub struct Loader {
     registration: Option<RegisteredInfo>,
 }
 
-/// How a loader's process is started.
-pub struct Spawn<'a> {
-    pub binary: &'a std::path::Path,
-    pub placement: Option<Placement>,
-    pub detection: Detection,
-}
-
 impl Loader {
     /// A process that LOADs `modules` for the serving device (`vfio`, `datapath`).
     pub fn load(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
-        let mut loader = Loader::spawn(spawn, vfio, datapath)?;
+        let mut loader = Loader::spawn(spawn, vfio, datapath, modules)?;
         loader.send(Loader::load_request(modules, ids))?;
         Ok(loader)
     }
@@ -59,7 +52,7 @@ impl Loader {
         vfio.unmap_all().map_err(|e| e.to_string())?;
         let started = device::map_arena(vfio, &shm)
             .map_err(|e| format!("mapping scratch memory for {}: {e}", vfio.address()))
-            .and_then(|()| Loader::start_probe(spawn, vfio, modules, ids, shm));
+            .and_then(|()| Loader::start_probe(&Spawn { check: None, ..*spawn }, vfio, modules, ids, shm));
         if started.is_err() {
             let _ = map_real(vfio, real);
         }
@@ -69,7 +62,7 @@ impl Loader {
     fn start_probe(spawn: &Spawn, vfio: &Vfio, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
                    -> Result<Loader, String> {
         let scratch = Datapath::new(shm, vfio.address().to_string())?;
-        let mut loader = Loader::spawn(spawn, vfio, &scratch)?;
+        let mut loader = Loader::spawn(spawn, vfio, &scratch, modules)?;
         let hello = Request::Hello(scratch.shm.geometry().hello());
         let probe = Request::Probe {
             pci_address: vfio.address().to_string(),
@@ -82,9 +75,8 @@ impl Loader {
         Ok(loader)
     }
 
-    fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath) -> Result<Loader, String> {
-        let (control, process) = link::spawn(spawn.binary, spawn.placement, vfio, datapath)?;
-        let link = DriverLink::new(process, control, spawn.detection, Instant::now())?;
+    fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
+        let link = DriverLink::new(link::spawn(spawn, vfio, datapath, modules)?, spawn.detection, Instant::now())?;
         Ok(Loader { link, scratch: None, kernel_half: None, registration: None })
     }
 
@@ -101,14 +93,18 @@ impl Loader {
         self.scratch.is_some()
     }
 
-    /// The control socket and the process's end, to poll.
-    pub fn poll_fds(&self) -> [BorrowedFd<'_>; 2] {
-        [self.link.control(), self.link.pidfd()]
+    /// The control socket, the process's end and its checker's output, to poll.
+    pub fn poll_fds(&self) -> Vec<BorrowedFd<'_>> {
+        [self.link.control(), self.link.pidfd()].into_iter().chain(self.link.checker_fd()).collect()
     }
 
     /// Reads what the process said: `Some` once it is done -- loaded (and
-    /// probed), or why not. Its log lines go to `log`.
+    /// probed), or why not. Its log lines go to `log`. A checker that is
+    /// gone or gave a verdict makes it a refusal.
     pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded, String>> {
+        if let Err(fault) = self.link.read_checker() {
+            return Some(Err(fault.describe()));
+        }
         loop {
             let message = match self.link.receive() {
                 Ok(None) => return self.overdue(Instant::now()).map(Err),
@@ -175,10 +171,10 @@ impl Loader {
             if now >= end {
                 return Err(format!("no answer within {} s", limit.as_secs()));
             }
-            let mut fds = self.poll_fds().map(fd::readable);
+            let mut fds: Vec<libc::pollfd> = self.poll_fds().into_iter().map(fd::readable).collect();
             let wait = end.min(self.deadline()).saturating_duration_since(now).as_millis().clamp(1, 1000) as libc::c_int;
-            // SAFETY: two valid pollfds.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, wait) };
+            // SAFETY: valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
         }
     }
 
@@ -208,7 +204,8 @@ impl Supervisor {
     /// device until HELLO and PROBE); on the destination of a move it also
     /// probes it, on scratch memory (loader.rs).
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
-        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection };
+        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection,
+                            check: self.checking.as_ref() };
         let started = match self.devices.serving() {
             Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
             _ => match self.devices.other.as_mut() {

@@ -11,7 +11,8 @@ use understudy_api::DriverState;
 use understudy_shm::SharedMemory;
 use understudy_vfio::{PciAddress, Vfio};
 
-use super::loader::{Loader, Spawn};
+use super::link::Spawn;
+use super::loader::Loader;
 use super::succession::module_names;
 use super::{device, Fault, Supervisor, UpdateAnswer};
 use crate::handover::{Driver, Event, Handover};

@@ -13,7 +13,7 @@ use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverReason, Hand
 use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
 
-use super::link::{self, DriverLink};
+use super::link::{self, DriverLink, Spawned};
 use super::loader::Loader;
 use super::templates::Templates;
 use super::{device, Fault, Purpose, Supervisor, UpdateAnswer};
@@ -370,15 +370,15 @@ impl Supervisor {
             Some(loader) => (loader.link, StartKind::Probe),
             None => {
                 let forked = if template_fits { self.fork_from_template() } else { None };
-                let (control, process, kind) = match forked {
-                    Some((control, process)) => (control, process, StartKind::Template),
+                let (spawned, kind) = match forked {
+                    // A checked device has no template (its forks would share its trace region).
+                    Some((control, process)) => (Spawned { control, process, checker: None }, StartKind::Template),
                     None => {
                         let vfio = self.devices.serving().expect("serve_on above");
-                        let (control, process) = link::spawn(&self.driver_binary, self.placement, vfio, &self.datapath)?;
-                        (control, process, StartKind::Probe)
+                        (link::spawn(&self.spawn_options(), vfio, &self.datapath, modules)?, StartKind::Probe)
                     }
                 };
-                (DriverLink::new(process, control, self.detection, now)?, kind)
+                (DriverLink::new(spawned, self.detection, now)?, kind)
             }
         };
         let pid = link.pid();
