@@ -14,6 +14,7 @@ import json
 import shlex
 import statistics
 import sys
+import time
 
 from . import net, provenance, understudy
 from .bench import driver_cpu, lab_identity, table
@@ -64,9 +65,14 @@ def check(driver: str, gate: str, runs: int, megabytes: int) -> dict:
                     log(f"run {i + 1}/{runs}: {dev.driver} {'under the checker, ' + mode if mode else 'unchecked'}")
                     understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest),
                                              check=mode)
-                    (checked if mode else plain).append(transfers(guest, nbytes, network))
+                    before, t0 = check_report(daemon) if mode else None, time.monotonic()
+                    run = transfers(guest, nbytes, network)
                     if mode:
-                        reports.append(check_report(daemon))
+                        after = check_report(daemon)
+                        run["events"] = after["status"]["events"] - before["status"]["events"]
+                        run["events_per_s"] = round(run["events"] / (time.monotonic() - t0))
+                        reports.append(after)
+                    (checked if mode else plain).append(run)
                     understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
@@ -74,6 +80,7 @@ def check(driver: str, gate: str, runs: int, megabytes: int) -> dict:
 
 
 def check_report(daemon: understudy.Daemon) -> dict:
+    """`understudy check report us0 --json`: the device's findings, verdicts and event counts."""
     status, report = daemon.cli_json("check", "report", "us0")
     if status not in (0, 1):
         raise LabError(f"understudy check report us0 failed (exit {status})")
@@ -84,12 +91,13 @@ def summarise(dev, gate, runs, megabytes, plain, checked, reports) -> dict:
     last = reports[-1]
     ratios = {f"{d}_ratio": round(median_of(checked, f"{d}_mbps") / median_of(plain, f"{d}_mbps"), 3)
               for d in ("tx", "rx")}
-    events = [r.get("events", 0) for r in reports]
-    rates = [r.get("events_per_s", 0) for r in reports]
+    events = [r["events"] for r in checked]
+    rates = [r["events_per_s"] for r in checked]
     return {"driver": dev.driver, "device": dev.name, **lab_identity(), "gate": gate,
             "runs": runs, "megabytes": megabytes, **ratios,
             "tx_ratio_spread": spread(checked, plain, "tx_mbps"),
             "rx_ratio_spread": spread(checked, plain, "rx_mbps"),
+            # events the checker checked during one run's transfers, and their rate
             "events": int(statistics.median(events)), "events_per_s": round(statistics.median(rates)),
             "hash_ok": all(r["tx_hash_ok"] and r["rx_hash_ok"] for r in plain + checked),
             "resets": sum(r["resets"] for r in plain + checked),
