@@ -188,6 +188,15 @@ fn run(region: &Region, fatal: Vec<Kind>) -> ExitCode {
             last_progress = Instant::now();
         }
     }
+    // Told to stop (the driver has ended): what it published before it ended is checked too,
+    // so that a finding in its last moments is reported.
+    while error.is_none() {
+        match gate.poll(&mut engine, BATCH) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => error = Some(e.to_string()),
+        }
+    }
     engine.reporter().summary(gate.checked(), gate.verdict_at(), error.as_deref());
     if error.is_some() { ExitCode::from(2) } else { ExitCode::SUCCESS }
 }

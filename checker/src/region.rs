@@ -210,7 +210,8 @@ impl Region {
     pub fn wait_ready(&self, mut stop: impl FnMut() -> bool) -> bool {
         while self.ready().load(Ordering::Acquire) == 0 {
             if stop() {
-                return false;
+                // told to stop: a driver that got ready meanwhile is still checked
+                return self.ready().load(Ordering::Acquire) != 0;
             }
             futex_wait(self.ready(), 0, Duration::from_millis(100));
         }

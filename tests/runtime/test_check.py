@@ -40,14 +40,15 @@ def checker_lines(stdout: str) -> tuple[list[dict], dict]:
     return findings, summary
 
 
-def run_selftest_checked(checker, gate: str) -> tuple[subprocess.CompletedProcess, str]:
+def run_module_checked(checker, module: str, gate: str, *params: str) -> tuple[subprocess.CompletedProcess, str]:
+    """A test module (no device) in a driver process under the checker; its run and the checker's output."""
     trace_fd = os.memfd_create("understudy-trace")
     os.ftruncate(trace_fd, TRACE_REGION_SIZE)
     chk = subprocess.Popen([str(checker), "--trace-fd", str(trace_fd)], pass_fds=(trace_fd,),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF),
-                              "--module", str(BUILD / "understudy-selftest.ko"),
+        res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF), "--module", str(BUILD / module),
+                              *[a for p in params for a in ("--param", p)],
                               "--trace-fd", str(trace_fd), "--gate", gate],
                              pass_fds=(trace_fd,), capture_output=True, text=True, timeout=120)
     finally:
@@ -59,7 +60,7 @@ def run_selftest_checked(checker, gate: str) -> tuple[subprocess.CompletedProces
 
 @pytest.mark.parametrize("gate", GATES)
 def test_the_selftests_pass_rewritten_and_the_checker_sees_them(checker, gate):
-    res, out = run_selftest_checked(checker, gate)
+    res, out = run_module_checked(checker, "understudy-selftest.ko", gate)
     assert res.returncode == 0, res.stdout + res.stderr
     results = events(res.stdout, "SELFTEST")
     assert len(results) >= 13 and all(r["result"] == "ok" for r in results), res.stdout
@@ -70,6 +71,40 @@ def test_the_selftests_pass_rewritten_and_the_checker_sees_them(checker, gate):
     # those are the only findings (docs/checking.md, "What the checkers report").
     assert {f["kind"] for f in findings} <= {"data-race"}, findings
     assert not any(f["fatal"] for f in findings)
+
+
+# understudy-faulty.ko's bugs (tests/runtime/faulty/faulty.c): fault -> what must be found, where.
+FAULTS = {
+    1: ("memory", "use-after-free", "use_after_free"),
+    2: ("memory", "out-of-bounds-write", "out_of_bounds"),
+    3: ("memory", "double-free", None),     # a site without probes of its own: named by address
+    4: ("memory", "uninitialised-read", "uninitialised_read"),
+    5: ("dma", "device-owned-write", "write_device_owned"),
+    6: ("dma", "unmap-never-mapped", "unmap_never_mapped"),
+    7: ("dma", "repeated-unmap", "repeated_unmap"),
+    8: ("race", "data-race", "missing_lock"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_bug_of_the_corpus_is_found_by_its_checker_at_its_function(checker, fault):
+    res, out = run_module_checked(checker, "understudy-faulty.ko", "triage",
+                                  f"understudy_faulty.fault={fault}")
+    assert res.returncode == 0 and events(res.stdout, "FAULTY") == [{"fault": str(fault), "done": "1"}], \
+        res.stdout + res.stderr
+    findings, _ = checker_lines(out)
+    name, kind, function = FAULTS[fault]
+    assert [(f["checker"], f["kind"]) for f in findings] == [(name, kind)], findings
+    if function:
+        assert findings[0]["site"]["function"] == function, findings
+        assert findings[0]["site"]["module"] == "understudy-faulty"     # named after its file
+
+
+def test_the_same_work_done_right_draws_no_finding(checker):
+    res, out = run_module_checked(checker, "understudy-faulty.ko", "stringent", "understudy_faulty.fault=0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    findings, summary = checker_lines(out)
+    assert findings == [] and summary["events"] > 0
 
 
 def run_nic_checked(device: str, gate: str, modules) -> tuple[subprocess.CompletedProcess, list, dict]:
