@@ -231,16 +231,18 @@ def understudy_down(guest: Guest, daemon: Daemon, bdf: str) -> None:
 
 
 def start_understudy(guest: Guest, driver: str, max_restarts: int,
-                     *options: str) -> tuple[Daemon, str]:
+                     *options: str, check: str | None = None) -> tuple[Daemon, str]:
     """understudyd with restarts on, running `driver` (lab device nic0) behind us0,
-    which carries the guest's slirp network; returns the daemon and the device."""
+    which carries the guest's slirp network (under the checker with gate mode
+    `check`, if given); returns the daemon and the device."""
     dev = lookup_nic(driver)
     bdf = guest.pci_address("nic0")
     prepare(guest)
     modules = module_chain(guest, dev.driver)
-    daemon = Daemon(guest, build(), None, "--max-restarts", str(max_restarts),
-                    "--restart-window-s", "86400", *options)
-    understudy_up(guest, daemon, bdf, modules)
+    bins = build()
+    daemon = Daemon(guest, bins, None, "--max-restarts", str(max_restarts),
+                    "--restart-window-s", "86400", "--checker", str(bins["checker"]), *options)
+    understudy_up(guest, daemon, bdf, modules, check=check)
     return daemon, bdf
 
 

@@ -42,12 +42,8 @@
 	pop	%rsi
 .endm
 
-/*
- * One event {kind_flags, site = return address, addr = %rdi}. Its site
- * (ret_at) is where the return address lies above %rsp once %rax, %rcx,
- * %rdx are pushed; `device` says whether the address may be device memory.
- */
-.macro ACCESS_STUB name, kind_flags, flags, device
+/* A stub's entry: the flags if asked, then the three registers the fast path uses. */
+.macro STUB_ENTER name, flags
 	.globl	\name
 	.type	\name, @function
 \name:
@@ -57,7 +53,25 @@
 	push	%rax
 	push	%rcx
 	push	%rdx
-	.set	ret_at, 24 + 8 * \flags
+	.set	ret_at, 24 + 8 * \flags	/* where the return address now lies */
+.endm
+
+.macro STUB_LEAVE flags
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	.if \flags
+	popfq
+	.endif
+	ret
+.endm
+
+/*
+ * One event {kind_flags, site = return address, addr = %rdi}; `device` says
+ * whether the address may be device memory.
+ */
+.macro ACCESS_STUB name, kind_flags, flags, device
+	STUB_ENTER \name, \flags
 1:	mov	us_trace_hdr(%rip), %rcx
 	mov	us_trace_head(%rip), %rax
 	mov	%rax, %rdx
@@ -85,13 +99,7 @@
 	cmp	us_trace_device_span(%rip), %rdx
 	jb	6f
 	.endif
-3:	pop	%rdx
-	pop	%rcx
-	pop	%rax
-	.if \flags
-	popfq
-	.endif
-	ret
+3:	STUB_LEAVE \flags
 4:	CALL_C	us_trace_wait_room
 	jmp	1b
 5:	CALL_C	us_trace_wake_checker
@@ -110,23 +118,9 @@ ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU <
 
 /* in/out: %rdi = port; all in C (port I/O is slow anyway). */
 .macro PORT_STUB name, flags
-	.globl	\name
-	.type	\name, @function
-\name:
-	.if \flags
-	pushfq
-	.endif
-	push	%rax
-	push	%rcx
-	push	%rdx
-	CALL_C	us_check_port, (24 + 8 * \flags)
-	pop	%rdx
-	pop	%rcx
-	pop	%rax
-	.if \flags
-	popfq
-	.endif
-	ret
+	STUB_ENTER \name, \flags
+	CALL_C	us_check_port, ret_at
+	STUB_LEAVE \flags
 	.size	\name, . - \name
 .endm
 

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from lab import understudy
+from lab import traffic, understudy
 from lab.guest import Guest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, REPO, events
@@ -152,3 +152,34 @@ def test_triage_lets_e100_run_and_reports_the_same_violation(checker, lab_ready,
     assert events(res.out, "ARP_WAIT") == [{"answered": "1"}]
     assert any(f["kind"] == "device-owned-write" and f["site"]["function"].startswith("e100_rx_alloc")
                for f in findings), findings
+
+
+@pytest.mark.lab
+def test_a_verdict_stops_a_variant_before_its_device_write_and_the_shadow_recovers(lab_ready):
+    """Stringent mode, a host → guest transfer through us0: a variant of e1000 that
+    writes into a receive buffer the device owns (lab/check_variant.py, made in the
+    running process) meets a small frame (a ping's answer takes the copybreak
+    path); the checker's verdict stops it before its next device write, the
+    daemon restarts a clean e1000 from disk, and the transfer never notices."""
+    with Guest(devices=["e1000"]) as g:
+        daemon, bdf = understudy.start_understudy(g, "e1000", 3, check="stringent")
+        try:
+            before = daemon.status()[bdf]
+            with traffic.Us0Transfer(g, 256 << 20, timeout=300) as transfer:
+                st = traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (16 << 20), transfer)
+                inject = g.run(["python3", "-m", "lab.check_variant", str(st["pid"])], cwd=str(REPO), timeout=60)
+                assert inject.returncode == 0, inject.err
+                g.run("ping -n -q -c 1 -w 5 10.0.2.2", timeout=30)
+                after = understudy.wait_recovery(daemon, bdf, before["recovery_count"] + 1)
+                result = transfer.result(600)
+            _, report = daemon.cli_json("check", "report", "us0")
+        finally:
+            daemon.stop()
+    recovery = after["recoveries"][-1]
+    assert recovery["outcome"] == "recovered", recovery
+    assert "verdict" in recovery["cause"], recovery
+    assert result.hash_ok and result.summary()["resets"] == 0, result.summary()
+    [verdict] = report["verdicts"]
+    assert "device-owned-write" in verdict["cause"] and "e1000" in verdict["cause"], verdict
+    owned = [f for f in report["findings"] if f["kind"] == "device-owned-write"]
+    assert owned and owned[0]["site"]["function"] == "e1000_clean_rx_irq", report["findings"]
