@@ -183,3 +183,26 @@ def test_a_verdict_stops_a_variant_before_its_device_write_and_the_shadow_recove
     assert "device-owned-write" in verdict["cause"] and "e1000" in verdict["cause"], verdict
     owned = [f for f in report["findings"] if f["kind"] == "device-owned-write"]
     assert owned and owned[0]["site"]["function"] == "e1000_clean_rx_irq", report["findings"]
+
+
+@pytest.mark.lab
+def test_a_checker_that_dies_ends_its_driver_and_the_shadow_restarts_both(lab_ready):
+    """Fail closed: with its checker gone nothing approves the driver's device
+    writes, so the daemon ends the driver; the restart brings a fresh checker,
+    and a transfer through us0 meanwhile stays exact."""
+    with Guest(devices=["e1000"]) as g:
+        daemon, bdf = understudy.start_understudy(g, "e1000", 3, check="stringent")
+        try:
+            before = daemon.status()[bdf]
+            checker_pid = before["check"]["checker_pid"]
+            with traffic.Us0Transfer(g, 128 << 20, timeout=300) as transfer:
+                traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (16 << 20), transfer)
+                g.run(f"kill -9 {int(checker_pid)}", check=True)
+                after = understudy.wait_recovery(daemon, bdf, before["recovery_count"] + 1)
+                result = transfer.result(600)
+        finally:
+            daemon.stop()
+    recovery = after["recoveries"][-1]
+    assert recovery["outcome"] == "recovered" and "checker" in recovery["cause"], recovery
+    assert after["check"]["checker_pid"] not in (None, checker_pid)
+    assert result.hash_ok and result.summary()["resets"] == 0, result.summary()
