@@ -165,6 +165,18 @@ static void cpu_taken(void)
 	ddekit_trace(US_EV_CONTEXT, 0, thread_context, gettid(), thread_handler);
 }
 
+/*
+ * For the heartbeat: what the checker approved while the driver waited for
+ * it. A driver that does not wait gets no credit for the checker's work: a
+ * driver spinning with the CPU held stays a hang.
+ */
+static unsigned long long approved_while_waiting(void)
+{
+	if (!__atomic_load_n(&us_trace_hdr->producer_waiting, __ATOMIC_ACQUIRE))
+		return 0;
+	return __atomic_load_n(&us_trace_hdr->approved, __ATOMIC_ACQUIRE);
+}
+
 void check_start(void *percpu_block, void *arena, uint64_t arena_iova, uint64_t arena_size)
 {
 	struct us_trace_header *h = us_trace_hdr;
@@ -177,6 +189,7 @@ void check_start(void *percpu_block, void *arena, uint64_t arena_iova, uint64_t 
 	h->arena_size = arena_size;
 	__atomic_store_n(&h->ready, 1, __ATOMIC_RELEASE);
 	ddekit_setup_cpu_observer(cpu_taken);
+	ddekit_setup_waiting_progress(approved_while_waiting);
 	ddekit_checking = 1;
 }
 

@@ -75,6 +75,8 @@ static bool cpu_held;
 static unsigned long cpu_entries;
 static void (*cpu_observer)(void);	/* the checker's trace: who holds the CPU now */
 static void (*device_memory_observer)(void *addr, size_t size);	/* the checker's gate */
+/* Progress of a thread that waits with the CPU held for someone else (the checker). */
+static unsigned long long (*waiting_progress)(void);
 static __thread void *thread_data;
 
 /* ---- logging ------------------------------------------------------------ */
@@ -208,11 +210,18 @@ void ddekit_cpu_wait(unsigned long long deadline_ns)
 void ddekit_cpu_await_progress(void)
 {
 	unsigned long start = __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED);
+	unsigned long long waited = waiting_progress ? waiting_progress() : 0;
 	const struct timespec tick = { 0, 500000 };
 
 	while (__atomic_load_n(&cpu_held, __ATOMIC_ACQUIRE) &&
-	       __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED) == start)
+	       __atomic_load_n(&cpu_entries, __ATOMIC_RELAXED) == start &&
+	       (!waiting_progress || waiting_progress() == waited))
 		nanosleep(&tick, NULL);
+}
+
+void ddekit_setup_waiting_progress(unsigned long long (*progress)(void))
+{
+	waiting_progress = progress;
 }
 
 unsigned long ddekit_cpu_entries(void)

@@ -28,6 +28,14 @@ void ddekit_setup_event_observer(void (*observer)(const char *line));
 void ddekit_setup_cpu_observer(void (*observer)(void));
 /* Called with each BAR mapped for the driver: device memory (the checker's gate). */
 void ddekit_setup_device_memory_observer(void (*observer)(void *addr, size_t size));
+/*
+ * A thread may wait with the CPU held for another process to make progress
+ * (the checker, to free ring room or approve a device write): the heartbeat
+ * counts that progress as the driver's own, so a driver slowed by its
+ * checker is not taken for a hung one. `progress` returns a counter that
+ * moves only while such a wait is under way.
+ */
+void ddekit_setup_waiting_progress(unsigned long long (*progress)(void));
 /* Log records at or below this level go to stderr (default 7: all). */
 void ddekit_setup_loglevel(int level);
 
