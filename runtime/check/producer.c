@@ -160,10 +160,8 @@ static const struct us_trace_site *site_of(uint64_t ret)
 	return lo < nsites && sites[lo].ret == ret ? &sites[lo] : NULL;
 }
 
-static void cpu_taken(void)
-{
-	ddekit_trace(US_EV_CONTEXT, 0, thread_context, gettid(), thread_handler);
-}
+
+static void cpu_taken(void);
 
 /*
  * For the heartbeat: what the checker approved while the driver waited for
@@ -370,6 +368,13 @@ void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 {
 	if (!ddekit_checking)
 		return;
+	/*
+	 * The runtime's memcpy and memset serve the runtime too: only those the
+	 * driver called are its accesses (the runtime's own writes into what it
+	 * allocated are defined already, below).
+	 */
+	if ((kind == US_EV_COPY || kind == US_EV_FILL) && !in_checked_module(site))
+		return;
 	put(kind, site, addr, arg0, arg1);
 	/*
 	 * The runtime fills what it allocates for itself (an skb, a net_device)
@@ -380,13 +385,37 @@ void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 		put(US_EV_FILL, site, addr, 0, arg0);
 }
 
+/*
+ * CONTEXT: what runs on the CPU now, each time it changes -- a thread takes
+ * the CPU, or enters or leaves a handler. The same context again (the TX
+ * thread taking the CPU batch after batch) is not repeated.
+ */
+static void trace_context(void)
+{
+	static struct { int kind; pid_t tid; unsigned long handler; } last = { -1, 0, 0 };
+	pid_t tid = gettid();
+
+	if (!ddekit_checking ||
+	    (last.kind == thread_context && last.tid == tid && last.handler == thread_handler))
+		return;
+	last.kind = thread_context;
+	last.tid = tid;
+	last.handler = thread_handler;
+	put(US_EV_CONTEXT, 0, thread_context, tid, thread_handler);
+}
+
+static void cpu_taken(void)
+{
+	trace_context();
+}
+
 int ddekit_trace_context(int kind, unsigned long handler)
 {
 	int previous = thread_context;
 
 	thread_context = kind;
 	thread_handler = handler;
-	ddekit_trace(US_EV_CONTEXT, 0, kind, gettid(), handler);
+	trace_context();
 	return previous;
 }
 

@@ -191,8 +191,10 @@ static void *alloc_traced(size_t size, gfp_t flags, unsigned long site)
 
 	if (!ZERO_OR_NULL_PTR(p)) {
 		us_trace(DDEKIT_EV_ALLOC, site, p, size, 0);
-		if (flags & __GFP_ZERO)
+		if (flags & __GFP_ZERO) {
 			memset(p, 0, size);	/* as the slab does: the bytes asked for */
+			us_trace(DDEKIT_EV_FILL, site, p, 0, size);
+		}
 	}
 	return p;
 }
