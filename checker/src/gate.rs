@@ -124,6 +124,12 @@ impl<'r> Gate<'r> {
         e
     }
 
+    /// Whether the producer sleeps until the checker approves more (a full
+    /// ring, a stringent write): then the checker must not nap.
+    pub fn producer_waits(&self) -> bool {
+        self.region.producer_waiting().load(SeqCst) != 0
+    }
+
     /// Sleeps until the producer publishes more, at most `timeout`.
     pub fn wait(&self, timeout: Duration) {
         let region = self.region;
