@@ -234,12 +234,13 @@ def start_understudy(guest: Guest, driver: str, max_restarts: int,
                      *options: str, check: str | None = None) -> tuple[Daemon, str]:
     """understudyd with restarts on, running `driver` (lab device nic0) behind us0,
     which carries the guest's slirp network (under the checker with gate mode
-    `check`, if given); returns the daemon and the device."""
+    `check`, if given: then in the release build, as a debug checker would
+    hold a stringent driver to a trickle); returns the daemon and the device."""
     dev = lookup_nic(driver)
     bdf = guest.pci_address("nic0")
     prepare(guest)
     modules = module_chain(guest, dev.driver)
-    bins = build()
+    bins = build(release=check is not None)
     daemon = Daemon(guest, bins, None, "--max-restarts", str(max_restarts),
                     "--restart-window-s", "86400", "--checker", str(bins["checker"]), *options)
     understudy_up(guest, daemon, bdf, modules, check=check)

@@ -165,8 +165,8 @@ def test_a_verdict_stops_a_variant_before_its_device_write_and_the_shadow_recove
         daemon, bdf = understudy.start_understudy(g, "e1000", 3, check="stringent")
         try:
             before = daemon.status()[bdf]
-            with traffic.Us0Transfer(g, 256 << 20, timeout=300) as transfer:
-                st = traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (16 << 20), transfer)
+            with traffic.Us0Transfer(g, 48 << 20, timeout=300) as transfer:
+                st = traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (4 << 20), transfer)
                 inject = g.run(["python3", "-m", "lab.check_variant", str(st["pid"])], cwd=str(REPO), timeout=60)
                 assert inject.returncode == 0, inject.err
                 g.run("ping -n -q -c 1 -w 5 10.0.2.2", timeout=30)
@@ -195,8 +195,8 @@ def test_a_checker_that_dies_ends_its_driver_and_the_shadow_restarts_both(lab_re
         try:
             before = daemon.status()[bdf]
             checker_pid = before["check"]["checker_pid"]
-            with traffic.Us0Transfer(g, 128 << 20, timeout=300) as transfer:
-                traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (16 << 20), transfer)
+            with traffic.Us0Transfer(g, 48 << 20, timeout=300) as transfer:
+                traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (4 << 20), transfer)
                 g.run(f"kill -9 {int(checker_pid)}", check=True)
                 after = understudy.wait_recovery(daemon, bdf, before["recovery_count"] + 1)
                 result = transfer.result(600)
