@@ -12,7 +12,8 @@
  *   relocate.c  symbol values and RELA relocations
  *   sections.c  special sections, fault lookups, __fentry__ patching
  *   rewrite.c   for checked modules, before resolving: the code rewritten
- *               with probes (rewrite-x86.c decodes and emits one section)
+ *               with probes (rewrite-x86.c decodes a code section,
+ *               rewrite-emit.c emits it again)
  *   module.c    the context and the order of the steps above
  */
 #ifndef UNDERSTUDY_LOADER_INTERNAL_H

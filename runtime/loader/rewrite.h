@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The rewriting pass for checked drivers (docs/checking.md, "The rewritten
- * module"); shared by rewrite.c (the ELF file) and rewrite-x86.c (the code
- * of one section). Not part of the loader's API.
+ * module"); shared by rewrite.c (the ELF file), rewrite-x86.c (decoding one
+ * code section) and rewrite-emit.c (emitting it again). Not part of the
+ * loader's API.
  */
 #ifndef UNDERSTUDY_LOADER_REWRITE_H
 #define UNDERSTUDY_LOADER_REWRITE_H
@@ -92,8 +93,12 @@ struct rw_text {
 	size_t nsites;
 };
 
-/* rewrite-x86.c */
+/* rewrite-x86.c: decoding, the probes each instruction needs, the checks */
 int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text *t);
+/* The relocation of the section at exactly `off`, or NULL. */
+const Elf64_Rela *text_reloc_at(const struct rw_text *t, uint64_t off);
+
+/* rewrite-emit.c: layout, the offset map, the new code and its relocations */
 void text_layout(struct rw_text *t);
 int text_emit(struct ko_context *ctx, struct rw_text *t, const uint32_t stub_symbols[NR_STUBS]);
 /*
