@@ -111,7 +111,9 @@ impl Engine {
             EV_ALLOC => {
                 let size = range(index, ev.addr, ev.arg0 as u128)?;
                 self.memory.allocate(&mut self.heap, Block { start: ev.addr, size, site: runtime, event: index });
-                self.race.forget(ev.addr, size);
+                // Module data is reached without the heap's `born` (see
+                // `touch`): a block over it is forgotten at once.
+                self.race.forget(ev.addr, size, self.symbols.overlaps_module_image(ev.addr, size));
             }
             EV_FREE => self.memory.free(&mut self.heap, ev.addr, runtime, index, out),
             EV_DMA_MAP => {
@@ -232,7 +234,8 @@ impl Engine {
         // (descriptor ownership bits), which locksets cannot see.
         let heap_or_module = matches!(place, Place::Inside(_)) || self.symbols.in_module_image(t.address);
         if flags & (SITE_PERCPU | SITE_ATOMIC) == 0 && heap_or_module && !self.dma.is_coherent(t.address) {
-            self.race.access(&t, out);
+            let born = if let Place::Inside(b) = place { b.event } else { 0 };
+            self.race.access(&t, born, out);
         }
     }
 }

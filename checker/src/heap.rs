@@ -57,7 +57,6 @@ pub enum Place {
     Untracked,
 }
 
-#[derive(Default)]
 pub struct Heap {
     /// By start; disjoint.
     live: BTreeMap<u64, Block>,
@@ -66,15 +65,31 @@ pub struct Heap {
     /// Freeing order, for forgetting the oldest: (start, free event).
     freed_order: VecDeque<(u64, u64)>,
     freed_bytes: u64,
-    /// The live block the last access fell in: most accesses fall in the
-    /// same block as the one before.
-    last: Option<Block>,
+    /// Live blocks recent accesses fell in, most recent first: a driver's
+    /// accesses go to a few hot blocks (its adapter, its rings, the skb at
+    /// hand) in turn.
+    recent: [Option<Block>; RECENT],
+    /// [lowest start, highest end) of every block ever allocated: an
+    /// access far from it (a descriptor ring, per-cpu data) is nobody's
+    /// heap, with no tree to search.
+    extent: (u64, u64),
+}
+
+const RECENT: usize = 4;
+
+impl Default for Heap {
+    fn default() -> Heap {
+        Heap {
+            live: BTreeMap::new(), freed: BTreeMap::new(), freed_order: VecDeque::new(), freed_bytes: 0,
+            recent: [None; RECENT], extent: (u64::MAX, 0),
+        }
+    }
 }
 
 impl Heap {
     /// The live block holding `address`.
     pub fn live_at(&self, address: u64) -> Option<Block> {
-        if let Some(b) = self.last.filter(|b| address >= b.start && address < b.end()) {
+        if let Some(&b) = self.recent.iter().flatten().find(|b| address >= b.start && address < b.end()) {
             return Some(b);
         }
         self.live.range(..=address).next_back().map(|(_, b)| *b).filter(|b| address < b.end())
@@ -91,8 +106,15 @@ impl Heap {
 
     pub fn place(&mut self, address: u64, size: u64) -> Place {
         let end = address.saturating_add(size.max(1));
+        if end.saturating_add(REDZONE) <= self.extent.0 || address >= self.extent.1.saturating_add(REDZONE) {
+            return Place::Untracked;
+        }
         if let Some(b) = self.live_at(address) {
-            self.last = Some(b);
+            if self.recent[0] != Some(b) {
+                self.forget_recent(b.start);
+                self.recent.rotate_right(1);
+                self.recent[0] = Some(b);
+            }
             return if end <= b.end() { Place::Inside(b) } else { Place::OutOfBounds(b) };
         }
         if let Some(f) = self.freed.range(..=address).next_back().map(|(_, f)| *f).filter(|f| address < f.block.end()) {
@@ -109,18 +131,27 @@ impl Heap {
         Place::Untracked
     }
 
+    /// Drops the block starting at `start` from `recent`, if it is there.
+    fn forget_recent(&mut self, start: u64) {
+        if let Some(i) = self.recent.iter().position(|b| b.is_some_and(|b| b.start == start)) {
+            self.recent[i..].rotate_left(1);
+            self.recent[RECENT - 1] = None;
+        }
+    }
+
     /// Records a new live block. Live blocks it overlaps must have been
     /// freed without a FREE event: they are dropped, and returned so the
     /// caller can say so. Freed blocks it overlaps are forgotten: their
     /// memory is in use again.
     pub fn allocate(&mut self, block: Block) -> Vec<Block> {
-        self.last = None;
         let end = block.end();
+        self.extent = (self.extent.0.min(block.start), self.extent.1.max(end));
         let overlapping = |map_end: u64, start: u64| map_end > block.start && start < end;
         let stale: Vec<Block> = self.live.range(..end).rev().map(|(_, b)| *b)
             .take_while(|b| overlapping(b.end(), b.start)).collect();
         for b in &stale {
             self.live.remove(&b.start);
+            self.forget_recent(b.start);
         }
         let reused: Vec<Freed> = self.freed.range(..end).rev().map(|(_, f)| *f)
             .take_while(|f| overlapping(f.block.end(), f.block.start)).collect();
@@ -136,7 +167,7 @@ impl Heap {
     /// quarantine.
     pub fn free(&mut self, start: u64, site: SiteRef, event: u64) -> Option<Block> {
         let block = self.live.remove(&start)?;
-        self.last = None;
+        self.forget_recent(start);
         self.freed.insert(start, Freed { block, site, event });
         self.freed_order.push_back((start, event));
         self.freed_bytes += block.size;

@@ -112,6 +112,9 @@ pub struct Race {
     lock_ids: FxHashMap<u64, u32>,
     locksets: Locksets,
     pages: FxHashMap<u64, u32>,
+    /// The page the last access fell in and its index: most accesses fall
+    /// in the same page as the one before.
+    last_page: Option<(u64, u32)>,
     granules: Vec<Box<[Granule; GRANULES_PER_PAGE]>>,
     scratch: Vec<Element>,
 }
@@ -133,7 +136,7 @@ impl Default for Race {
         let mut race = Race {
             contexts: Vec::new(), by_key: FxHashMap::default(), current: 0, locks: Vec::new(),
             lock_ids: FxHashMap::default(), locksets: Locksets::default(), pages: FxHashMap::default(),
-            granules: Vec::new(), scratch: Vec::new(),
+            last_page: None, granules: Vec::new(), scratch: Vec::new(),
         };
         // Until the first CONTEXT event the CPU runs an anonymous process
         // thread, there from the start.
@@ -226,13 +229,30 @@ impl Race {
         }
         self.contexts[self.current as usize].first_seen = Some(event);
         self.pages.clear();
+        self.last_page = None;
         self.granules.clear();
     }
 
     /// New memory: whatever its granules saw belonged to a freed block.
-    pub fn forget(&mut self, start: u64, size: u64) {
-        let mut g = start / GRANULE;
-        let end = start.saturating_add(size).div_ceil(GRANULE);
+    /// Forgetting a block's granules is most of the cost of an ALLOC, so
+    /// only the ones at its ends, which it may share with a neighbour, are
+    /// forgotten now, unless `now` says all must be; the others are
+    /// forgotten at the first access through the block (`access`'s `born`),
+    /// which is the only way to reach them.
+    pub fn forget(&mut self, start: u64, size: u64, now: bool) {
+        let (first, end) = (start / GRANULE, start.saturating_add(size).div_ceil(GRANULE));
+        if !now {
+            for g in [first, end.saturating_sub(1)] {
+                if g >= first && g < end {
+                    self.forget_granules(g, g + 1);
+                }
+            }
+            return;
+        }
+        self.forget_granules(first, end);
+    }
+
+    fn forget_granules(&mut self, mut g: u64, end: u64) {
         while g < end {
             let page = g * GRANULE / PAGE;
             let first = (g % GRANULES_PER_PAGE as u64) as usize;
@@ -244,30 +264,48 @@ impl Race {
         }
     }
 
-    fn granule(&mut self, index: u64) -> &mut Granule {
-        let page = index * GRANULE / PAGE;
+    /// Where the granules of `page` are in `granules`, created virgin if it
+    /// has none yet.
+    fn page(&mut self, page: u64) -> usize {
+        if let Some((_, i)) = self.last_page.filter(|&(p, _)| p == page) {
+            return i as usize;
+        }
         let next = self.granules.len() as u32;
         let i = *self.pages.entry(page).or_insert(next);
         if i == next {
             self.granules.push(Box::new([Granule::default(); GRANULES_PER_PAGE]));
         }
-        &mut self.granules[i as usize][(index % GRANULES_PER_PAGE as u64) as usize]
+        self.last_page = Some((page, i));
+        i as usize
     }
 
     /// An access to tracked memory (the caller leaves out the stack, per-cpu
-    /// data, atomics and DMA-coherent memory).
-    pub fn access(&mut self, t: &Touch, out: &mut Reporter) {
+    /// data, atomics and DMA-coherent memory). `born` is the ALLOC event of
+    /// the live block that holds it (0 outside the heap): a granule last
+    /// touched before it belonged to a freed block and is forgotten (see
+    /// `forget`).
+    pub fn access(&mut self, t: &Touch, born: u64, out: &mut Reporter) {
         let (c, lockset) = (self.current, self.contexts[self.current as usize].lockset);
         let first_seen = self.contexts[c as usize].first_seen.unwrap_or(0);
         let me = Party::new(t.site, c, t.write);
         let mut found = None;
-        for index in t.address / GRANULE..t.end().div_ceil(GRANULE) {
-            let g = *self.granule(index);
-            let (g, report) = self.step(g, me, lockset, first_seen, t.event);
-            *self.granule(index) = g;
-            if found.is_none() {
-                found = report.map(|(other, before)| Found { other, before, granule: index * GRANULE });
+        let (mut index, end) = (t.address / GRANULE, t.end().div_ceil(GRANULE));
+        // Page by page: one page lookup for all the granules of a copy or a
+        // fill that lie in it, not one per granule.
+        while index < end {
+            let first = (index % GRANULES_PER_PAGE as u64) as usize;
+            let n = (GRANULES_PER_PAGE - first).min((end - index) as usize);
+            let i = self.page(index * GRANULE / PAGE);
+            for (k, g) in self.granules[i][first..first + n].iter_mut().enumerate() {
+                if g.last_event < born {
+                    *g = Granule::default();
+                }
+                let report = Self::step(&mut self.locksets, g, me, lockset, first_seen, t.event);
+                if found.is_none() {
+                    found = report.map(|(other, before)| Found { other, before, granule: (index + k as u64) * GRANULE });
+                }
             }
+            index += n as u64;
         }
         if let Some(f) = found {
             self.report(t, lockset, f, out);
@@ -276,8 +314,8 @@ impl Race {
 
     /// Eraser's transition of one granule; returns the other party and the
     /// lockset before this access if it races.
-    fn step(&mut self, mut g: Granule, me: Party, lockset: LocksetId, first_seen: u64,
-            event: u64) -> (Granule, Option<(Party, Option<LocksetId>)>) {
+    fn step(locksets: &mut Locksets, g: &mut Granule, me: Party, lockset: LocksetId, first_seen: u64,
+            event: u64) -> Option<(Party, Option<LocksetId>)> {
         let c = me.context();
         let other_context = g.last.context() != c;
         let before = (g.state != State::Virgin).then_some(g.lockset);
@@ -298,7 +336,7 @@ impl Race {
                 g.lockset = lockset;
             }
             State::Shared | State::SharedModified => {
-                g.lockset = self.locksets.meet(g.lockset, lockset);
+                g.lockset = locksets.meet(g.lockset, lockset);
                 if me.write() {
                     g.state = State::SharedModified;
                 }
@@ -312,9 +350,9 @@ impl Race {
         g.last_event = event;
         if g.state == State::SharedModified && g.lockset == EMPTY {
             g.state = State::Reported;
-            return (g, Some((other, before)));
+            return Some((other, before));
         }
-        (g, None)
+        None
     }
 
     fn context_json(&self, symbols: &Symbols, id: u32) -> Value {

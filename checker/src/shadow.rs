@@ -4,6 +4,8 @@
 //! allocated is absent, and its bytes count as defined: the checker only
 //! judges memory whose whole history it saw.
 
+use std::cell::Cell;
+
 use rustc_hash::FxHashMap;
 
 const PAGE: u64 = 4096;
@@ -15,6 +17,10 @@ type Bits = [u64; WORDS];
 pub struct Definedness {
     pages: Vec<Bits>,
     index: FxHashMap<u64, u32>,
+    /// The page last looked up and its index: a range's words, and
+    /// consecutive accesses, mostly fall in one page. Pages are never
+    /// dropped, so it never goes stale.
+    last: Cell<Option<(u64, u32)>>,
 }
 
 /// Calls `f(page, word, mask)` for the bits of every byte of [start, start + len),
@@ -35,13 +41,22 @@ fn words(start: u64, len: u64, mut f: impl FnMut(u64, usize, u64) -> bool) {
 }
 
 impl Definedness {
+    fn lookup(&self, page: u64) -> Option<u32> {
+        if let Some((_, i)) = self.last.get().filter(|&(p, _)| p == page) {
+            return Some(i);
+        }
+        let i = *self.index.get(&page)?;
+        self.last.set(Some((page, i)));
+        Some(i)
+    }
+
     fn page(&self, page: u64) -> Option<&Bits> {
-        self.index.get(&page).map(|&i| &self.pages[i as usize])
+        self.lookup(page).map(|i| &self.pages[i as usize])
     }
 
     fn page_mut(&mut self, page: u64, create: bool) -> Option<&mut Bits> {
-        let i = match self.index.get(&page) {
-            Some(&i) => i,
+        let i = match self.lookup(page) {
+            Some(i) => i,
             None if create => {
                 self.pages.push([!0; WORDS]);
                 let i = (self.pages.len() - 1) as u32;

@@ -100,6 +100,12 @@ impl Symbols {
         self.module_at(address).is_some()
     }
 
+    /// Whether any byte of [start, start + size) lies in a module's image.
+    pub fn overlaps_module_image(&self, start: u64, size: u64) -> bool {
+        let end = start.saturating_add(size);
+        self.modules.iter().any(|m| start < m.text.saturating_add(m.text_size) && m.text < end)
+    }
+
     /// The function holding `offset` in `section` of module `module`, and
     /// the offset in it.
     fn function(&self, module: usize, section: u16, offset: u64) -> Option<(&str, u64)> {

@@ -164,3 +164,18 @@ fn reallocated_memory_starts_virgin() {
     // unlocked write is then a race with it, not with the old block's.
     assert_eq!(o.only("data-race")["other"]["other_access"]["write"], true);
 }
+
+/// The same inside a block, where the granules are forgotten only when the
+/// new block is first accessed, and in a smaller block taking part of a
+/// freed one: a race found in the old block does not hide one in the new.
+#[test]
+fn reallocated_memory_starts_virgin_inside_too() {
+    let race = |at: u64| [hardirq(IRQ_HANDLER), access(WRITE4, at), process(1), access(WRITE4, at)];
+    let mut events = vec![process(1), alloc(ADAPTER, 256)];
+    events.extend(race(ADAPTER + 0x80));
+    events.extend([free(ADAPTER), alloc(ADAPTER + 0x40, 128)]);
+    events.extend(race(ADAPTER + 0x80));
+    let o = check(&events);
+    assert_eq!(o.kinds(), ["data-race"], "{:#?}", o.findings);
+    assert_eq!(o.summary[0]["count"], 2, "{:#?}", o.summary);
+}
