@@ -160,7 +160,6 @@ static const struct us_trace_site *site_of(uint64_t ret)
 	return lo < nsites && sites[lo].ret == ret ? &sites[lo] : NULL;
 }
 
-
 static void cpu_taken(void);
 
 /*
@@ -227,12 +226,15 @@ static uint64_t verdict(void)
 static void stop(uint64_t ret)
 {
 	const struct us_trace_site *s = site_of(ret);
-	char where[96], line[256];
+	char where[96], line[320], original[64] = "";
 
 	ddekit_symbolize(ret, where, sizeof(where));
+	if (s)
+		snprintf(original, sizeof(original), " (section %u +0x%x of the module's file)",
+			 s->section, s->offset);
 	snprintf(line, sizeof(line),
-		 "CHECK-STOP the checker's verdict at event %" PRIu64 ": stopped before the device write at %s (site +0x%x)",
-		 verdict() - 1, where, s ? s->offset : 0);
+		 "CHECK-STOP the checker's verdict at event %" PRIu64 ": stopped before the device write at %s%s",
+		 verdict() - 1, where, original);
 	ddekit_event(line);
 	_exit(CHECK_EXIT_VERDICT);
 }
