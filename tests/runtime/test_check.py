@@ -21,7 +21,7 @@ from lab import traffic, understudy
 from lab.guest import Guest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, REPO, events
-from .test_nic_lab import DRIVERS, LAUNCH
+from .test_nic_lab import LAUNCH, probe_and_arp_argv
 
 GATES = ["triage", "permissive", "stringent"]
 TRACE_REGION_SIZE = 64 << 20    # US_TRACE_REGION_SIZE
@@ -108,11 +108,7 @@ def test_the_same_work_done_right_draws_no_finding(checker):
 
 
 def run_nic_checked(device: str, gate: str, modules) -> tuple[subprocess.CompletedProcess, list, dict]:
-    _, chain, _ = DRIVERS[device]
-    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF)]
-    for m in chain:
-        argv += ["--module", str(modules / m)]
-    argv += ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2"]
+    argv = probe_and_arp_argv(device, modules)
     with Guest(devices=[device]) as g:
         res = g.run(["python3", str(LAUNCH), "--check", gate, g.pci_address("nic0"), *argv],
                     cwd=str(REPO), timeout=300)

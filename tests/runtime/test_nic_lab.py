@@ -44,14 +44,19 @@ def packaged_sha256(members: list[str]) -> dict[str, str]:
     return sums
 
 
+def probe_and_arp_argv(device: str, modules: Path) -> list[str]:
+    """understudy-driver for `device`'s module chain: probe, open, carrier, one ARP request."""
+    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF)]
+    for m in DRIVERS[device][1]:
+        argv += ["--module", str(modules / m)]
+    return argv + ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2"]
+
+
 @pytest.fixture(scope="module", params=list(DRIVERS))
 def run(request, lab_ready, runtime_built, debian_modules):
     device = request.param
     name, chain, pci_id = DRIVERS[device]
-    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF)]
-    for m in chain:
-        argv += ["--module", str(debian_modules / m)]
-    argv += ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2"]
+    argv = probe_and_arp_argv(device, debian_modules)
     with Guest(devices=[device]) as g:
         res = g.run(["python3", str(LAUNCH), g.pci_address("nic0"), *argv],
                     cwd=str(REPO), timeout=180)
