@@ -75,8 +75,8 @@ static void put32(uint8_t *p, int64_t v)
 	memcpy(p, &v32, 4);
 }
 
-static int reloc_add(struct rw_text *t, uint64_t offset, uint64_t info, int64_t addend,
-		     unsigned int to_end)
+static void reloc_add(struct rw_text *t, uint64_t offset, uint64_t info, int64_t addend,
+		      unsigned int to_end)
 {
 	struct rw_reloc *r = &t->new_relocs[t->n_new_relocs++];
 
@@ -84,7 +84,6 @@ static int reloc_add(struct rw_text *t, uint64_t offset, uint64_t info, int64_t 
 	r->rela.r_info = info;
 	r->rela.r_addend = addend;
 	r->to_end = to_end;
-	return 0;
 }
 
 /* push %rdi; load; call stub; pop %rdi -- and its site and relocations. */

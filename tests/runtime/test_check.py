@@ -21,10 +21,10 @@ from lab import traffic, understudy
 from lab.guest import Guest
 
 from .conftest import BUILD, DRIVER, KERNEL_HALF, REPO, events
+from .launch import TRACE_REGION_SIZE
 from .test_nic_lab import LAUNCH, probe_and_arp_argv
 
 GATES = ["triage", "permissive", "stringent"]
-TRACE_REGION_SIZE = 64 << 20    # US_TRACE_REGION_SIZE
 
 
 @pytest.fixture(scope="module")
