@@ -23,7 +23,7 @@ macro_rules! trace_constants {
 
 trace_constants! {
     TRACE_MAGIC: u32 = 0x5553_5452;
-    TRACE_VERSION: u32 = 1;
+    TRACE_VERSION: u32 = 2;
     TRACE_REGION_SIZE: u64 = 64 << 20;
     TRACE_RING_ENTRIES: u32 = 1 << 20;
     TRACE_MAX_MODULES: usize = 8;
@@ -36,6 +36,9 @@ trace_constants! {
     EV_ACCESS: u16 = 1;
     EV_STRING: u16 = 2;
     EV_PORT: u16 = 3;
+    EV_FRAME: u16 = 4;
+    EV_RETURN: u16 = 5;
+    EV_ESCAPE: u16 = 6;
     EV_ALLOC: u16 = 16;
     EV_FREE: u16 = 17;
     EV_DMA_MAP: u16 = 18;
@@ -76,6 +79,7 @@ trace_constants! {
     SITE_ATOMIC: u8 = 0x10;
     SITE_STRING: u8 = 0x20;
     SITE_PORT: u8 = 0x40;
+    SITE_FRAME: u8 = 0x80;
 
     TRACE_SITES_OFFSET: u64 = 4096;
     TRACE_RING_OFFSET: u64 = TRACE_SITES_OFFSET + TRACE_MAX_SITES as u64 * 16;
@@ -126,7 +130,7 @@ trace_structs! {
     /// One stub call of the rewritten module; the table is sorted by `ret`.
     pub struct TraceSite as us_trace_site {
         pub ret: u32, pub offset: u32, pub module: u16, pub section: u16,
-        pub size: u8, pub flags: u8, pub reserved: u16,
+        pub size: u16, pub flags: u8, pub reserved: u8,
     }
 
     pub struct TraceModule as us_trace_module {

@@ -79,7 +79,7 @@ fn garbage_headers_are_refused() {
     let at = |field: usize| field;
     assert!(region(GATE_STRINGENT, "/x.ko", &sites()).config().is_ok_and(|c| c.gate_mode == GateMode::Stringent));
     assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, magic)), 0x1234u32)), RegionError::Magic(0x1234));
-    assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, version)), 2u32)), RegionError::Version(2));
+    assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, version)), 3u32)), RegionError::Version(3));
     assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, gate_mode)), 3u32)), RegionError::GateMode(3));
     assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, ring_entries)), 1000u32)), RegionError::RingEntries(1000));
     assert_eq!(refused(|r| r.write(at(offset_of!(TraceHeader, ring_entries)), 1u32 << 31)),

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define US_TRACE_MAGIC        0x55535452u /* "RTSU" */
-#define US_TRACE_VERSION      1u
+#define US_TRACE_VERSION      2u
 #define US_TRACE_REGION_SIZE  (64u << 20)
 #define US_TRACE_RING_ENTRIES (1u << 20)  /* 32 MiB of events */
 #define US_TRACE_MAX_MODULES  8u
@@ -48,6 +48,13 @@ enum us_trace_kind {
 	US_EV_ACCESS = 1,     /* addr: effective address (US_EVF_PERCPU: %gs offset) */
 	US_EV_STRING = 2,     /* rep string op: addr = %rdi, arg0 = %rsi, arg1 = %rcx; DF: US_EVF_DF */
 	US_EV_PORT = 3,       /* in/out: addr = port */
+	/* the stack (docs/checking.md, "Stack frames"); their sites have US_SITE_FRAME */
+	US_EV_FRAME = 4,      /* addr = the new frame's lowest byte (%rsp after sub $size,%rsp);
+			       * the site's size is the frame's: its bytes are undefined */
+	US_EV_RETURN = 5,     /* addr = %rsp once the function has returned (ret, or a jump
+			       * to another module): this thread's frames below it are dead */
+	US_EV_ESCAPE = 6,     /* addr = a stack address the code took (lea/mov from %rsp):
+			       * code the checker does not see may write from it to its frame's end */
 	/* from the runtime's interposition points; `site` is the caller in the module */
 	US_EV_ALLOC = 16,     /* addr, arg0 = size (kmalloc, vmalloc, alloc_pages, skb data...) */
 	US_EV_FREE = 17,      /* addr */
@@ -106,10 +113,11 @@ struct us_trace_event {
 #define US_SITE_READ   0x01u
 #define US_SITE_WRITE  0x02u
 #define US_SITE_PERCPU 0x04u /* %gs-relative */
-#define US_SITE_STACK  0x08u /* %rsp- or %rbp-based */
+#define US_SITE_STACK  0x08u /* %rsp-based: the thread's own stack */
 #define US_SITE_ATOMIC 0x10u /* lock-prefixed or xchg */
 #define US_SITE_STRING 0x20u /* rep movs/stos/cmps/scas/lods; size is the element size */
 #define US_SITE_PORT   0x40u /* in/out; READ = in, WRITE = out */
+#define US_SITE_FRAME  0x80u /* a FRAME, RETURN or ESCAPE probe */
 
 /* Sorted by ret; ret is the address the stub call returns to. */
 struct us_trace_site {
@@ -117,9 +125,9 @@ struct us_trace_site {
 	uint32_t offset;   /* the instruction's offset in its section of the original .ko */
 	uint16_t module;   /* index in us_trace_header.modules */
 	uint16_t section;  /* section index in the original .ko */
-	uint8_t size;      /* bytes accessed (element size for strings; 0: unknown) */
+	uint16_t size;     /* bytes accessed (element size for strings; a FRAME's bytes; 0: unknown) */
 	uint8_t flags;     /* US_SITE_* */
-	uint16_t reserved;
+	uint8_t reserved;
 };
 
 struct us_trace_module {

@@ -264,7 +264,7 @@ struct ko_check_site {
 	uint64_t ret;
 	uint32_t offset;
 	uint16_t section;
-	uint8_t size;			/* bytes accessed; element size for strings */
+	uint16_t size;			/* bytes accessed; element size for strings; a frame's bytes */
 	uint8_t flags;			/* US_SITE_* of include/understudy/trace.h */
 };
 

@@ -27,7 +27,7 @@ extern const char *const rw_stub_names[NR_STUBS];
 /* One instrumentation point before an instruction. */
 struct rw_probe {
 	uint8_t stub;		/* enum rw_stub */
-	uint8_t size;		/* bytes accessed, element size for strings */
+	uint16_t size;		/* bytes accessed, element size for strings, a frame's bytes */
 	uint8_t flags;		/* US_SITE_* */
 	uint8_t len;		/* bytes of `load`: how %rdi gets its value */
 	int8_t disp_at;		/* rip-relative: where in `load` its disp32 is; else -1 */
@@ -70,7 +70,7 @@ struct rw_reloc {
 struct rw_site {
 	uint32_t ret;		/* new offset in the section */
 	uint32_t offset;	/* old offset of the instruction */
-	uint8_t size;
+	uint16_t size;
 	uint8_t flags;
 };
 

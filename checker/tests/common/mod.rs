@@ -54,7 +54,7 @@ pub const NAPI_POLL: u64 = TEXT + 0x3000;
 pub const TIMER_FN: u64 = TEXT + 0x3400;
 
 pub fn sites() -> Vec<TraceSite> {
-    let site = |ret: u32, size: u8, flags: u8| TraceSite {
+    let site = |ret: u32, size: u16, flags: u8| TraceSite {
         ret, offset: ret - TEXT as u32, module: 0, section: 1, size, flags, reserved: 0,
     };
     vec![
