@@ -51,8 +51,8 @@ fn a_change_to_the_header_alone_is_reported() {
         ("define", edit("#endif /* UNDERSTUDY_TRACE_H */", "#define US_NEW 1\n#endif"), "US_NEW = 1: in the header only"),
         ("event", edit("\tUS_EV_STOP = 31,", "\tUS_EV_STOP = 31,\n\tUS_EV_NEW = 32,"), "US_EV_NEW = 32: in the header only"),
         ("dropped", edit("#define US_SITE_PORT   0x40u", ""), "US_SITE_PORT = 64: in checker/src/trace.rs only"),
-        ("member", edit("\tuint8_t reserved;", "\tuint8_t reserved;\n\tuint8_t spare;"),
-         "offsetof(struct us_trace_site, spare) = 16: in the header only"),
+        ("member", edit("\tuint8_t reserved;", "\tuint8_t spare;"),
+         "offsetof(struct us_trace_site, spare) = 15: in the header only"),
         ("value", edit("#define US_TRACE_VERSION      2u", "#define US_TRACE_VERSION      3u"),
          "US_TRACE_VERSION: the header says 3, checker/src/trace.rs 2"),
     ];
