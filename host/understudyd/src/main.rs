@@ -61,8 +61,8 @@ const DEFAULT_CHECKER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/re
 /// a checker (--checker), on another CPU than the driver's when `run --cpu`
 /// leaves one, which checks the module's memory accesses and approves its
 /// device writes (docs/checking.md). A checker
-/// that dies, or a fatal verdict, ends the driver, which is restarted like
-/// a crashed one, with a fresh checker; a checked device gets no post-probe
+/// that dies or hangs, or a fatal verdict, ends the driver, which is
+/// restarted like a crashed one, with a fresh checker; a checked device gets no post-probe
 /// template, so its restarts load and probe the driver again.
 ///
 /// Exit status: 0 after a clean shutdown, 1 if it could not start (bad

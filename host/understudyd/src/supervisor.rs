@@ -80,6 +80,9 @@ enum Fault {
     /// The driver's checker is gone: nothing approves its device writes any
     /// more, so it must not go on (docs/checking.md, "Failing closed").
     CheckerGone(String),
+    /// The driver missed a deadline while it waited on a checker that
+    /// approved nothing: the checker is hung, and is ended with it.
+    CheckerHung(String),
     /// Its checker's fatal verdict: its own gate should stop it, but the
     /// gate runs in the untrusted process.
     Verdict(String),
@@ -96,6 +99,8 @@ impl Fault {
             Fault::DeviceRemoved => "the kernel asked for the device back (hot-unplug or unbind)".into(),
             Fault::CheckerGone(why) => format!("{why}: its driver's device writes are no longer approved, so the driver \
                                                 is ended (a restart gets a fresh checker)"),
+            Fault::CheckerHung(why) => format!("{why}; the driver and its checker are ended (a restart starts both \
+                                                afresh)"),
             Fault::Verdict(verdict) => format!("its checker's fatal verdict: {verdict}"),
         }
     }
@@ -419,8 +424,9 @@ impl Supervisor {
 
     fn on_timers(&mut self, now: Instant) -> Result<(), Fault> {
         let link = self.link.as_mut().expect("timers run for a driver");
-        if let Some(verdict) = link.watchdog.overdue(now) {
-            return Err(Fault::Io(verdict));
+        link.observe_checker(now);
+        if let Some(hung) = link.watchdog.overdue(now) {
+            return Err(link.hung(hung, now));
         }
         let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
         let tx_timeout = self.detection.tx;
@@ -428,8 +434,8 @@ impl Supervisor {
             // Completions wake the daemon only when it asked for them: reap before judging.
             self.move_frames(false)?;
             let link = self.link.as_mut().expect("timers run for a driver");
-            if let Some(verdict) = link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout) {
-                return Err(Fault::Io(verdict));
+            if let Some(hung) = link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout) {
+                return Err(link.hung(hung, now));
             }
         }
         if self.link.as_ref().is_some_and(|l| l.watchdog.ping_due(now)) {

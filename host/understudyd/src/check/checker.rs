@@ -3,7 +3,9 @@
 //! what it prints (docs/checking.md, "The checker process"). It lives
 //! exactly as long as its driver process: it is started just before it,
 //! and stopped -- asked with SIGTERM to print its summary, killed if it
-//! does not within `STOP_GRACE` -- when it ends.
+//! does not within `STOP_GRACE` -- when it ends. A checker that approves
+//! nothing while its driver waits on it is hung (`hung`): the driver's
+//! missed deadline is put down to it, and it is killed without a grace.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -16,6 +18,7 @@ use log::{info, warn};
 
 use super::lines::{self, Framed, Line, Lines, MAX_LINE};
 use super::findings::CheckLog;
+use super::region::{self, Counters};
 use super::Checking;
 use crate::fd;
 use crate::process;
@@ -29,6 +32,9 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 const READ_AT_ONCE: usize = 256 << 10;
 /// Malformed lines logged per checker; the rest are only counted.
 const MALFORMED_LOGGED: u32 = 10;
+/// How often the region's counters are looked at (`observe`), and the
+/// least time a checker must have approved nothing to be called hung.
+const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
 pub struct Checker {
     pub pid: libc::pid_t,
@@ -42,6 +48,37 @@ pub struct Checker {
     malformed: u32,
     /// The summary's error, for the description of its end.
     error: Option<String>,
+    /// The daemon's own fd of the trace region, for its counters.
+    region: OwnedFd,
+    /// Since when the driver has waited on an `approved` that did not move.
+    stall: Option<Stall>,
+    last_observed: Option<Instant>,
+    /// Why it was found hung: then it is killed without a grace.
+    hung: Option<String>,
+}
+
+/// The driver waits on the checker, which has approved nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stall {
+    approved: u64,
+    since: Instant,
+}
+
+impl Stall {
+    /// The stall that the counters `c`, read at `now`, continue or begin;
+    /// none if the driver does not wait on the checker. The producer waits
+    /// until `approved` reaches its target or the checker gives a verdict
+    /// (runtime/check/producer.c, `wait_approved`), so while `approved`
+    /// does not move, the driver waits one wait from `since` on.
+    fn next(previous: Option<Stall>, c: Counters, now: Instant) -> Option<Stall> {
+        if !c.producer_waiting || c.head <= c.approved {
+            return None;
+        }
+        match previous {
+            Some(p) if p.approved == c.approved => Some(p),
+            _ => Some(Stall { approved: c.approved, since: now }),
+        }
+    }
 }
 
 /// Why the driver must stop now.
@@ -58,6 +95,7 @@ impl Checker {
     /// device that will run `modules`.
     pub fn spawn(checking: &Checking, region: BorrowedFd, label: &str, modules: Vec<String>) -> io::Result<Checker> {
         let trace_fd = region.as_raw_fd();
+        let own_region = region.try_clone_to_owned()?;
         let mut cmd = Command::new(&checking.binary);
         cmd.arg("--trace-fd").arg(trace_fd.to_string());
         if let Some(cpu) = checking.cpu {
@@ -89,6 +127,7 @@ impl Checker {
         Ok(Checker {
             pid, stdout: Some(stdout), lines: Lines::new(MAX_LINE), log: checking.log.clone(), incarnation,
             label: label.to_string(), driver_pid: None, malformed: 0, error: None,
+            region: own_region, stall: None, last_observed: None, hung: None,
         })
     }
 
@@ -172,6 +211,41 @@ impl Checker {
         effect.verdict
     }
 
+    /// Looks at the region's counters, at most every `OBSERVE_EVERY`: how
+    /// long the driver has waited on an `approved` that does not move.
+    pub fn observe(&mut self, now: Instant) {
+        if self.last_observed.is_some_and(|t| now < t + OBSERVE_EVERY) {
+            return;
+        }
+        self.last_observed = Some(now);
+        self.stall = region::counters(self.region.as_fd()).ok().and_then(|c| Stall::next(self.stall, c, now));
+    }
+
+    /// The driver missed a deadline at `now`: if it has waited on its
+    /// checker all along, and the checker approved nothing for at least
+    /// `OBSERVE_EVERY`, the checker is hung: says how, and `stop` then kills
+    /// it without a grace (docs/checking.md, "Failing closed").
+    ///
+    /// The counters are the driver's word (region.rs): a driver that forges
+    /// them changes only how its own hang is described, and ends the same.
+    pub fn hung(&mut self, now: Instant) -> Option<String> {
+        let c = region::counters(self.region.as_fd()).ok()?;
+        self.last_observed = Some(now);
+        self.stall = Stall::next(self.stall, c, now);
+        let waited = now.duration_since(self.stall?.since);
+        if waited < OBSERVE_EVERY {
+            return None;
+        }
+        // While the producer waits it holds the driver's CPU, so none of the
+        // driver's code runs, and a stringent gate lets no write out before
+        // its events are approved (docs/checking.md, "The gate").
+        let why = format!("checker {} of driver process {} approved nothing for at least {:.1} s while the driver \
+                           waited on it (approved {} of {} events), so no device write passed meanwhile",
+                          self.pid, self.driver(), waited.as_secs_f64(), c.approved, c.head);
+        self.hung = Some(why.clone());
+        Some(why)
+    }
+
     /// It closed its output: it is exiting, or is killed if it is not within `EXIT_GRACE`.
     fn reap_after_close(&mut self) -> String {
         let exited = process::watch(self.pid).is_ok_and(|p| {
@@ -202,6 +276,14 @@ impl Checker {
 
     fn finish(&mut self) {
         if self.stdout.is_none() {
+            return;
+        }
+        if let Some(why) = self.hung.take() {
+            // It would print no summary: SIGKILL ends it stopped or not.
+            process::kill(self.pid);
+            let how = format!("killed: hung ({})", process::wait(self.pid));
+            self.stdout = None;
+            lock(&self.log).ended(self.incarnation, how, Some(format!("{why}: its driver was ended")));
             return;
         }
         // SAFETY: our own child, not yet reaped.
@@ -247,6 +329,7 @@ fn lock(log: &Mutex<CheckLog>) -> MutexGuard<'_, CheckLog> {
 mod tests {
     use super::*;
     use crate::check::testing::{checking, fake_checker_script};
+    use super::super::region::write_counters;
     use understudy_api::GateMode;
 
     /// Reads until the checker has something to say that ends the driver, or `limit` passes.
@@ -303,6 +386,61 @@ mod tests {
         let report = c.log.lock().unwrap().report(String::new(), String::new(), None);
         assert!(report.incarnations[0].ended.as_deref().unwrap().starts_with("stopped with its driver"), "{:?}",
                 report.incarnations[0].ended);
+    }
+
+    #[test]
+    fn a_stall_is_a_wait_on_an_approved_that_does_not_move() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let waiting = Counters { head: 10, producer_waiting: true, approved: 4 };
+        let begun = Stall::next(None, waiting, t0);
+        assert_eq!(begun, Some(Stall { approved: 4, since: t0 }));
+        assert_eq!(Stall::next(begun, Counters { head: 12, ..waiting }, t1), begun);
+        // The checker approved more: a new stall, if any, begins now.
+        assert_eq!(Stall::next(begun, Counters { approved: 5, ..waiting }, t1), Some(Stall { approved: 5, since: t1 }));
+        // The driver does not wait, or waits on nothing the checker has not approved.
+        assert_eq!(Stall::next(begun, Counters { producer_waiting: false, ..waiting }, t1), None);
+        assert_eq!(Stall::next(begun, Counters { head: 4, ..waiting }, t1), None);
+    }
+
+    #[test]
+    fn a_stopped_checker_its_driver_waits_on_is_hung_and_killed_at_once_with_fake_checker_script() {
+        // It would print its summary at SIGTERM, were it not stopped.
+        let summary = r#"{"summary": {"events": 4, "events_per_s": 1, "seconds": 4, "findings": [], "verdict_at": null}}"#;
+        let script = fake_checker_script("hung", &format!(
+            "trap \"echo '{summary}'; exit 0\" TERM\nwhile :; do sleep 0.05; done"));
+        let c = checking(&script.path, GateMode::Stringent);
+        let region = super::super::region::create().unwrap();
+        let mut checker = Checker::spawn(&c, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
+        checker.driver_started(4242);
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        write_counters(region.as_fd(), Counters { head: 10, producer_waiting: true, approved: 4 });
+        checker.observe(at(0));
+        // Too short a stall to blame the checker; a driver waiting on nothing unapproved does not either.
+        assert_eq!(checker.hung(at(100)), None);
+        write_counters(region.as_fd(), Counters { head: 4, producer_waiting: true, approved: 4 });
+        assert_eq!(checker.hung(at(1000)), None);
+        write_counters(region.as_fd(), Counters { head: 10, producer_waiting: true, approved: 4 });
+        checker.observe(at(1100));
+        // The checker approved more since: the stall began at the last look.
+        write_counters(region.as_fd(), Counters { head: 10, producer_waiting: true, approved: 6 });
+        checker.observe(at(1300));
+        assert_eq!(checker.hung(at(1400)), None);
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(checker.pid, libc::SIGSTOP) };
+        let why = checker.hung(at(2800)).expect("a checker that approved nothing for 1.5 s is hung");
+        assert_eq!(why, format!("checker {} of driver process 4242 approved nothing for at least 1.5 s while the driver waited \
+                                 on it (approved 6 of 10 events), so no device write passed meanwhile", checker.pid));
+        // Killed without the grace, though stopped, and reaped.
+        let (pid, began) = (checker.pid, Instant::now());
+        assert_eq!(checker.stop(false), None);
+        assert!(began.elapsed() < STOP_GRACE, "{:?}", began.elapsed());
+        // SAFETY: signal 0 only asks whether the pid exists.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "checker {pid} was not reaped");
+        let report = c.log.lock().unwrap().report(String::new(), String::new(), None);
+        assert_eq!(report.incarnations[0].ended.as_deref(), Some("killed: hung (killed by signal 9 (Killed))"));
+        assert_eq!(report.status.last_error, Some(format!("{why}: its driver was ended")));
     }
 
     #[test]

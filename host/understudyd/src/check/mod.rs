@@ -11,7 +11,9 @@
 //!
 //! The daemon fails closed: a checker that dies while its driver runs
 //! leaves the driver's device writes unapproved, so the driver is ended and
-//! restarted with a fresh checker; a fatal verdict ends the driver too,
+//! restarted with a fresh checker; a driver that misses a deadline while it
+//! waits on a checker that approves nothing is ended with that checker, and
+//! the cause says so (checker.rs, `hung`); a fatal verdict ends the driver too,
 //! whether or not its own gate (which runs in the untrusted process) stops
 //! it first. A driver that exits with `EXIT_AT_GATE` says its gate stopped
 //! it at the verdict; its restart's cause names the verdict.
@@ -97,6 +99,7 @@ pub mod testing {
     use understudy_api::GateMode;
 
     use super::Checking;
+    pub use super::region::{write_counters, Counters};
 
     /// A fatal finding, as understudy-checker prints it.
     pub const FINDING: &str = r#"{"finding": {"checker": "memory", "kind": "use-after-free", "fatal": true, "site": {"module": "e1000", "function": "e1000_xmit_frame", "offset": "0x4c", "address": "0x1003f21"}, "event": 3, "count": 1}}"#;

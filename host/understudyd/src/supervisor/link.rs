@@ -215,6 +215,23 @@ impl DriverLink {
         })
     }
 
+    /// Notes how far its checker has approved (check/checker.rs, `observe`).
+    pub fn observe_checker(&mut self, now: Instant) {
+        if let Some(checker) = self.checker.as_mut() {
+            checker.observe(now);
+        }
+    }
+
+    /// The driver missed a deadline at `now` (`hung` says which): the fault
+    /// names its checker if the driver waited on it and it approved nothing
+    /// (docs/checking.md, "Failing closed").
+    pub fn hung(&mut self, hung: String, now: Instant) -> Fault {
+        match self.checker.as_mut().and_then(|c| c.hung(now)) {
+            Some(why) => Fault::CheckerHung(format!("{hung}: {why}")),
+            None => Fault::Io(hung),
+        }
+    }
+
     /// Reaps the process, which has exited, then stops its checker; says
     /// why it ended -- a checked one that exited at its gate, by whose verdict.
     pub fn reap(mut self) -> String {
@@ -242,7 +259,7 @@ impl DriverLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::testing::{checking, fake_checker_script, FINDING};
+    use crate::check::testing::{checking, fake_checker_script, write_counters, Counters, FINDING};
     use std::os::fd::AsFd;
     use std::time::Duration;
     use understudy_api::GateMode;
@@ -252,16 +269,18 @@ mod tests {
         Detection { ping_interval: s, ping: s, request: s, probe: s, tx: s, warns: 0, warn_window: s }
     }
 
-    /// A link to `sh -c script` standing in for a driver process, checked by `checker`.
-    fn checked_link(script: &str, checking: &Checking) -> DriverLink {
+    /// A link to `sh -c script` standing in for a driver process, checked by
+    /// `checker`, and the trace region they share.
+    fn checked_link(script: &str, checking: &Checking) -> (DriverLink, OwnedFd) {
         let region = check::create_region().unwrap();
         let mut checker = Checker::spawn(checking, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
         let child = std::process::Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
         let process = process::watch(child.id() as libc::pid_t).unwrap();
         checker.driver_started(process.pid);
         let (control, _driver_end) = fd::seqpacket_pair().unwrap();
-        DriverLink::new(Spawned { control, process, checker: Some(checker) }, detection(), Instant::now())
-            .unwrap()
+        let link = DriverLink::new(Spawned { control, process, checker: Some(checker) }, detection(), Instant::now())
+            .unwrap();
+        (link, region)
     }
 
     /// Reads the checker until it says the driver must end, for at most 5 s.
@@ -282,7 +301,7 @@ mod tests {
     fn a_checker_that_dies_ends_its_driver_with_fake_checker_script() {
         let script = fake_checker_script("link-dies", "exit 1");
         let c = checking(&script.path, GateMode::Stringent);
-        let mut link = checked_link("exec sleep 30", &c);
+        let (mut link, _region) = checked_link("exec sleep 30", &c);
         let Some(Fault::CheckerGone(why)) = alarm(&mut link) else { panic!("a dead checker was not a fault") };
         let why = Fault::CheckerGone(why).describe();
         assert!(why.contains("exited with status 1: its driver's device writes are no longer approved"), "{why}");
@@ -290,10 +309,35 @@ mod tests {
     }
 
     #[test]
+    fn a_driver_hung_on_a_checker_that_approves_nothing_is_put_down_to_it_with_fake_checker_script() {
+        let script = fake_checker_script("link-hung", "exec sleep 30");
+        let c = checking(&script.path, GateMode::Stringent);
+        let (mut link, region) = checked_link("exec sleep 30", &c);
+        let (t0, hung) = (Instant::now(), || "hung: no reply to PING within 1000 ms".to_string());
+        write_counters(region.as_fd(), Counters { head: 9, producer_waiting: false, approved: 7 });
+        link.observe_checker(t0);
+        // A driver hung elsewhere than on its checker is only hung.
+        assert!(matches!(link.hung(hung(), t0 + Duration::from_secs(1)), Fault::Io(h) if h == hung()));
+        write_counters(region.as_fd(), Counters { head: 9, producer_waiting: true, approved: 7 });
+        link.observe_checker(t0 + Duration::from_secs(2));
+        let fault = link.hung(hung(), t0 + Duration::from_secs(4));
+        assert!(matches!(fault, Fault::CheckerHung(_)), "{}", fault.describe());
+        let why = fault.describe();
+        assert!(why.starts_with("hung: no reply to PING within 1000 ms: checker "), "{why}");
+        assert!(why.ends_with("approved nothing for at least 2.0 s while the driver waited on it (approved 7 of 9 events), so no \
+                               device write passed meanwhile; the driver and its checker are ended (a restart starts \
+                               both afresh)"), "{why}");
+        assert!(link.end().starts_with("killed by signal 9"));
+        // The checker was ended as hung: killed, with no SIGTERM and grace for a summary.
+        let report = c.log.lock().unwrap().report(String::new(), String::new(), None);
+        assert_eq!(report.incarnations[0].ended.as_deref(), Some("killed: hung (killed by signal 9 (Killed))"));
+    }
+
+    #[test]
     fn a_driver_stopped_at_its_gate_dies_of_the_verdict_with_fake_checker_script() {
         let script = fake_checker_script("link-gate", &format!("echo '{FINDING}'\nexec sleep 30"));
         let c = checking(&script.path, GateMode::Permissive);
-        let mut link = checked_link("sleep 0.5; exit 3", &c);
+        let (mut link, _region) = checked_link("sleep 0.5; exit 3", &c);
         let Some(Fault::Verdict(verdict)) = alarm(&mut link) else { panic!("a fatal finding was not a verdict") };
         assert_eq!(verdict, "use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)");
         let pid = link.pid();
