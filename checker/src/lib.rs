@@ -19,5 +19,6 @@ pub mod race;
 pub mod region;
 pub mod report;
 pub mod shadow;
+pub mod stack;
 pub mod symbols;
 pub mod trace;
