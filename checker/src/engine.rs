@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! From raw events to the checkers: each event is checked for what the
 //! contract allows (a known kind, a site of the right sort, sane sizes)
-//! and handed to the memory, DMA and race checkers. An event outside the
+//! and handed to the memory, DMA and race checkers; accesses to the stack
+//! go to the memory and DMA checkers only. An event outside the
 //! contract is an error: the trace can no longer be trusted, so nothing
 //! from it on is approved.
 
@@ -15,6 +16,7 @@ use crate::memory::Memory;
 use crate::race::Race;
 use crate::region::Config;
 use crate::report::{Reporter, Touch};
+use crate::stack::{Frame, Stack};
 use crate::symbols::{SiteRef, Symbols};
 use crate::trace::*;
 
@@ -36,6 +38,8 @@ pub enum EventError {
     WrongSite { index: u64, site: u32, flags: u8, kind: u16 },
     #[error("event {index}: a range of {size} bytes at {address:#x}: more than the {MAX_RANGE} an event may cover, or past the end of the address space")]
     Range { index: u64, address: u64, size: u128 },
+    #[error("event {index}: a FRAME of 0 bytes at site {site:#x}")]
+    EmptyFrame { index: u64, site: u32 },
     #[error("event {index}: context kind {kind} is not a US_CTX_*")]
     ContextKind { index: u64, kind: u64 },
     #[error("event {index}: lock kind {kind} is not a US_LOCK_*")]
@@ -48,6 +52,7 @@ pub struct Engine {
     symbols: Rc<Symbols>,
     percpu_base: u64,
     heap: Heap,
+    stack: Stack,
     memory: Memory,
     dma: Dma,
     race: Race,
@@ -68,6 +73,7 @@ impl Engine {
             symbols,
             percpu_base: config.percpu_base,
             heap: Heap::default(),
+            stack: Stack::default(),
             memory: Memory::default(),
             dma: Dma::new(config.arena, config.arena_iova, config.arena_size),
             race: Race::default(),
@@ -94,7 +100,7 @@ impl Engine {
         let out = &mut self.reporter;
         match ev.kind() {
             EV_ACCESS => {
-                let site = self.stub_site(index, ev, 0, SITE_STRING | SITE_PORT)?;
+                let site = self.stub_site(index, ev, 0, SITE_STRING | SITE_PORT | SITE_FRAME)?;
                 let percpu = ev.flags() & EVF_PERCPU != 0;
                 let address = if percpu { self.percpu_base.wrapping_add(ev.addr) } else { ev.addr };
                 let flags = site.flags | if percpu { SITE_PERCPU } else { 0 };
@@ -106,7 +112,24 @@ impl Engine {
             }
             EV_STRING => self.string(index, ev)?,
             EV_PORT => {
-                self.stub_site(index, ev, SITE_PORT, SITE_STRING)?;
+                self.stub_site(index, ev, SITE_PORT, SITE_STRING | SITE_FRAME)?;
+            }
+            EV_FRAME => {
+                let site = self.stub_site(index, ev, SITE_FRAME, 0)?;
+                if site.size == 0 {
+                    return Err(EventError::EmptyFrame { index, site: ev.site });
+                }
+                let size = range(index, ev.addr, site.size as u128)?;
+                let frame = Frame { start: ev.addr, end: ev.addr + size, site: SiteRef::Stub(ev.site), event: index };
+                self.memory.frame(&mut self.stack, frame);
+            }
+            EV_RETURN => {
+                self.stub_site(index, ev, SITE_FRAME, 0)?;
+                self.stack.unwind(ev.addr);
+            }
+            EV_ESCAPE => {
+                self.stub_site(index, ev, SITE_FRAME, 0)?;
+                self.memory.escape(&self.stack, ev.addr);
             }
             EV_ALLOC => {
                 let size = range(index, ev.addr, ev.arg0 as u128)?;
@@ -184,7 +207,7 @@ impl Engine {
     /// (read only) stop when their data says so, and the site does not say
     /// which of %rsi or %rdi they read: they are not checked.
     fn string(&mut self, index: u64, ev: &TraceEvent) -> Result<(), EventError> {
-        let site = self.stub_site(index, ev, SITE_STRING, SITE_PORT)?;
+        let site = self.stub_site(index, ev, SITE_STRING, SITE_PORT | SITE_FRAME)?;
         let element = site.size.max(1) as u64;
         // Only the length is bounded: the addresses may wrap walking down,
         // and a wrapped range is nobody's memory.
@@ -214,7 +237,7 @@ impl Engine {
         }
         self.touch(Touch { address: src, size, read: true, write: false, site, event, copy: true }, flags);
         self.touch(Touch { address: dst, size, read: false, write: true, site, event, copy: true }, flags);
-        self.memory.copy(&self.heap, dst, src, size);
+        self.memory.copy(&self.heap, &self.stack, dst, src, size);
     }
 
     /// One access, to every checker that tracks its memory. `flags` are the
@@ -222,7 +245,12 @@ impl Engine {
     fn touch(&mut self, t: Touch, flags: u8) {
         let out = &mut self.reporter;
         self.dma.access(&t, out);
-        if flags & SITE_STACK != 0 {
+        // A %rsp-based access, or one through a stack address another
+        // register holds, is to the thread's own stack: not heap, and not
+        // shared, so no race.
+        let frame = self.stack.frame_at(t.address);
+        if flags & SITE_STACK != 0 || frame.is_some() {
+            self.memory.stack_access(frame, &t, out);
             return;
         }
         let place = self.heap.place(t.address, t.size);

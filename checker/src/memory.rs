@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The memory checker (DMCheck's job, docs/checking.md): use after free,
-//! out-of-bounds accesses, double and invalid frees, and reads of heap bytes
-//! nothing has written yet.
+//! out-of-bounds accesses, double and invalid frees, and reads of heap and
+//! stack bytes nothing has written yet.
 //!
-//! Definedness is tracked for heap blocks only: an ALLOC's bytes start
-//! undefined; a write by the driver, a FILL, the device (DMA from it,
-//! at unmap or sync for the CPU) define them; a COPY carries the source's
-//! definedness over. Reading an undefined byte is a finding. Stack memory
-//! is not tracked.
+//! Definedness is tracked for heap blocks and live stack frames: an
+//! ALLOC's bytes, and a FRAME's, start undefined; a write by the driver, a
+//! FILL, the device (DMA from it, at unmap or sync for the CPU) define
+//! them; a COPY carries the source's definedness over. Reading an
+//! undefined byte is a finding. A stack address that escapes (ESCAPE) may
+//! be written by code the checker does not see, so its frame counts as
+//! written from it to its end. Stack accesses outside every live frame
+//! (the return address, saved registers, the runtime's frames) are not
+//! judged, and stack bounds are not checked.
 
 use serde_json::{json, Value};
 
 use crate::heap::{Block, Freed, Heap, Place};
 use crate::report::{hex, Access, Detail, Kind, Reporter, Touch};
 use crate::shadow::Definedness;
+use crate::stack::{Frame, Stack};
 use crate::symbols::{SiteRef, Symbols};
 
 /// Allocations larger than this are not tracked for definedness: one the
@@ -30,6 +35,10 @@ fn block_json(symbols: &Symbols, b: &Block) -> Value {
         "allocation": { "address": hex(b.start), "size": b.size,
                         "site": symbols.describe(b.site), "event": b.event },
     })
+}
+
+fn frame_json(symbols: &Symbols, f: &Frame) -> Value {
+    json!({ "address": hex(f.start), "size": f.size(), "site": symbols.describe(f.site), "event": f.event })
 }
 
 fn freed_json(symbols: &Symbols, f: &Freed) -> Value {
@@ -106,16 +115,53 @@ impl Memory {
         }
     }
 
+    /// A new stack frame (FRAME): its bytes are undefined until written.
+    pub fn frame(&mut self, stack: &mut Stack, frame: Frame) {
+        stack.push(frame);
+        self.definedness.allocate(frame.start, frame.size());
+    }
+
+    /// A stack address escaped (ESCAPE): the runtime, which the checker
+    /// does not see, may write through it up to the end of its frame, so
+    /// all of that counts as written now.
+    pub fn escape(&mut self, stack: &Stack, address: u64) {
+        if let Some(f) = stack.frame_at(address) {
+            self.definedness.define(address, f.end - address);
+        }
+    }
+
+    /// A driver access (or the runtime's memcpy/memset on its behalf) to
+    /// its stack: `frame` is the live frame holding its first byte, if any.
+    /// Only the bytes in that frame are judged: past its end lie the return
+    /// address and saved registers, which no frame holds.
+    pub fn stack_access(&mut self, frame: Option<Frame>, t: &Touch, out: &mut Reporter) {
+        let Some(frame) = frame else { return };
+        let size = t.size.min(frame.end - t.address);
+        if t.read && !t.copy {
+            if let Some(byte) = self.definedness.first_undefined(t.address, size) {
+                out.report(Kind::UninitialisedRead, t.site, t.event, |s| Detail {
+                    access: Some(Access { write: false, ..t.access() }),
+                    other: json!({ "frame": frame_json(s, &frame), "first_undefined": hex(byte) }),
+                });
+            }
+        }
+        if t.write {
+            self.definedness.define(t.address, size);
+        }
+    }
+
     /// The device wrote [address, address + size) by DMA.
     pub fn define(&mut self, address: u64, size: u64) {
         self.definedness.define(address, size);
     }
 
     /// memcpy/memmove by the runtime, after `access` has judged both ends:
-    /// the destination gets the source's definedness if the source is a live
-    /// block, and is defined otherwise (the checker cannot know better).
-    pub fn copy(&mut self, heap: &Heap, dst: u64, src: u64, size: u64) {
-        if heap.live_at(src).is_some_and(|b| src.saturating_add(size) <= b.end()) {
+    /// the destination gets the source's definedness if the source lies in
+    /// a live block or a live frame, and is defined otherwise (the checker
+    /// cannot know better).
+    pub fn copy(&mut self, heap: &Heap, stack: &Stack, dst: u64, src: u64, size: u64) {
+        let src_end = src.saturating_add(size);
+        if heap.live_at(src).is_some_and(|b| src_end <= b.end()) || stack.frame_at(src).is_some_and(|f| src_end <= f.end) {
             self.definedness.copy(dst, src, size);
         } else {
             self.definedness.define(dst, size);

@@ -95,7 +95,7 @@ fn fills_copies_device_writes_and_string_ops_define_bytes() {
 }
 
 #[test]
-fn stack_accesses_and_untracked_memory_are_not_judged() {
+fn stack_sites_outside_live_frames_and_untracked_memory_are_not_judged() {
     let o = check(&[access(STACK_WRITE8, A), alloc(A, 64), free(A), access(STACK_WRITE8, A),
                     access(WRITE4, 0x7fff_0000), with_flags(access(PERCPU_WRITE4, 0x10), EVF_PERCPU)]);
     assert_eq!(o.kinds(), Vec::<&str>::new());

@@ -32,6 +32,8 @@ pub const MODULE_DATA: u64 = TEXT + 0x8_0000;
 pub const HEAP: u64 = 0x10_0000_0000;
 pub const PERCPU: u64 = 0x20_0000_0000;
 pub const ARENA: u64 = 0x30_0000_0000;
+/// The top of a thread's stack; another thread's is 8 MiB below.
+pub const STACK: u64 = 0x7fff_f000_0000;
 pub const IOVA: u64 = 0x1000_0000;
 
 pub const READ4: u32 = TEXT as u32 + 0x100;
@@ -45,6 +47,14 @@ pub const REP_STOSQ: u32 = TEXT as u32 + 0x170;
 pub const REP_MOVSB: u32 = TEXT as u32 + 0x180;
 pub const OUTB: u32 = TEXT as u32 + 0x190;
 pub const PERCPU_WRITE4: u32 = TEXT as u32 + 0x1a0;
+pub const STACK_READ8: u32 = TEXT as u32 + 0x1b0;
+/// FRAME probes of a 64-byte and a 256-byte frame, and one that breaks the
+/// contract with a frame of no size.
+pub const FRAME64: u32 = TEXT as u32 + 0x1c0;
+pub const FRAME256: u32 = TEXT as u32 + 0x1d0;
+pub const FRAME0: u32 = TEXT as u32 + 0x1e0;
+pub const RETURN: u32 = TEXT as u32 + 0x1f0;
+pub const ESCAPE: u32 = TEXT as u32 + 0x200;
 /// A runtime call site (kmalloc's caller and the like).
 pub const CALLER: u32 = TEXT as u32 + 0x400;
 pub const OTHER_CALLER: u32 = TEXT as u32 + 0x500;
@@ -69,6 +79,12 @@ pub fn sites() -> Vec<TraceSite> {
         site(REP_MOVSB, 1, SITE_READ | SITE_WRITE | SITE_STRING),
         site(OUTB, 1, SITE_WRITE | SITE_PORT),
         site(PERCPU_WRITE4, 4, SITE_WRITE | SITE_PERCPU),
+        site(STACK_READ8, 8, SITE_READ | SITE_STACK),
+        site(FRAME64, 64, SITE_FRAME),
+        site(FRAME256, 256, SITE_FRAME),
+        site(FRAME0, 0, SITE_FRAME),
+        site(RETURN, 0, SITE_FRAME),
+        site(ESCAPE, 0, SITE_FRAME),
     ]
 }
 
@@ -132,6 +148,21 @@ pub fn dma_unmap(cpu: u64, size: u64, dir: u16) -> TraceEvent {
 
 pub fn dma_of(cpu: u64) -> u64 {
     IOVA + (cpu - ARENA)
+}
+
+/// `sub $size,%rsp` left `%rsp` at `start`.
+pub fn frame(site: u32, start: u64) -> TraceEvent {
+    ev(EV_FRAME, site, start, 0, 0)
+}
+
+/// A function returned with `%rsp` at `sp`.
+pub fn return_to(sp: u64) -> TraceEvent {
+    ev(EV_RETURN, RETURN, sp, 0, 0)
+}
+
+/// `lea` of the stack address `addr` into a register.
+pub fn escape(addr: u64) -> TraceEvent {
+    ev(EV_ESCAPE, ESCAPE, addr, 0, 0)
 }
 
 pub fn context(kind: u64, thread: u64, handler: u64) -> TraceEvent {
