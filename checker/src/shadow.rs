@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Definedness of heap bytes: one bit per byte, kept per 4 KiB page and
-//! created when a block is allocated there. A page the checker never saw
+//! Definedness of heap and stack bytes: one bit per byte, kept per 4 KiB
+//! page and created when a block or a stack frame is allocated there. A page the checker never saw
 //! allocated is absent, and its bytes count as defined: the checker only
 //! judges memory whose whole history it saw.
 
@@ -40,6 +40,21 @@ fn words(start: u64, len: u64, mut f: impl FnMut(u64, usize, u64) -> bool) {
     }
 }
 
+/// Calls `f(page, first, last, first_mask, last_mask)` for every page
+/// [start, start + len) touches, in address order: its bits are those of
+/// words `first..=last`, of which `first_mask` and `last_mask` select the
+/// bytes of the first and the last (both, if they are one word).
+fn pages(start: u64, len: u64, mut f: impl FnMut(u64, usize, usize, u64, u64)) {
+    let end = start.saturating_add(len);
+    let mut at = start;
+    while at < end {
+        let last = (end - 1).min(at | (PAGE - 1));
+        let (from, to) = (at % PAGE, last % PAGE);
+        f(at / PAGE, (from / 64) as usize, (to / 64) as usize, !0 << (from % 64), !0 >> (63 - to % 64));
+        at = last + 1;
+    }
+}
+
 impl Definedness {
     fn lookup(&self, page: u64) -> Option<u32> {
         if let Some((_, i)) = self.last.get().filter(|&(p, _)| p == page) {
@@ -68,22 +83,32 @@ impl Definedness {
         Some(&mut self.pages[i as usize])
     }
 
-    /// A new block: its bytes are undefined.
-    pub fn allocate(&mut self, start: u64, len: u64) {
-        words(start, len, |page, word, mask| {
-            self.page_mut(page, true).unwrap()[word] &= !mask;
-            true
+    /// Sets the bits of [start, start + len) to `defined`, creating the
+    /// pages it touches if `create`. A page at a time, not a word at a
+    /// time: a stack frame is allocated at nearly every call, and a block
+    /// is filled at once.
+    fn mark(&mut self, start: u64, len: u64, defined: bool, create: bool) {
+        pages(start, len, |page, first, last, first_mask, last_mask| {
+            let Some(bits) = self.page_mut(page, create) else { return };
+            let apply = |word: &mut u64, mask: u64| *word = if defined { *word | mask } else { *word & !mask };
+            if first == last {
+                apply(&mut bits[first], first_mask & last_mask);
+            } else {
+                apply(&mut bits[first], first_mask);
+                bits[first + 1..last].fill(if defined { !0 } else { 0 });
+                apply(&mut bits[last], last_mask);
+            }
         });
+    }
+
+    /// A new block or stack frame: its bytes are undefined.
+    pub fn allocate(&mut self, start: u64, len: u64) {
+        self.mark(start, len, false, true);
     }
 
     /// The bytes were written: defined from now on.
     pub fn define(&mut self, start: u64, len: u64) {
-        words(start, len, |page, word, mask| {
-            if let Some(bits) = self.page_mut(page, false) {
-                bits[word] |= mask;
-            }
-            true
-        });
+        self.mark(start, len, true, false);
     }
 
     /// The first undefined byte of [start, start + len).
@@ -165,5 +190,20 @@ mod tests {
         assert_eq!(d.first_undefined(0x5000 + 13, 1), None);
         assert_eq!(d.first_undefined(0x5000 + 110, 50), None);
         assert_eq!(d.first_undefined(0x5000 + 109, 1), Some(0x5000 + 109));
+    }
+
+    #[test]
+    fn ranges_of_many_words_are_marked_to_the_byte() {
+        let mut d = Definedness::default();
+        d.allocate(0x6000 - 5, 0x300);
+        d.define(0x6000 + 3, 200); // a partial word, two whole ones, a partial one
+        assert_eq!(d.first_undefined(0x6000 - 5, 8), Some(0x6000 - 5));
+        assert_eq!(d.first_undefined(0x6000 + 2, 202), Some(0x6000 + 2));
+        assert_eq!(d.first_undefined(0x6000 + 3, 200), None);
+        assert_eq!(d.first_undefined(0x6000 + 3, 201), Some(0x6000 + 203));
+        d.allocate(0x6000 + 64, 64); // exactly one word
+        assert_eq!(d.first_undefined(0x6000 + 3, 61), None);
+        assert_eq!(d.first_undefined(0x6000 + 3, 200), Some(0x6000 + 64));
+        assert_eq!(d.first_undefined(0x6000 + 128, 75), None);
     }
 }
