@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The checker's per-event cost on what a NIC driver under checking
-//! traces: ~30 events a received or sent frame (accesses to a few hot heap
+//! traces: ~40 events a received or sent frame (accesses to a few hot heap
 //! blocks, the coherent descriptor ring and per-cpu data; skb allocations,
 //! fills and frees; a streaming map and unmap of a 2 KiB buffer; copies;
-//! some locks; context switches at each handler's entry and exit), with a
-//! few hundred live allocations and ~256 live mappings.
+//! some locks; context switches at each handler's entry and exit; two
+//! nested calls' stack frames, their `%rsp` reads and writes and an escaped
+//! local), with a few hundred live allocations and ~256 live mappings.
 //!
 //!     cargo run --release -p understudy-checker --example throughput [-- EVENTS RUNS]
 //!
@@ -41,6 +42,9 @@ const DESCRIPTORS: u64 = ARENA;
 const DESCRIPTORS_IOVA: u64 = IOVA;
 /// Sites besides those of `common::sites`, which the mix uses.
 const FILLER_SITES: u32 = 3500;
+/// The top of the stack of the thread that sends; the one that receives
+/// (NAPI's) has its stack 8 MiB above.
+const TX_STACK: u64 = STACK - (8 << 20);
 const FROM_DEVICE: u16 = 2;
 const TO_DEVICE: u16 = 1;
 
@@ -107,12 +111,27 @@ fn mix(events: usize) -> Vec<TraceEvent> {
             with_flags(access(PERCPU_WRITE4, 0x40), EVF_PERCPU), with_flags(access(PERCPU_WRITE4, 0x48), EVF_PERCPU),
             access(WRITE4, if rx { RX_RING } else { TX_RING } + 0x10),
         ]);
+        ev_.extend(calls(if rx { STACK } else { TX_STACK }, frame % 16));
         if !rx {
             ev_.extend([unlock(TX_LOCK), context(CTX_SOFTIRQ, 0, NAPI_POLL)]);
         }
         frame += 1;
     }
     ev_
+}
+
+/// A frame's handling calls a function with a 256-byte frame below `top`,
+/// which writes two locals (one of the first 16 quadwords by `slot`), lets
+/// a third out to the runtime, calls a function with a 64-byte frame, and
+/// reads its locals back.
+fn calls(top: u64, slot: u64) -> [TraceEvent; 11] {
+    let (outer, inner) = (top - 0x180, top - 0x180 - 0x60);
+    [
+        frame(FRAME256, outer), access(STACK_WRITE8, outer + 8 * slot), access(STACK_WRITE8, outer + 0x80),
+        escape(outer + 0xc0),
+        frame(FRAME64, inner), access(STACK_WRITE8, inner + 0x10), access(STACK_READ8, inner + 0x10), return_to(outer),
+        access(STACK_READ8, outer + 8 * slot), access(STACK_READ8, outer + 0x80), return_to(top - 0x60),
+    ]
 }
 
 /// The time the gate takes to check `events`, and the findings' kinds.
