@@ -13,6 +13,9 @@
 #define STUB_RING_ENTRIES		(1 << 20)	/* US_TRACE_RING_ENTRIES */
 #define STUB_EVENT_SHIFT		5	/* sizeof(struct us_trace_event) == 32 */
 #define STUB_EV_ACCESS			1	/* US_EV_ACCESS */
+#define STUB_EV_FRAME			4	/* US_EV_FRAME */
+#define STUB_EV_RETURN			5	/* US_EV_RETURN */
+#define STUB_EV_ESCAPE			6	/* US_EV_ESCAPE */
 #define STUB_EVF_PERCPU			0x0001	/* US_EVF_PERCPU */
 
 #endif /* UNDERSTUDY_CHECK_LAYOUT_H */

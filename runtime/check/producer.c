@@ -52,6 +52,8 @@ _Static_assert(offsetof(struct us_trace_header, checker_waiting) == STUB_HDR_CHE
 _Static_assert(US_TRACE_RING_ENTRIES == STUB_RING_ENTRIES, "ring entries");
 _Static_assert(sizeof(struct us_trace_event) == 1 << STUB_EVENT_SHIFT, "event size");
 _Static_assert(US_EV_ACCESS == STUB_EV_ACCESS && US_EVF_PERCPU == STUB_EVF_PERCPU, "kinds");
+_Static_assert(US_EV_FRAME == STUB_EV_FRAME && US_EV_RETURN == STUB_EV_RETURN &&
+	       US_EV_ESCAPE == STUB_EV_ESCAPE, "stack kinds");
 
 #define RING_MASK	(US_TRACE_RING_ENTRIES - 1)
 #define MAX_DEVICE_RANGES 6	/* BARs */

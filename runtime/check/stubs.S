@@ -116,6 +116,12 @@ ACCESS_STUB __understudy_trace_access_flags,	STUB_EV_ACCESS, 1, 1
 ACCESS_STUB __understudy_trace_percpu,		STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 0, 0
 ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 1, 0
 
+/* The stack's bookkeeping (docs/checking.md, "Stack frames"): %rdi is on the stack. */
+ACCESS_STUB __understudy_trace_frame,		STUB_EV_FRAME, 0, 0
+ACCESS_STUB __understudy_trace_return,		STUB_EV_RETURN, 0, 0
+ACCESS_STUB __understudy_trace_escape,		STUB_EV_ESCAPE, 0, 0
+ACCESS_STUB __understudy_trace_escape_flags,	STUB_EV_ESCAPE, 1, 0
+
 /* in/out: %rdi = port; all in C (port I/O is slow anyway). */
 .macro PORT_STUB name, flags
 	STUB_ENTER \name, \flags

@@ -17,8 +17,16 @@
  * or the port number for in/out. Kernel code has no red zone
  * (-mno-red-zone), so pushing below %rsp is safe. The stub keeps every
  * register; it keeps the flags only if they may be live (the _FLAGS
- * stubs), which a short forward scan decides. Accesses through %rsp are the
- * thread's own stack and are not probed.
+ * stubs), which a short forward scan decides. An access through %rsp gets
+ * 8 added to its displacement: the probe's push moved %rsp.
+ *
+ * The stack's bookkeeping gets probes too (docs/checking.md, "Stack
+ * frames"): `sub $n,%rsp` allocates a frame (FRAME, %rdi = the frame's
+ * lowest byte), `ret` and a jump to another module's symbol (the return
+ * thunk, a tail call) end the function's frames (RETURN, %rdi = %rsp after
+ * the return), and `lea d(%rsp),%reg` or `mov %rsp,%reg` hands a stack
+ * address to code that may write through it unseen (ESCAPE). Returns and
+ * tail calls keep no flags: the ABI carries none across them.
  *
  * What a probe and a moved instruction become is rewrite-emit.c's: short
  * branches become rel32 (their targets move apart); every other
@@ -42,6 +50,10 @@ const char *const rw_stub_names[NR_STUBS] = {
 	[STUB_PORT]		= "__understudy_trace_port",
 	[STUB_PORT_FLAGS]	= "__understudy_trace_port_flags",
 	[STUB_STRING]		= "__understudy_trace_string",
+	[STUB_FRAME]		= "__understudy_trace_frame",
+	[STUB_RETURN]		= "__understudy_trace_return",
+	[STUB_ESCAPE]		= "__understudy_trace_escape",
+	[STUB_ESCAPE_FLAGS]	= "__understudy_trace_escape_flags",
 };
 
 #define STATUS_FLAGS	(ZYDIS_CPUFLAG_CF | ZYDIS_CPUFLAG_PF | ZYDIS_CPUFLAG_AF | \
@@ -114,16 +126,20 @@ static int gpr64(ZydisRegister r)
 	return ZydisRegisterGetClass(r) == ZYDIS_REGCLASS_GPR64 ? ZydisRegisterGetId(r) : -1;
 }
 
-/* lea EA,%rdi with a disp32 always: one encoding for every base, rbp and r13 included. */
+/*
+ * lea EA,%rdi with a disp32 always: one encoding for every base, rbp and
+ * r13 included. Based on %rsp, EA is 8 further up: the probe pushed %rdi.
+ */
 static int encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem)
 {
 	int base = mem->base == ZYDIS_REGISTER_NONE ? -1 : gpr64(mem->base);
 	int index = mem->index == ZYDIS_REGISTER_NONE ? -1 : gpr64(mem->index);
-	int32_t disp = (int32_t)mem->disp.value;
+	int64_t wanted = mem->disp.value + (mem->base == ZYDIS_REGISTER_RSP ? 8 : 0);
+	int32_t disp = (int32_t)wanted;
 	uint8_t *b = p->load, n = 0;
 	static const uint8_t scale_bits[9] = { 0, 0, 1, 0, 2, 0, 0, 0, 3 };
 
-	if (mem->disp.value != disp)
+	if (wanted != disp)
 		return -1;
 	p->disp_at = -1;
 	if (mem->base == ZYDIS_REGISTER_RIP) {
@@ -156,9 +172,13 @@ static int encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem)
 	return 0;
 }
 
-static bool is_stack(const ZydisDecodedOperandMem *mem)
+/* lea d(%rsp),%rdi: d as the instruction sees %rsp (encode_lea adds the push). */
+static void load_stack_address(struct rw_probe *p, int32_t d)
 {
-	return mem->base == ZYDIS_REGISTER_RSP || mem->base == ZYDIS_REGISTER_RBP;
+	ZydisDecodedOperandMem mem = { .type = ZYDIS_MEMOP_TYPE_MEM, .base = ZYDIS_REGISTER_RSP,
+				       .index = ZYDIS_REGISTER_NONE, .disp = { .value = d } };
+
+	encode_lea(p, &mem);
 }
 
 /* Instructions whose memory operand names memory they do not access. */
@@ -212,15 +232,15 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 
 	if (mem->segment == ZYDIS_REGISTER_FS || zi->address_width != 64)
 		return -1;
-	if (is_stack(mem) && mem->base == ZYDIS_REGISTER_RSP)
-		return 0;		/* the thread's own stack frame */
+	if (mem->base == ZYDIS_REGISTER_RSP && zi->mnemonic == ZYDIS_MNEMONIC_POP)
+		return 0;		/* pop d(%rsp) addresses after the pop: not worth a probe */
 	if (actions & ZYDIS_OPERAND_ACTION_MASK_READ)
 		flags |= US_SITE_READ;
 	if (actions & ZYDIS_OPERAND_ACTION_MASK_WRITE)
 		flags |= US_SITE_WRITE;
 	if (percpu)
 		flags |= US_SITE_PERCPU;
-	if (is_stack(mem))
+	if (mem->base == ZYDIS_REGISTER_RSP)
 		flags |= US_SITE_STACK;
 	if ((zi->attributes & ZYDIS_ATTRIB_HAS_LOCK) || zi->mnemonic == ZYDIS_MNEMONIC_XCHG)
 		flags |= US_SITE_ATOMIC;
@@ -295,6 +315,55 @@ static int probe_port(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	return 0;
 }
 
+/* Whether the relocation at `off` names a symbol outside the module. */
+static bool reloc_is_import(const struct ko_elf *elf, const struct rw_text *t, uint64_t off)
+{
+	const Elf64_Rela *r = text_reloc_at(t, off);
+	size_t sym = r ? ELF64_R_SYM(r->r_info) : 0;
+
+	return r && sym && sym < elf->nsyms && elf->syms[sym].st_shndx == SHN_UNDEF;
+}
+
+/* FRAME, RETURN and ESCAPE probes (docs/checking.md, "Stack frames"). */
+static int probe_stack(const struct ko_elf *elf, const struct rw_text *t, struct rw_insn *in,
+		       const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
+{
+	const ZydisDecodedOperand *dst = &ops[0], *src = &ops[1];
+	bool to_rsp = dst->type == ZYDIS_OPERAND_TYPE_REGISTER && dst->reg.value == ZYDIS_REGISTER_RSP;
+
+	if (in->nprobes == RW_MAX_PROBES)
+		return 0;
+	switch (zi->mnemonic) {
+	case ZYDIS_MNEMONIC_SUB:
+		/* sub $n,%rsp: [%rsp - n, %rsp) becomes the frame */
+		if (to_rsp && src->type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
+		    src->imm.value.s > 0 && src->imm.value.s <= UINT16_MAX)
+			load_stack_address(probe_add(in, STUB_FRAME, src->imm.value.s, US_SITE_FRAME),
+					   -(int32_t)src->imm.value.s);
+		return 0;
+	case ZYDIS_MNEMONIC_RET:
+		/* %rsp after the return: above the return address */
+		load_stack_address(probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
+		return 0;
+	case ZYDIS_MNEMONIC_JMP:
+		if (in->branch == BRANCH_NEAR && in->rel_reloc &&
+		    reloc_is_import(elf, t, in->old_off + in->rel_at))
+			load_stack_address(probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
+		return 0;
+	case ZYDIS_MNEMONIC_LEA:
+		if (src->type == ZYDIS_OPERAND_TYPE_MEMORY && src->mem.base == ZYDIS_REGISTER_RSP && !to_rsp)
+			return encode_lea(probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME), &src->mem);
+		return 0;
+	case ZYDIS_MNEMONIC_MOV:
+		/* into a register or memory: either way the address is out */
+		if (src->type == ZYDIS_OPERAND_TYPE_REGISTER && src->reg.value == ZYDIS_REGISTER_RSP)
+			load_stack_address(probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME), 0);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
 static int classify_branch(struct rw_text *t, struct rw_insn *in,
 			   const ZydisDecodedInstruction *zi)
 {
@@ -319,8 +388,9 @@ static int classify_branch(struct rw_text *t, struct rw_insn *in,
 }
 
 /* Decodes one instruction into in, its probes and flag use; -1 if it cannot be rewritten. */
-static int classify(struct rw_text *t, struct rw_insn *in, struct flag_use *fu,
-		    const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
+static int classify(const struct ko_elf *elf, struct rw_text *t, struct rw_insn *in,
+		    struct flag_use *fu, const ZydisDecodedInstruction *zi,
+		    const ZydisDecodedOperand *ops)
 {
 	const ZydisAccessedFlags *f = zi->cpu_flags;
 
@@ -341,6 +411,8 @@ static int classify(struct rw_text *t, struct rw_insn *in, struct flag_use *fu,
 
 	if ((zi->attributes & ZYDIS_ATTRIB_IS_RELATIVE) && zi->raw.imm[0].is_relative &&
 	    classify_branch(t, in, zi))
+		return -1;
+	if (probe_stack(elf, t, in, zi, ops))
 		return -1;
 	if (zi->meta.category == ZYDIS_CATEGORY_IO)
 		return probe_port(in, zi, ops);
@@ -482,7 +554,7 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 		in->old_off = off;
 		in->len = zi.length;
 		fields[t->ninsns] = field_bits(&zi);
-		if (classify(t, in, &fu[t->ninsns], &zi, ops))
+		if (classify(elf, t, in, &fu[t->ninsns], &zi, ops))
 			offsets_add(&unsupported, off);
 		t->ninsns++;
 		off += zi.length;
@@ -503,7 +575,7 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 				struct rw_probe *probe = &t->insns[k].probes[p];
 
 				if (probe->stub == STUB_ACCESS || probe->stub == STUB_PERCPU ||
-				    probe->stub == STUB_PORT)
+				    probe->stub == STUB_PORT || probe->stub == STUB_ESCAPE)
 					probe->stub++;	/* its _FLAGS twin */
 			}
 	text_layout(t);

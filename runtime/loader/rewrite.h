@@ -19,6 +19,10 @@ enum rw_stub {
 	STUB_PORT,		/* %rdi = port */
 	STUB_PORT_FLAGS,
 	STUB_STRING,		/* reads %rdi, %rsi, %rcx and DF itself; keeps the flags */
+	STUB_FRAME,		/* %rdi = a new frame's lowest byte (the flags are dead: sub) */
+	STUB_RETURN,		/* %rdi = %rsp after a return (the ABI keeps no flags) */
+	STUB_ESCAPE,		/* %rdi = a stack address the code took */
+	STUB_ESCAPE_FLAGS,
 	NR_STUBS,
 };
 

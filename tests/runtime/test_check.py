@@ -84,6 +84,7 @@ FAULTS = {
     6: ("dma", "unmap-never-mapped", "unmap_never_mapped"),
     7: ("dma", "repeated-unmap", "repeated_unmap"),
     8: ("race", "data-race", "missing_lock"),
+    9: ("memory", "uninitialised-read", "uninitialised_stack_read"),
 }
 
 

@@ -74,6 +74,22 @@ static noinline void uninitialised_read(bool bug)
 	kfree(p);
 }
 
+/*
+ * The slots live in this function's stack frame (volatile keeps them out of
+ * registers). Debian's kernels zero every stack variable on entry
+ * (CONFIG_INIT_STACK_ALL_ZERO); `uninitialized` opts these out, as code
+ * built without that option is.
+ */
+static noinline void uninitialised_stack_read(bool bug)
+{
+	volatile u32 slots[4] __attribute__((uninitialized));
+
+	slots[0] = seen;
+	if (!bug)
+		slots[1] = seen;
+	seen = slots[1];		/* memory: uninitialised-read, on the stack */
+}
+
 static noinline void write_device_owned(bool bug)
 {
 	u8 *buf = kzalloc(256, GFP_KERNEL);
@@ -147,6 +163,7 @@ static noinline void missing_lock(bool bug)
 static void (*const bugs[])(bool) = {
 	use_after_free, out_of_bounds, double_free, uninitialised_read,
 	write_device_owned, unmap_never_mapped, repeated_unmap, missing_lock,
+	uninitialised_stack_read,
 };
 
 static int __init faulty_init(void)
