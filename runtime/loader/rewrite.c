@@ -16,8 +16,9 @@
  *   - relocations in code move with their instruction;
  *   - relocations that point into code (a section symbol plus an addend, or
  *     a function symbol) get the addend that reaches the same instruction;
- *     a branch target lands on the instruction's probes, an __ex_table
- *     "insn" field on the instruction itself (the one that may fault);
+ *     a branch target lands on the instruction's probes; an __ex_table
+ *     "insn" field (the one that may fault) and a return or retpoline
+ *     site (one to patch) on the instruction itself;
  *   - the stubs are new undefined symbols, resolved by the runtime.
  * Section indices do not change, so a site names its section as the
  * original file does. The new file is the old one with the new sections,
@@ -159,8 +160,10 @@ static int reloc_retarget(struct ko_context *ctx, const struct ko_elf *elf,
 	unsigned int in = elf->shdrs[rela_shndx].sh_info;
 	const Elf64_Sym *old = s < elf->nsyms ? &elf->syms[s] : NULL;
 	int t = old && old->st_shndx < elf->shnum ? rw->text_of[old->st_shndx] : -1;
-	bool itself = !strcmp(elf_section_name(elf, in), "__ex_table") &&
-		      r->rela.r_offset % 12 == 0;	/* exception_table_entry.insn */
+	const char *from = elf_section_name(elf, in);
+	/* a fault address, or a return or retpoline site to patch: the instruction, not its probes */
+	bool itself = (!strcmp(from, "__ex_table") && r->rela.r_offset % 12 == 0) ||
+		      !strcmp(from, ".return_sites") || !strcmp(from, ".retpoline_sites");
 	int64_t k = pc_relative(type) && rw->text_of[in] >= 0 ? r->to_end : 0;
 	int64_t target;
 
@@ -170,7 +173,7 @@ static int reloc_retarget(struct ko_context *ctx, const struct ko_elf *elf,
 	if (target < 0)
 		return ko_fail(ctx, KO_ERR_REWRITE,
 			       "cannot rewrite for checking: %s+0x%" PRIx64 " points into the middle of %s+0x%" PRIx64,
-			       elf_section_name(elf, in), (uint64_t)r->rela.r_offset,
+			       from, (uint64_t)r->rela.r_offset,
 			       elf_section_name(elf, old->st_shndx),
 			       (uint64_t)(old->st_value + r->rela.r_addend + k));
 	r->rela.r_addend = target - (int64_t)rw->syms[s].st_value - k;

@@ -30,7 +30,7 @@ def test_every_network_module_is_rewritten_for_checking(abi, built):
 
 def test_a_rewritten_module_keeps_its_tables_and_gains_probes(abi, built):
     """e1000 rewritten: the same relocations applied (plus one per probe), the
-    same special-section entries, and a probe per memory access outside the stack."""
+    same special-section entries, and a probe per memory access and per stack frame event."""
     e1000 = next((abi.modules / "kernel").rglob("e1000.ko"))
     _, plain = run_ko_load_json(*dummy_args(abi), e1000)
     res, checked = run_ko_load_json(*dummy_args(abi), "--checked", e1000)
