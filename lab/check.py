@@ -4,7 +4,9 @@ One guest, one NIC, understudyd; alternating runs of the driver unchecked and
 under the checker with --gate (`understudy run --check MODE`), each run a
 hash-checked TCP transfer out of the guest and one into it. Prints the
 medians, checked ÷ unchecked throughput ratios, the checker's event count
-and rate, and what it found (`understudy check report`).
+and rate, and what it found (`understudy check report`). With --checkers only
+those checkers run (the checker's UNDERSTUDY_CHECKERS, set in the daemon's
+environment): what each one costs on its own.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from .guest import Guest
 from .netns import LabNetwork
 
 GATES = ["triage", "permissive", "stringent"]
+CHECKERS = ["memory", "race", "dma"]
 DRIVERS = ["e1000", "pcnet32", "8139cp", "e100"]
 KEYS = ["tx_mbps", "rx_mbps", "tx_hash_ok", "rx_hash_ok", "resets"]
 
@@ -45,20 +48,21 @@ def median_of(runs: list[dict], key: str) -> float:
     return round(statistics.median(r[key] for r in runs), 3)
 
 
-def check(driver: str, gate: str, runs: int, megabytes: int) -> dict:
+def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str]) -> dict:
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     nbytes = megabytes << 20
     plain, checked, reports = [], [], []
     log(f"booting a guest with {dev.name}; {runs} runs of {megabytes} MiB each way, "
-        f"unchecked and checked ({gate})")
+        f"unchecked and checked ({gate}; checkers: {','.join(checkers)})")
     with contextlib.ExitStack() as stack:
         network = stack.enter_context(LabNetwork())
         guest = stack.enter_context(Guest(devices=[dev.name], netdev=network))
         bdf = guest.pci_address("nic0")
         understudy.prepare(guest)
         modules = understudy.module_chain(guest, dev.driver)
-        daemon = understudy.Daemon(guest, bins, None, "--checker", str(bins["checker"]))
+        daemon = understudy.Daemon(guest, bins, None, "--checker", str(bins["checker"]),
+                                   env={"UNDERSTUDY_CHECKERS": ",".join(checkers)})
         try:
             for i in range(runs):
                 for mode in (None, gate):
@@ -76,7 +80,7 @@ def check(driver: str, gate: str, runs: int, megabytes: int) -> dict:
                     understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
-    return summarise(dev, gate, runs, megabytes, plain, checked, reports)
+    return {**summarise(dev, gate, runs, megabytes, plain, checked, reports), "checkers": checkers}
 
 
 def check_report(daemon: understudy.Daemon) -> dict:
@@ -114,13 +118,13 @@ def spread(checked: list[dict], plain: list[dict], key: str) -> list[float]:
 
 
 def cmd_check(args) -> int:
-    report = check(args.driver, args.gate, args.runs, args.megabytes)
+    report = check(args.driver, args.gate, args.runs, args.megabytes, args.checkers)
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
         print(json.dumps({**report, **provenance.record()}, indent=2))
     else:
         rows = [{"driver": "unchecked", **report["unchecked"]},
-                {"driver": f"checked ({report['gate']})", **report["checked"]}]
+                {"driver": f"checked ({report['gate']}; {','.join(report['checkers'])})", **report["checked"]}]
         print(table(rows, ["tx_mbps", "rx_mbps"]))
         print(f"tx_ratio {report['tx_ratio']} {report['tx_ratio_spread']}  "
               f"rx_ratio {report['rx_ratio']} {report['rx_ratio_spread']}  "
@@ -134,12 +138,22 @@ def cmd_check(args) -> int:
     return 0 if report["hash_ok"] and not report["resets"] else 1
 
 
+def checker_list(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in CHECKERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of {', '.join(CHECKERS)}")
+    return names
+
+
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="a driver under the checker against it unchecked (docs/checking.md)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--driver", default="e1000", help=f"a lab NIC's driver: {', '.join(DRIVERS)}")
     c.add_argument("--gate", choices=GATES, default="permissive",
                    help="the gate's mode for the checked runs (default: permissive)")
+    c.add_argument("--checkers", type=checker_list, default=CHECKERS,
+                   help="which checkers run, comma-separated (default: memory,race,dma)")
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--megabytes", type=int, default=64, help="size of each transfer")
     c.add_argument("--json", action="store_true", help="print one JSON object")
