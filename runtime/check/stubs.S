@@ -113,6 +113,9 @@
 
 ACCESS_STUB __understudy_trace_access,		STUB_EV_ACCESS, 0, 1
 ACCESS_STUB __understudy_trace_access_flags,	STUB_EV_ACCESS, 1, 1
+/* Through %rsp: the thread's stack is never device memory. */
+ACCESS_STUB __understudy_trace_stack,		STUB_EV_ACCESS, 0, 0
+ACCESS_STUB __understudy_trace_stack_flags,	STUB_EV_ACCESS, 1, 0
 ACCESS_STUB __understudy_trace_percpu,		STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 0, 0
 ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 1, 0
 

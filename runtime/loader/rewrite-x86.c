@@ -45,6 +45,8 @@
 const char *const rw_stub_names[NR_STUBS] = {
 	[STUB_ACCESS]		= "__understudy_trace_access",
 	[STUB_ACCESS_FLAGS]	= "__understudy_trace_access_flags",
+	[STUB_STACK]		= "__understudy_trace_stack",
+	[STUB_STACK_FLAGS]	= "__understudy_trace_stack_flags",
 	[STUB_PERCPU]		= "__understudy_trace_percpu",
 	[STUB_PERCPU_FLAGS]	= "__understudy_trace_percpu_flags",
 	[STUB_PORT]		= "__understudy_trace_port",
@@ -246,7 +248,8 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 		flags |= US_SITE_ATOMIC;
 	if (in->nprobes == RW_MAX_PROBES)
 		return -1;
-	p = probe_add(in, percpu ? STUB_PERCPU : STUB_ACCESS, bits / 8, flags);
+	p = probe_add(in, percpu ? STUB_PERCPU : flags & US_SITE_STACK ? STUB_STACK : STUB_ACCESS,
+		      bits / 8, flags);
 	return encode_lea(p, mem);
 }
 
@@ -574,8 +577,9 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 			if (flags_live(fu, t->ninsns, k)) {
 				struct rw_probe *probe = &t->insns[k].probes[p];
 
-				if (probe->stub == STUB_ACCESS || probe->stub == STUB_PERCPU ||
-				    probe->stub == STUB_PORT || probe->stub == STUB_ESCAPE)
+				if (probe->stub == STUB_ACCESS || probe->stub == STUB_STACK ||
+				    probe->stub == STUB_PERCPU || probe->stub == STUB_PORT ||
+				    probe->stub == STUB_ESCAPE)
 					probe->stub++;	/* its _FLAGS twin */
 			}
 	text_layout(t);

@@ -14,6 +14,8 @@
 enum rw_stub {
 	STUB_ACCESS,		/* %rdi = effective address */
 	STUB_ACCESS_FLAGS,	/* ... and the flags are live: keep them */
+	STUB_STACK,		/* %rdi = an address on the stack: never device memory */
+	STUB_STACK_FLAGS,
 	STUB_PERCPU,		/* %rdi = offset in the per-cpu block */
 	STUB_PERCPU_FLAGS,
 	STUB_PORT,		/* %rdi = port */
