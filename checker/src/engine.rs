@@ -57,6 +57,7 @@ pub struct Engine {
     dma: Dma,
     race: Race,
     reporter: Reporter,
+    checkers: Checkers,
 }
 
 /// `size` bytes at `address`, if the range is one an event may cover.
@@ -65,6 +66,43 @@ fn range(index: u64, address: u64, size: u128) -> Result<u64, EventError> {
         return Err(EventError::Range { index, address, size });
     }
     Ok(size as u64)
+}
+
+/// Which checkers run (`understudy-checker --checkers`): all of them
+/// unless asked otherwise, to measure what each one costs alone. The heap's
+/// blocks and the stack's frames are kept whichever run: every checker
+/// places accesses with them. Without the DMA checker, a buffer mapped for
+/// the device counts as written when it is mapped (the memory checker
+/// cannot learn when the device wrote it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkers {
+    pub memory: bool,
+    pub race: bool,
+    pub dma: bool,
+}
+
+impl Checkers {
+    pub const ALL: Checkers = Checkers { memory: true, race: true, dma: true };
+    pub const NAMES: [&'static str; 3] = ["memory", "race", "dma"];
+
+    /// From names such as `memory,dma`; an unknown name is an error.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> Result<Checkers, String> {
+        let mut on = Checkers { memory: false, race: false, dma: false };
+        for name in names.iter().map(AsRef::as_ref).filter(|n| !n.is_empty()) {
+            match name {
+                "memory" => on.memory = true,
+                "race" => on.race = true,
+                "dma" => on.dma = true,
+                _ => return Err(format!("unknown checker {name:?}; the checkers are {}", Checkers::NAMES.join(", "))),
+            }
+        }
+        Ok(on)
+    }
+
+    pub fn names(self) -> Vec<&'static str> {
+        let on = [self.memory, self.race, self.dma];
+        Checkers::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
 }
 
 impl Engine {
@@ -78,7 +116,13 @@ impl Engine {
             dma: Dma::new(config.arena, config.arena_iova, config.arena_size),
             race: Race::default(),
             reporter,
+            checkers: Checkers::ALL,
         }
+    }
+
+    /// The engine with only `checkers` running.
+    pub fn only(self, checkers: Checkers) -> Engine {
+        Engine { checkers, ..self }
     }
 
     pub fn reporter(&mut self) -> &mut Reporter {
@@ -121,7 +165,11 @@ impl Engine {
                 }
                 let size = range(index, ev.addr, site.size as u128)?;
                 let frame = Frame { start: ev.addr, end: ev.addr + size, site: SiteRef::Stub(ev.site), event: index };
-                self.memory.frame(&mut self.stack, frame);
+                if self.checkers.memory {
+                    self.memory.frame(&mut self.stack, frame);
+                } else {
+                    self.stack.push(frame);
+                }
             }
             EV_RETURN => {
                 self.stub_site(index, ev, SITE_FRAME, 0)?;
@@ -129,21 +177,39 @@ impl Engine {
             }
             EV_ESCAPE => {
                 self.stub_site(index, ev, SITE_FRAME, 0)?;
-                self.memory.escape(&self.stack, ev.addr);
+                if self.checkers.memory {
+                    self.memory.escape(&self.stack, ev.addr);
+                }
             }
             EV_ALLOC => {
                 let size = range(index, ev.addr, ev.arg0 as u128)?;
-                self.memory.allocate(&mut self.heap, Block { start: ev.addr, size, site: runtime, event: index });
+                let block = Block { start: ev.addr, size, site: runtime, event: index };
+                if self.checkers.memory {
+                    self.memory.allocate(&mut self.heap, block);
+                } else if size > 0 {
+                    self.heap.allocate(block);
+                }
                 // Module data is reached without the heap's `born` (see
                 // `touch`): a block over it is forgotten at once.
-                self.race.forget(ev.addr, size, self.symbols.overlaps_module_image(ev.addr, size));
+                if self.checkers.race {
+                    self.race.forget(ev.addr, size, self.symbols.overlaps_module_image(ev.addr, size));
+                }
             }
-            EV_FREE => self.memory.free(&mut self.heap, ev.addr, runtime, index, out),
+            EV_FREE if self.checkers.memory => self.memory.free(&mut self.heap, ev.addr, runtime, index, out),
+            EV_FREE => {
+                self.heap.free(ev.addr, runtime, index);
+            }
             EV_DMA_MAP => {
                 let size = range(index, ev.addr, ev.arg0 as u128)?;
                 let dir = ((ev.flags() & EVF_DIR_MASK) >> EVF_DIR_SHIFT) as u8;
-                self.dma.map(&self.heap, ev.addr, size, ev.arg1, dir, runtime, index, out);
+                if self.checkers.dma {
+                    self.dma.map(&self.heap, ev.addr, size, ev.arg1, dir, runtime, index, out);
+                } else if self.checkers.memory {
+                    self.memory.define(ev.addr, size);
+                }
             }
+            EV_DMA_UNMAP | EV_DMA_SYNC_CPU | EV_DMA_SYNC_DEVICE | EV_DMA_ALLOC | EV_DMA_FREE
+                if !self.checkers.dma => {}
             EV_DMA_UNMAP => {
                 let dir = ((ev.flags() & EVF_DIR_MASK) >> EVF_DIR_SHIFT) as u8;
                 if let Some((cpu, size)) = self.dma.unmap(ev.addr, ev.arg0, dir, runtime, index, out) {
@@ -162,6 +228,7 @@ impl Engine {
                 self.dma.alloc_coherent(ev.addr, size, ev.arg1, runtime, index);
             }
             EV_DMA_FREE => self.dma.free_coherent(ev.addr, ev.arg0, runtime, index, out),
+            EV_LOCK | EV_UNLOCK | EV_IRQ_OFF | EV_IRQ_ON | EV_CONTEXT if !self.checkers.race => {}
             EV_LOCK => {
                 if ev.arg0 > LOCK_MUTEX {
                     return Err(EventError::LockKind { index, kind: ev.arg0 });
@@ -193,8 +260,12 @@ impl Engine {
                 }
             }
             EV_STOP => {
-                self.dma.stop(index, out);
-                self.race.stop(index);
+                if self.checkers.dma {
+                    self.dma.stop(index, out);
+                }
+                if self.checkers.race {
+                    self.race.stop(index);
+                }
             }
             kind => return Err(EventError::UnknownKind { index, kind }),
         }
@@ -237,31 +308,43 @@ impl Engine {
         }
         self.touch(Touch { address: src, size, read: true, write: false, site, event, copy: true }, flags);
         self.touch(Touch { address: dst, size, read: false, write: true, site, event, copy: true }, flags);
-        self.memory.copy(&self.heap, &self.stack, dst, src, size);
+        if self.checkers.memory {
+            self.memory.copy(&self.heap, &self.stack, dst, src, size);
+        }
     }
 
     /// One access, to every checker that tracks its memory. `flags` are the
     /// site's US_SITE_* (none for the runtime's copies and fills).
     fn touch(&mut self, t: Touch, flags: u8) {
         let out = &mut self.reporter;
-        self.dma.access(&t, out);
+        if self.checkers.dma {
+            self.dma.access(&t, out);
+        }
         // A %rsp-based access, or one through a stack address another
         // register holds, is to the thread's own stack: not heap, and not
         // shared, so no race.
         let frame = self.stack.frame_at(t.address);
         if flags & SITE_STACK != 0 || frame.is_some() {
-            self.memory.stack_access(frame, &t, out);
+            if self.checkers.memory {
+                self.memory.stack_access(frame, &t, out);
+            }
+            return;
+        }
+        if !(self.checkers.memory || self.checkers.race) {
             return;
         }
         let place = self.heap.place(t.address, t.size);
-        self.memory.access(place, &t, out);
+        if self.checkers.memory {
+            self.memory.access(place, &t, out);
+        }
         // Races: heap and module data. Per-cpu data is the CPU's own; an
         // atomic instruction is synchronisation, not a racing access;
         // DMA-coherent memory is shared with the device by design, and its
         // CPU-side users synchronise through the device's protocol
         // (descriptor ownership bits), which locksets cannot see.
         let heap_or_module = matches!(place, Place::Inside(_)) || self.symbols.in_module_image(t.address);
-        if flags & (SITE_PERCPU | SITE_ATOMIC) == 0 && heap_or_module && !self.dma.is_coherent(t.address) {
+        if self.checkers.race && flags & (SITE_PERCPU | SITE_ATOMIC) == 0 && heap_or_module
+            && !self.dma.is_coherent(t.address) {
             let born = if let Place::Inside(b) = place { b.event } else { 0 };
             self.race.access(&t, born, out);
         }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
-use understudy_checker::engine::Engine;
+use understudy_checker::engine::{Checkers, Engine};
 use understudy_checker::gate::Gate;
 use understudy_checker::region::Region;
 use understudy_checker::report::{Kind, Reporter};
@@ -52,6 +52,11 @@ struct Args {
     /// The finding kinds that stop the driver, replacing the defaults; `none` for none.
     #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
     fatal: Option<Vec<String>>,
+    /// Run only these of memory, race and dma (to measure what each costs);
+    /// understudyd passes its environment, so UNDERSTUDY_CHECKERS reaches here.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', env = "UNDERSTUDY_CHECKERS",
+          default_value = "memory,race,dma")]
+    checkers: Vec<String>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -117,6 +122,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let checkers = match Checkers::from_names(&args.checkers) {
+        Ok(checkers) => checkers,
+        Err(e) => {
+            log::error!("--checkers: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(cpu) = args.cpu {
         if let Err(e) = pin(cpu) {
             log::error!("{e}");
@@ -131,7 +143,7 @@ fn main() -> ExitCode {
         }
     };
     install_signal_handlers();
-    run(&region, fatal)
+    run(&region, fatal, checkers)
 }
 
 /// Prints a summary saying why nothing was checked, and fails with 2.
@@ -143,7 +155,7 @@ fn refuse(fatal: Vec<Kind>, what: &str, error: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn run(region: &Region, fatal: Vec<Kind>) -> ExitCode {
+fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
     if let Err(e) = region.claim() {
         return refuse(fatal, "the region's checker line", &e.to_string());
     }
@@ -165,11 +177,12 @@ fn run(region: &Region, fatal: Vec<Kind>) -> ExitCode {
         }
         Ok(Some(config)) => config,
     };
-    log::info!("checking {} ({} sites, ring of {} events, {:?} gate)",
+    log::info!("checking {} ({} sites, ring of {} events, {:?} gate, checkers: {})",
                config.modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", "),
-               config.sites.len(), config.ring_entries, config.gate_mode);
+               config.sites.len(), config.ring_entries, config.gate_mode, checkers.names().join(","));
     let symbols = Rc::new(Symbols::load(&config.modules, config.sites.clone()));
-    let mut engine = Engine::new(&config, symbols.clone(), Reporter::new(Box::new(std::io::stdout()), symbols, fatal));
+    let mut engine = Engine::new(&config, symbols.clone(), Reporter::new(Box::new(std::io::stdout()), symbols, fatal))
+        .only(checkers);
     let mut gate = Gate::new(region, &config);
     let mut last_progress = Instant::now();
     let mut error = None;

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use serde_json::Value;
-use understudy_checker::engine::Engine;
+use understudy_checker::engine::{Checkers, Engine};
 use understudy_checker::gate::{Gate, GateError};
 use understudy_checker::region::Region;
 use understudy_checker::report::{Kind, Reporter};
@@ -231,11 +231,16 @@ pub fn check(events: &[TraceEvent]) -> Outcome {
 /// Plays producer and checker in turn: publishes as many events as the ring
 /// has room for, lets the gate check them, and so on.
 pub fn check_in(region: &Region, events: &[TraceEvent]) -> Outcome {
+    check_with(region, events, Checkers::ALL)
+}
+
+/// `check_in` with only `checkers` running.
+pub fn check_with(region: &Region, events: &[TraceEvent], checkers: Checkers) -> Outcome {
     let config = region.config().expect("a valid region");
     let lines = Lines::default();
     let symbols = Rc::new(Symbols::load(&config.modules, config.sites.clone()));
     let reporter = Reporter::new(Box::new(lines.clone()), symbols.clone(), default_fatal());
-    let mut engine = Engine::new(&config, symbols, reporter);
+    let mut engine = Engine::new(&config, symbols, reporter).only(checkers);
     let mut gate = Gate::new(region, &config);
     let mut error = None;
     let mut head = region.head().load(Ordering::Acquire);
