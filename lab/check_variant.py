@@ -10,9 +10,9 @@ lab's fault injection does (lab/swifi/inject.py), so the driver's successor,
 loaded from disk, is clean: a verdict and a recovery, then a healthy driver.
 
 The process runs the module rewritten for checking, so offsets in the file
-mean nothing there; the changed instructions carry no probes, so their bytes
-lie together in the rewritten text, and are found by their pattern (exactly
-one match, or nothing is written).
+mean nothing there; the changed instructions and the probe between them
+are found by their pattern in the rewritten text (exactly one match, or
+nothing is written).
 
 Run in the guest, as root:  python3 -m lab.check_variant PID
 """
@@ -29,9 +29,11 @@ from .swifi.inject import ProcessMemory, inject_process, process_sections
 
 MODULE = "e1000"
 # call dma_sync_single_for_cpu; mov %r13d,%esi; mov %r14,%rdi; call skb_put;
+# [the stack probe: push %rdi; lea 0x30(%rsp),%rdi; call stub; pop %rdi]
 # mov 0x28(%rsp),%rsi; mov %r13,%rdx; mov %rax,%rdi; call memcpy  (Debian 6.1's e1000.ko)
-COPYBREAK = re.compile(rb"\xe8(....)\x44\x89\xee\x4c\x89\xf7\xe8(....)"
-                       rb"\x48\x8b\x74\x24\x28\x4c\x89\xea\x48\x89\xc7\xe8", re.S)
+COPYBREAK = re.compile(rb"(?P<sync>\xe8....)\x44\x89\xee\x4c\x89\xf7\xe8...."
+                       rb"\x57\x48\x8d\xbc\x24\x30\x00\x00\x00\xe8....\x5f"
+                       rb"(?P<src>\x48\x8b\x74\x24\x28)\x4c\x89\xea(?P<dst>\x48\x89\xc7)\xe8", re.S)
 NOP5 = bytes.fromhex("0f1f440000")
 
 
@@ -41,8 +43,7 @@ def patches(text: bytes) -> list[Patch]:
     if len(found) != 1:
         raise LabError(f"e1000's copybreak copy found {len(found)} times in the rewritten text, "
                        "not once: another e1000 build?")
-    at = found[0].start()
-    sync, src, dst = at, at + 16, at + 24
+    sync, src, dst = (found[0].start(group) for group in ("sync", "src", "dst"))
     return [
         Patch(".text", sync, text[sync:sync + 5], NOP5, "e1000_clean_rx_irq", 0,
               "call dma_sync_single_for_cpu", "nop"),
