@@ -15,9 +15,9 @@
  *
  * Fail closed: the producer never writes past room the checker has freed,
  * and a device write waits for approval in stringent mode. A checker that
- * dies leaves the driver waiting with the CPU held; the daemon, which
- * watches the checker, then ends the driver (docs/checking.md, "Failing
- * closed").
+ * dies or hangs leaves the driver waiting with the CPU held; the daemon,
+ * which watches the checker and the region's counters, then ends both
+ * (docs/checking.md, "Failing closed").
  */
 #define _GNU_SOURCE
 #include <errno.h>
