@@ -29,10 +29,10 @@ from .swifi.inject import ProcessMemory, inject_process, process_sections
 
 MODULE = "e1000"
 # call dma_sync_single_for_cpu; mov %r13d,%esi; mov %r14,%rdi; call skb_put;
-# [the stack probe: push %rdi; lea 0x30(%rsp),%rdi; call stub; pop %rdi]
+# [a stack probe, unless the rewriter found the slot written already]
 # mov 0x28(%rsp),%rsi; mov %r13,%rdx; mov %rax,%rdi; call memcpy  (Debian 6.1's e1000.ko)
 COPYBREAK = re.compile(rb"(?P<sync>\xe8....)\x44\x89\xee\x4c\x89\xf7\xe8...."
-                       rb"\x57\x48\x8d\xbc\x24\x30\x00\x00\x00\xe8....\x5f"
+                       rb"(?:\x57\x48\x8d\xbc\x24\x30\x00\x00\x00\xe8....\x5f)?"
                        rb"(?P<src>\x48\x8b\x74\x24\x28)\x4c\x89\xea(?P<dst>\x48\x89\xc7)\xe8", re.S)
 NOP5 = bytes.fromhex("0f1f440000")
 

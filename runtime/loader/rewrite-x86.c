@@ -181,6 +181,8 @@ static void load_stack_address(struct rw_probe *p, int32_t d)
 				       .index = ZYDIS_REGISTER_NONE, .disp = { .value = d } };
 
 	encode_lea(p, &mem);
+	p->at_rsp = true;
+	p->rsp_disp = d;
 }
 
 /* Instructions whose memory operand names memory they do not access. */
@@ -220,6 +222,7 @@ static struct rw_probe *probe_add(struct rw_insn *in, enum rw_stub stub, unsigne
 	p->flags = flags;
 	p->len = 0;
 	p->disp_at = -1;
+	p->at_rsp = false;
 	return p;
 }
 
@@ -250,6 +253,8 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 		return -1;
 	p = probe_add(in, percpu ? STUB_PERCPU : flags & US_SITE_STACK ? STUB_STACK : STUB_ACCESS,
 		      bits / 8, flags);
+	p->at_rsp = mem->base == ZYDIS_REGISTER_RSP && mem->index == ZYDIS_REGISTER_NONE;
+	p->rsp_disp = (int32_t)mem->disp.value;
 	return encode_lea(p, mem);
 }
 
@@ -354,8 +359,13 @@ static int probe_stack(const struct ko_elf *elf, const struct rw_text *t, struct
 			load_stack_address(probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
 		return 0;
 	case ZYDIS_MNEMONIC_LEA:
-		if (src->type == ZYDIS_OPERAND_TYPE_MEMORY && src->mem.base == ZYDIS_REGISTER_RSP && !to_rsp)
-			return encode_lea(probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME), &src->mem);
+		if (src->type == ZYDIS_OPERAND_TYPE_MEMORY && src->mem.base == ZYDIS_REGISTER_RSP && !to_rsp) {
+			struct rw_probe *p = probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME);
+
+			p->at_rsp = src->mem.index == ZYDIS_REGISTER_NONE;
+			p->rsp_disp = (int32_t)src->mem.disp.value;
+			return encode_lea(p, &src->mem);
+		}
 		return 0;
 	case ZYDIS_MNEMONIC_MOV:
 		/* into a register or memory: either way the address is out */
@@ -390,6 +400,36 @@ static int classify_branch(struct rw_text *t, struct rw_insn *in,
 	return 0;
 }
 
+/* Where control goes after the instruction, for the stack probes' pruning (rewrite-stack.c). */
+static enum rw_flow flow_of(const struct rw_insn *in, const ZydisDecodedInstruction *zi)
+{
+	bool in_section = in->branch && !in->rel_reloc;
+
+	switch (zi->meta.category) {
+	case ZYDIS_CATEGORY_RET:
+	case ZYDIS_CATEGORY_INTERRUPT:
+		return FLOW_END;
+	case ZYDIS_CATEGORY_UNCOND_BR:
+		return in_section ? FLOW_JUMP : FLOW_END;
+	case ZYDIS_CATEGORY_COND_BR:
+		return in_section ? FLOW_BRANCH : FLOW_NEXT;
+	default:
+		return zi->mnemonic == ZYDIS_MNEMONIC_UD2 ? FLOW_END : FLOW_NEXT;
+	}
+}
+
+/* push, pop, sub/add/lea/mov to %rsp, leave...; a call puts %rsp back as it was. */
+static bool moves_rsp(const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
+{
+	if (zi->meta.category == ZYDIS_CATEGORY_CALL)
+		return false;
+	for (unsigned int i = 0; i < zi->operand_count; i++)
+		if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && ops[i].reg.value == ZYDIS_REGISTER_RSP &&
+		    (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+			return true;
+	return false;
+}
+
 /* Decodes one instruction into in, its probes and flag use; -1 if it cannot be rewritten. */
 static int classify(const struct ko_elf *elf, struct rw_text *t, struct rw_insn *in,
 		    struct flag_use *fu, const ZydisDecodedInstruction *zi,
@@ -415,6 +455,8 @@ static int classify(const struct ko_elf *elf, struct rw_text *t, struct rw_insn 
 	if ((zi->attributes & ZYDIS_ATTRIB_IS_RELATIVE) && zi->raw.imm[0].is_relative &&
 	    classify_branch(t, in, zi))
 		return -1;
+	in->flow = flow_of(in, zi);
+	in->moves_rsp = moves_rsp(zi, ops);
 	if (probe_stack(elf, t, in, zi, ops))
 		return -1;
 	if (zi->meta.category == ZYDIS_CATEGORY_IO)
@@ -582,6 +624,8 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 				    probe->stub == STUB_ESCAPE)
 					probe->stub++;	/* its _FLAGS twin */
 			}
+	if (text_prune_stack_probes(ctx, elf, t))
+		goto out;
 	text_layout(t);
 	ret = check_relocs(ctx, elf, t, fields) || check_targets(ctx, elf, t) ? -1 : 0;
 out:

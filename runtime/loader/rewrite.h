@@ -37,6 +37,8 @@ struct rw_probe {
 	uint8_t flags;		/* US_SITE_* */
 	uint8_t len;		/* bytes of `load`: how %rdi gets its value */
 	int8_t disp_at;		/* rip-relative: where in `load` its disp32 is; else -1 */
+	bool at_rsp;		/* a stack access or ESCAPE of exactly %rsp + rsp_disp */
+	int32_t rsp_disp;	/* as the instruction sees %rsp */
 	uint8_t load[15];	/* lea EA,%rdi / movzwl %dx,%edi / mov $imm,%edi */
 };
 
@@ -55,8 +57,17 @@ struct rw_insn {
 	uint8_t rel_at;		/* a relative branch: offset of its displacement */
 	bool rel_reloc;		/* that displacement is relocated (another section) */
 	bool rip_reloc;		/* the rip-relative disp32 is relocated */
+	uint8_t flow;		/* enum rw_flow: where control goes next */
+	bool moves_rsp;		/* writes %rsp other than as a call does (push, pop, sub...) */
 	int64_t target;		/* same-section target: old offset */
 	struct rw_probe probes[RW_MAX_PROBES];
+};
+
+enum rw_flow {
+	FLOW_NEXT,		/* to the next instruction (a call returns to it too) */
+	FLOW_BRANCH,		/* jcc: to the next one or to `target` */
+	FLOW_JUMP,		/* jmp: to `target` only */
+	FLOW_END,		/* ret, ud2, int3, an indirect jump, a jump out of the section */
 };
 
 enum rw_branch {
@@ -101,6 +112,8 @@ struct rw_text {
 
 /* rewrite-x86.c: decoding, the probes each instruction needs, the checks */
 int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text *t);
+/* rewrite-stack.c: drops stack probes whose bytes are written already */
+int text_prune_stack_probes(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text *t);
 /* The relocation of the section at exactly `off`, or NULL. */
 const Elf64_Rela *text_reloc_at(const struct rw_text *t, uint64_t off);
 

@@ -53,3 +53,13 @@ def test_code_that_cannot_be_rewritten_is_refused_with_its_offsets(built):
     assert res.returncode == 1
     assert "cannot rewrite .text for checking" in res.stderr, res.stderr
     assert "bytes that do not decode at 0x6" in res.stderr, res.stderr
+
+
+def test_stack_probes_whose_bytes_every_path_wrote_are_pruned(built):
+    """tests/loader/fixtures/stackslots.S: of seven candidate probes (a frame, four
+    accesses through %rsp, a reload and a rewrite of a slot written on every path,
+    a return), the two that could tell the checker nothing are left out."""
+    res, report = run_ko_load_json("--resolve-all-dummy", "--checked", BUILD / "fixtures" / "stackslots.ko")
+    assert res.returncode == 0, res.stderr
+    (m,) = report["modules"]
+    assert m["check_sites"] == 5
