@@ -31,8 +31,12 @@
 /* Frames larger than this keep every probe: their states would cost too much. */
 #define MAX_PRUNED_FRAME	4096
 
+#define NEXT_MAX	3	/* the next instruction, a branch target, a static key's target */
+#define JUMP_ENTRY	16	/* struct jump_entry: code, target (.long each), key (.quad) */
+
 /* What the pruning needs of a whole section: predecessors and entries. */
 struct section_flow {
+	long *key_target;	/* a static key's site: where it jumps when patched, -1 if not a site */
 	size_t *pred_start;	/* preds of k: pred[pred_start[k] .. pred_start[k + 1]) */
 	size_t *pred;
 	bool *entry;		/* reached from outside the section's own branches */
@@ -62,8 +66,9 @@ static long insn_at(const struct rw_text *t, int64_t off)
 	return k < t->ninsns && t->insns[k].old_off == off ? (long)k : -1;
 }
 
-/* The same-section successors of insn k: up to two, -1 for none. */
-static void successors(const struct rw_text *t, size_t k, long next[2])
+/* The same-section successors of insn k, -1 for none. */
+static void successors(const struct rw_text *t, const struct section_flow *f, size_t k,
+		       long next[NEXT_MAX])
 {
 	const struct rw_insn *in = &t->insns[k];
 
@@ -72,6 +77,7 @@ static void successors(const struct rw_text *t, size_t k, long next[2])
 		next[0] = (long)k + 1;
 	if (in->flow == FLOW_BRANCH || in->flow == FLOW_JUMP)
 		next[1] = insn_at(t, in->target);
+	next[2] = f->key_target[k];
 }
 
 static bool is_call_in_section(const struct rw_insn *in)
@@ -109,6 +115,44 @@ static bool names_sites_only(const char *section)
 	return false;
 }
 
+/*
+ * __jump_table: a static key's site (a nop or a jmp, patched when the key
+ * flips) may jump to its target -- an edge, not an unknown entry.
+ */
+static void static_key_edges(const struct ko_elf *elf, const struct rw_text *t, struct section_flow *f)
+{
+	unsigned int rela = 0;
+	const Elf64_Rela *r;
+	size_t count;
+
+	for (unsigned int i = 0; i < elf->shnum && !rela; i++)
+		if (elf->shdrs[i].sh_type == SHT_RELA && !strcmp(elf_section_name(elf, i), ".rela__jump_table"))
+			rela = i;
+	if (!rela)
+		return;
+	r = elf_section_data(elf, rela);
+	count = elf->shdrs[rela].sh_size / sizeof(*r);
+	for (size_t j = 0; j + 1 < count; j++) {
+		size_t code = ELF64_R_SYM(r[j].r_info), target = ELF64_R_SYM(r[j + 1].r_info);
+		long site, to;
+
+		if (r[j].r_offset % JUMP_ENTRY != 0 || r[j + 1].r_offset != r[j].r_offset + 4 ||
+		    code >= elf->nsyms || target >= elf->nsyms ||
+		    elf->syms[code].st_shndx != t->shndx || elf->syms[target].st_shndx != t->shndx)
+			continue;
+		site = insn_at(t, elf->syms[code].st_value + r[j].r_addend);
+		to = insn_at(t, elf->syms[target].st_value + r[j + 1].r_addend);
+		if (site >= 0 && to >= 0)
+			f->key_target[site] = to;
+	}
+}
+
+/* Tables whose entries are edges, handled as such (static_key_edges). */
+static bool names_edges(const char *section)
+{
+	return !strcmp(section, ".rela__jump_table");
+}
+
 static int section_flow_build(const struct ko_elf *elf, const struct rw_text *t,
 			      struct section_flow *f)
 {
@@ -117,14 +161,18 @@ static int section_flow_build(const struct ko_elf *elf, const struct rw_text *t,
 	f->pred_start = calloc(n + 1, sizeof(*f->pred_start));
 	f->entry = calloc(n ? n : 1, sizeof(*f->entry));
 	f->slot = malloc((n ? n : 1) * sizeof(*f->slot));
-	if (!f->pred_start || !f->entry || !f->slot)
+	f->key_target = malloc((n ? n : 1) * sizeof(*f->key_target));
+	if (!f->pred_start || !f->entry || !f->slot || !f->key_target)
 		return -1;
+	for (size_t k = 0; k < n; k++)
+		f->key_target[k] = -1;
+	static_key_edges(elf, t, f);
 	for (size_t k = 0; k < n; k++) {
-		long next[2];
+		long next[NEXT_MAX];
 
 		f->slot[k] = -1;
-		successors(t, k, next);
-		for (int i = 0; i < 2; i++)
+		successors(t, f, k, next);
+		for (int i = 0; i < NEXT_MAX; i++)
 			if (next[i] >= 0) {
 				f->pred_start[next[i] + 1]++;
 				nedges++;
@@ -143,10 +191,10 @@ static int section_flow_build(const struct ko_elf *elf, const struct rw_text *t,
 		if (!fill)
 			return -1;
 		for (size_t k = 0; k < n; k++) {
-			long next[2];
+			long next[NEXT_MAX];
 
-			successors(t, k, next);
-			for (int i = 0; i < 2; i++)
+			successors(t, f, k, next);
+			for (int i = 0; i < NEXT_MAX; i++)
 				if (next[i] >= 0)
 					f->pred[f->pred_start[next[i]] + fill[next[i]]++] = k;
 		}
@@ -161,7 +209,8 @@ static int section_flow_build(const struct ko_elf *elf, const struct rw_text *t,
 		const Elf64_Rela *r = elf_section_data(elf, i);
 		size_t count = elf->shdrs[i].sh_size / sizeof(*r);
 
-		if (elf->shdrs[i].sh_type != SHT_RELA || names_sites_only(elf_section_name(elf, i)))
+		if (elf->shdrs[i].sh_type != SHT_RELA || names_sites_only(elf_section_name(elf, i)) ||
+		    names_edges(elf_section_name(elf, i)))
 			continue;
 		for (size_t j = 0; j < count; j++) {
 			size_t s = ELF64_R_SYM(r[j].r_info);
@@ -179,6 +228,7 @@ static void section_flow_free(struct section_flow *f)
 	free(f->pred);
 	free(f->entry);
 	free(f->slot);
+	free(f->key_target);
 }
 
 static void set_bytes(uint64_t *state, int64_t from, int64_t to, int64_t frame)
@@ -242,24 +292,24 @@ static int prune_frame(struct rw_text *t, struct section_flow *f, size_t at, int
 	size_t *region = malloc(t->ninsns * sizeof(*region));
 	uint64_t *out = NULL, *in = malloc(words * sizeof(*in)), *next_out = malloc(words * sizeof(*in));
 	bool changed = true;
-	long first[2];
+	long first[NEXT_MAX];
 
 	if (!region || !in || !next_out)
 		goto fail;
-	successors(t, at, first);
-	for (int i = 0; i < 2; i++)
+	successors(t, f, at, first);
+	for (int i = 0; i < NEXT_MAX; i++)
 		if (first[i] >= 0 && f->slot[first[i]] < 0) {
 			f->slot[first[i]] = nregion;
 			region[nregion++] = first[i];
 		}
 	while (head < nregion) {		/* breadth first, not past a move of %rsp */
 		size_t k = region[head++];
-		long next[2];
+		long next[NEXT_MAX];
 
 		if (t->insns[k].moves_rsp)
 			continue;
-		successors(t, k, next);
-		for (int i = 0; i < 2; i++)
+		successors(t, f, k, next);
+		for (int i = 0; i < NEXT_MAX; i++)
 			if (next[i] >= 0 && f->slot[next[i]] < 0) {
 				f->slot[next[i]] = nregion;
 				region[nregion++] = next[i];
