@@ -16,10 +16,10 @@
  * reaches without %rsp moving again: a byte counts as written before an
  * instruction if it was written on every path to it. Anything that can
  * enter the region another way -- a symbol, a relocation's target (a jump
- * from a cold section, an exception fixup, a static key's branch), the
- * target of a call, a branch from an instruction that moved %rsp -- counts
- * as knowing nothing. An ESCAPE writes from its address to the frame's end,
- * as the checker takes it.
+ * from a cold section, an exception fixup), the target of a call, a branch
+ * from an instruction that moved %rsp -- counts as knowing nothing; a
+ * static key's site is a branch to its target. An ESCAPE writes from its
+ * address to the frame's end, as the checker takes it.
  */
 #include <stdlib.h>
 #include <string.h>
