@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Stack probes that cannot tell the checker anything (docs/checking.md,
- * "Stack frames"), dropped before the section is laid out.
+ * The stack in a checked module (docs/checking.md, "Stack frames"): the
+ * probes of its bookkeeping -- FRAME, RETURN, ESCAPE, chosen while
+ * rewrite-x86.c decodes -- and, once a section is decoded, the stack
+ * probes that cannot tell the checker anything, dropped before layout.
  *
  * The checker judges a stack access only for definedness: a read of a byte
  * of a live frame that nothing wrote. Within one function, once its frame
@@ -24,9 +26,105 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <Zydis/Zydis.h>
 #include <understudy/trace.h>
 
 #include "rewrite.h"
+
+/* lea d(%rsp),%rdi: d as the instruction sees %rsp (rw_encode_lea adds the push). */
+static void load_stack_address(struct rw_probe *p, int32_t d)
+{
+	ZydisDecodedOperandMem mem = { .type = ZYDIS_MEMOP_TYPE_MEM, .base = ZYDIS_REGISTER_RSP,
+				       .index = ZYDIS_REGISTER_NONE, .disp = { .value = d } };
+
+	rw_encode_lea(p, &mem);
+	p->at_rsp = true;
+	p->rsp_disp = d;
+}
+
+/* Whether the relocation at `off` names a symbol outside the module. */
+static bool reloc_is_import(const struct ko_elf *elf, const struct rw_text *t, uint64_t off)
+{
+	const Elf64_Rela *r = text_reloc_at(t, off);
+	size_t sym = r ? ELF64_R_SYM(r->r_info) : 0;
+
+	return r && sym && sym < elf->nsyms && elf->syms[sym].st_shndx == SHN_UNDEF;
+}
+
+/* FRAME, RETURN and ESCAPE probes (docs/checking.md, "Stack frames"). */
+int rw_probe_stack(const struct ko_elf *elf, const struct rw_text *t, struct rw_insn *in,
+		   const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
+{
+	const ZydisDecodedOperand *dst = &ops[0], *src = &ops[1];
+	bool to_rsp = dst->type == ZYDIS_OPERAND_TYPE_REGISTER && dst->reg.value == ZYDIS_REGISTER_RSP;
+
+	if (in->nprobes == RW_MAX_PROBES)
+		return 0;
+	switch (zi->mnemonic) {
+	case ZYDIS_MNEMONIC_SUB:
+		/* sub $n,%rsp: [%rsp - n, %rsp) becomes the frame */
+		if (to_rsp && src->type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
+		    src->imm.value.s > 0 && src->imm.value.s <= UINT16_MAX)
+			load_stack_address(rw_probe_add(in, STUB_FRAME, src->imm.value.s, US_SITE_FRAME),
+					   -(int32_t)src->imm.value.s);
+		return 0;
+	case ZYDIS_MNEMONIC_RET:
+		/* %rsp after the return: above the return address */
+		load_stack_address(rw_probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
+		return 0;
+	case ZYDIS_MNEMONIC_JMP:
+		if (in->branch == BRANCH_NEAR && in->rel_reloc &&
+		    reloc_is_import(elf, t, in->old_off + in->rel_at))
+			load_stack_address(rw_probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
+		return 0;
+	case ZYDIS_MNEMONIC_LEA:
+		if (src->type == ZYDIS_OPERAND_TYPE_MEMORY && src->mem.base == ZYDIS_REGISTER_RSP && !to_rsp) {
+			struct rw_probe *p = rw_probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME);
+
+			p->at_rsp = src->mem.index == ZYDIS_REGISTER_NONE;
+			p->rsp_disp = (int32_t)src->mem.disp.value;
+			return rw_encode_lea(p, &src->mem);
+		}
+		return 0;
+	case ZYDIS_MNEMONIC_MOV:
+		/* into a register or memory: either way the address is out */
+		if (src->type == ZYDIS_OPERAND_TYPE_REGISTER && src->reg.value == ZYDIS_REGISTER_RSP)
+			load_stack_address(rw_probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME), 0);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* Where control goes after the instruction, for the pruning below. */
+enum rw_flow rw_flow_of(const struct rw_insn *in, const ZydisDecodedInstruction *zi)
+{
+	bool in_section = in->branch && !in->rel_reloc;
+
+	switch (zi->meta.category) {
+	case ZYDIS_CATEGORY_RET:
+	case ZYDIS_CATEGORY_INTERRUPT:
+		return FLOW_END;
+	case ZYDIS_CATEGORY_UNCOND_BR:
+		return in_section ? FLOW_JUMP : FLOW_END;
+	case ZYDIS_CATEGORY_COND_BR:
+		return in_section ? FLOW_BRANCH : FLOW_NEXT;
+	default:
+		return zi->mnemonic == ZYDIS_MNEMONIC_UD2 ? FLOW_END : FLOW_NEXT;
+	}
+}
+
+/* push, pop, sub/add/lea/mov to %rsp, leave...; a call puts %rsp back as it was. */
+bool rw_moves_rsp(const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
+{
+	if (zi->meta.category == ZYDIS_CATEGORY_CALL)
+		return false;
+	for (unsigned int i = 0; i < zi->operand_count; i++)
+		if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && ops[i].reg.value == ZYDIS_REGISTER_RSP &&
+		    (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+			return true;
+	return false;
+}
 
 /* Frames larger than this keep every probe: their states would cost too much. */
 #define MAX_PRUNED_FRAME	4096

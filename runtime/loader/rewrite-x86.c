@@ -20,8 +20,8 @@
  * stubs), which a short forward scan decides. An access through %rsp gets
  * 8 added to its displacement: the probe's push moved %rsp.
  *
- * The stack's bookkeeping gets probes too (docs/checking.md, "Stack
- * frames"): `sub $n,%rsp` allocates a frame (FRAME, %rdi = the frame's
+ * The stack's bookkeeping gets probes too (rewrite-stack.c; docs/checking.md,
+ * "Stack frames"): `sub $n,%rsp` allocates a frame (FRAME, %rdi = the frame's
  * lowest byte), `ret` and a jump to another module's symbol (the return
  * thunk, a tail call) end the function's frames (RETURN, %rdi = %rsp after
  * the return), and `lea d(%rsp),%reg` or `mov %rsp,%reg` hands a stack
@@ -132,7 +132,7 @@ static int gpr64(ZydisRegister r)
  * lea EA,%rdi with a disp32 always: one encoding for every base, rbp and
  * r13 included. Based on %rsp, EA is 8 further up: the probe pushed %rdi.
  */
-static int encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem)
+int rw_encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem)
 {
 	int base = mem->base == ZYDIS_REGISTER_NONE ? -1 : gpr64(mem->base);
 	int index = mem->index == ZYDIS_REGISTER_NONE ? -1 : gpr64(mem->index);
@@ -174,17 +174,6 @@ static int encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem)
 	return 0;
 }
 
-/* lea d(%rsp),%rdi: d as the instruction sees %rsp (encode_lea adds the push). */
-static void load_stack_address(struct rw_probe *p, int32_t d)
-{
-	ZydisDecodedOperandMem mem = { .type = ZYDIS_MEMOP_TYPE_MEM, .base = ZYDIS_REGISTER_RSP,
-				       .index = ZYDIS_REGISTER_NONE, .disp = { .value = d } };
-
-	encode_lea(p, &mem);
-	p->at_rsp = true;
-	p->rsp_disp = d;
-}
-
 /* Instructions whose memory operand names memory they do not access. */
 static bool accesses_nothing(const ZydisDecodedInstruction *zi)
 {
@@ -212,8 +201,8 @@ static bool accesses_nothing(const ZydisDecodedInstruction *zi)
 	}
 }
 
-static struct rw_probe *probe_add(struct rw_insn *in, enum rw_stub stub, unsigned int size,
-				  unsigned int flags)
+struct rw_probe *rw_probe_add(struct rw_insn *in, enum rw_stub stub, unsigned int size,
+			     unsigned int flags)
 {
 	struct rw_probe *p = &in->probes[in->nprobes++];
 
@@ -251,11 +240,11 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 		flags |= US_SITE_ATOMIC;
 	if (in->nprobes == RW_MAX_PROBES)
 		return -1;
-	p = probe_add(in, percpu ? STUB_PERCPU : flags & US_SITE_STACK ? STUB_STACK : STUB_ACCESS,
+	p = rw_probe_add(in, percpu ? STUB_PERCPU : flags & US_SITE_STACK ? STUB_STACK : STUB_ACCESS,
 		      bits / 8, flags);
 	p->at_rsp = mem->base == ZYDIS_REGISTER_RSP && mem->index == ZYDIS_REGISTER_NONE;
 	p->rsp_disp = (int32_t)mem->disp.value;
-	return encode_lea(p, mem);
+	return rw_encode_lea(p, mem);
 }
 
 /*
@@ -292,7 +281,7 @@ static int probe_string(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 			return -1;
 	}
 	if (rep)
-		probe_add(in, STUB_STRING, element, flags | US_SITE_STRING);
+		rw_probe_add(in, STUB_STRING, element, flags | US_SITE_STRING);
 	return 0;
 }
 
@@ -303,7 +292,7 @@ static int probe_port(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	bool out = zi->mnemonic == ZYDIS_MNEMONIC_OUT;
 	const ZydisDecodedOperand *port = &ops[out ? 0 : 1];
 	const ZydisDecodedOperand *data = &ops[out ? 1 : 0];
-	struct rw_probe *p = probe_add(in, STUB_PORT, data->size / 8,
+	struct rw_probe *p = rw_probe_add(in, STUB_PORT, data->size / 8,
 				       US_SITE_PORT | (out ? US_SITE_WRITE : US_SITE_READ));
 
 	if (port->type == ZYDIS_OPERAND_TYPE_REGISTER && port->reg.value == ZYDIS_REGISTER_DX) {
@@ -321,60 +310,6 @@ static int probe_port(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 		return -1;
 	}
 	return 0;
-}
-
-/* Whether the relocation at `off` names a symbol outside the module. */
-static bool reloc_is_import(const struct ko_elf *elf, const struct rw_text *t, uint64_t off)
-{
-	const Elf64_Rela *r = text_reloc_at(t, off);
-	size_t sym = r ? ELF64_R_SYM(r->r_info) : 0;
-
-	return r && sym && sym < elf->nsyms && elf->syms[sym].st_shndx == SHN_UNDEF;
-}
-
-/* FRAME, RETURN and ESCAPE probes (docs/checking.md, "Stack frames"). */
-static int probe_stack(const struct ko_elf *elf, const struct rw_text *t, struct rw_insn *in,
-		       const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
-{
-	const ZydisDecodedOperand *dst = &ops[0], *src = &ops[1];
-	bool to_rsp = dst->type == ZYDIS_OPERAND_TYPE_REGISTER && dst->reg.value == ZYDIS_REGISTER_RSP;
-
-	if (in->nprobes == RW_MAX_PROBES)
-		return 0;
-	switch (zi->mnemonic) {
-	case ZYDIS_MNEMONIC_SUB:
-		/* sub $n,%rsp: [%rsp - n, %rsp) becomes the frame */
-		if (to_rsp && src->type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
-		    src->imm.value.s > 0 && src->imm.value.s <= UINT16_MAX)
-			load_stack_address(probe_add(in, STUB_FRAME, src->imm.value.s, US_SITE_FRAME),
-					   -(int32_t)src->imm.value.s);
-		return 0;
-	case ZYDIS_MNEMONIC_RET:
-		/* %rsp after the return: above the return address */
-		load_stack_address(probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
-		return 0;
-	case ZYDIS_MNEMONIC_JMP:
-		if (in->branch == BRANCH_NEAR && in->rel_reloc &&
-		    reloc_is_import(elf, t, in->old_off + in->rel_at))
-			load_stack_address(probe_add(in, STUB_RETURN, 0, US_SITE_FRAME), 8);
-		return 0;
-	case ZYDIS_MNEMONIC_LEA:
-		if (src->type == ZYDIS_OPERAND_TYPE_MEMORY && src->mem.base == ZYDIS_REGISTER_RSP && !to_rsp) {
-			struct rw_probe *p = probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME);
-
-			p->at_rsp = src->mem.index == ZYDIS_REGISTER_NONE;
-			p->rsp_disp = (int32_t)src->mem.disp.value;
-			return encode_lea(p, &src->mem);
-		}
-		return 0;
-	case ZYDIS_MNEMONIC_MOV:
-		/* into a register or memory: either way the address is out */
-		if (src->type == ZYDIS_OPERAND_TYPE_REGISTER && src->reg.value == ZYDIS_REGISTER_RSP)
-			load_stack_address(probe_add(in, STUB_ESCAPE, 0, US_SITE_FRAME), 0);
-		return 0;
-	default:
-		return 0;
-	}
 }
 
 static int classify_branch(struct rw_text *t, struct rw_insn *in,
@@ -398,36 +333,6 @@ static int classify_branch(struct rw_text *t, struct rw_insn *in,
 		return -1;
 	in->target = in->old_off + in->len + rel;
 	return 0;
-}
-
-/* Where control goes after the instruction, for the stack probes' pruning (rewrite-stack.c). */
-static enum rw_flow flow_of(const struct rw_insn *in, const ZydisDecodedInstruction *zi)
-{
-	bool in_section = in->branch && !in->rel_reloc;
-
-	switch (zi->meta.category) {
-	case ZYDIS_CATEGORY_RET:
-	case ZYDIS_CATEGORY_INTERRUPT:
-		return FLOW_END;
-	case ZYDIS_CATEGORY_UNCOND_BR:
-		return in_section ? FLOW_JUMP : FLOW_END;
-	case ZYDIS_CATEGORY_COND_BR:
-		return in_section ? FLOW_BRANCH : FLOW_NEXT;
-	default:
-		return zi->mnemonic == ZYDIS_MNEMONIC_UD2 ? FLOW_END : FLOW_NEXT;
-	}
-}
-
-/* push, pop, sub/add/lea/mov to %rsp, leave...; a call puts %rsp back as it was. */
-static bool moves_rsp(const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops)
-{
-	if (zi->meta.category == ZYDIS_CATEGORY_CALL)
-		return false;
-	for (unsigned int i = 0; i < zi->operand_count; i++)
-		if (ops[i].type == ZYDIS_OPERAND_TYPE_REGISTER && ops[i].reg.value == ZYDIS_REGISTER_RSP &&
-		    (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
-			return true;
-	return false;
 }
 
 /* Decodes one instruction into in, its probes and flag use; -1 if it cannot be rewritten. */
@@ -455,9 +360,9 @@ static int classify(const struct ko_elf *elf, struct rw_text *t, struct rw_insn 
 	if ((zi->attributes & ZYDIS_ATTRIB_IS_RELATIVE) && zi->raw.imm[0].is_relative &&
 	    classify_branch(t, in, zi))
 		return -1;
-	in->flow = flow_of(in, zi);
-	in->moves_rsp = moves_rsp(zi, ops);
-	if (probe_stack(elf, t, in, zi, ops))
+	in->flow = rw_flow_of(in, zi);
+	in->moves_rsp = rw_moves_rsp(zi, ops);
+	if (rw_probe_stack(elf, t, in, zi, ops))
 		return -1;
 	if (zi->meta.category == ZYDIS_CATEGORY_IO)
 		return probe_port(in, zi, ops);

@@ -8,6 +8,8 @@
 #ifndef UNDERSTUDY_LOADER_REWRITE_H
 #define UNDERSTUDY_LOADER_REWRITE_H
 
+#include <Zydis/Zydis.h>
+
 #include "internal.h"
 
 /* The stubs a rewritten module calls; the runtime resolves them by name. */
@@ -112,7 +114,17 @@ struct rw_text {
 
 /* rewrite-x86.c: decoding, the probes each instruction needs, the checks */
 int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text *t);
-/* rewrite-stack.c: drops stack probes whose bytes are written already */
+/* rewrite-x86.c's helpers for the probes of rewrite-stack.c */
+struct rw_probe *rw_probe_add(struct rw_insn *in, enum rw_stub stub, unsigned int size,
+			      unsigned int flags);
+int rw_encode_lea(struct rw_probe *p, const ZydisDecodedOperandMem *mem);
+
+/* rewrite-stack.c: FRAME, RETURN and ESCAPE probes; control flow; pruning */
+int rw_probe_stack(const struct ko_elf *elf, const struct rw_text *t, struct rw_insn *in,
+		   const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops);
+enum rw_flow rw_flow_of(const struct rw_insn *in, const ZydisDecodedInstruction *zi);
+bool rw_moves_rsp(const ZydisDecodedInstruction *zi, const ZydisDecodedOperand *ops);
+/* drops stack probes whose bytes every path has written already */
 int text_prune_stack_probes(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text *t);
 /* The relocation of the section at exactly `off`, or NULL. */
 const Elf64_Rela *text_reloc_at(const struct rw_text *t, uint64_t off);
