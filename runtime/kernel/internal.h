@@ -99,7 +99,10 @@ void us_workqueue_park(void);
 int us_workqueue_join(u64 timeout_ns);
 
 /* pci.c */
+struct pci_dev;
 int us_pci_init(void);
+/* The process's PCI function (NULL without a device). */
+struct pci_dev *us_pci_dev(void);
 /*
  * The bound driver's resume callback (dev_pm_ops or legacy pci_driver):
  * whether it has one, and running it as the PM core would after the
