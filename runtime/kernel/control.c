@@ -102,15 +102,21 @@ int us_netdev_stop(struct net_device *dev)
 		timer_delete_sync(&dev->watchdog_timer);
 	if (dev->netdev_ops->ndo_stop)
 		err = dev->netdev_ops->ndo_stop(dev);
-	/* what the driver still has mapped for the device now has leaked */
-	us_trace(DDEKIT_EV_STOP, 0, dev, 0, 0);
 	dev->flags &= ~IFF_UP;
 	return err;
 }
 
+/*
+ * The host's stop. What the driver still has mapped for the device now has
+ * leaked; a stop inside remove (unregister_netdev) is judged once remove
+ * and the managed resources' release are over (pci.c, unbind_cleanup).
+ */
 static int do_stop(struct net_device *dev, void *unused)
 {
-	return us_netdev_stop(dev);
+	int err = us_netdev_stop(dev);
+
+	us_trace(DDEKIT_EV_STOP, 0, dev, 0, 0);
+	return err;
 }
 
 int us_net_stop(void)

@@ -78,24 +78,34 @@ void dma_sync_single_for_device(struct device *dev, dma_addr_t addr, size_t size
 }
 EXPORT_SYMBOL(dma_sync_single_for_device);
 
-void *dma_alloc_attrs(struct device *dev, size_t size, dma_addr_t *dma_handle,
-		      gfp_t flag, unsigned long attrs)
+void *us_dma_alloc_coherent(size_t size, dma_addr_t *dma_handle, gfp_t flag, unsigned long site)
 {
 	void *va = us_alloc(PAGE_ALIGN(size), flag | __GFP_ZERO);
 
 	if (!va)
 		return NULL;
 	*dma_handle = us_dma_addr(virt_to_phys(va));
-	us_trace(DDEKIT_EV_DMA_ALLOC, _RET_IP_, va, size, *dma_handle);
+	us_trace(DDEKIT_EV_DMA_ALLOC, site, va, size, *dma_handle);
 	return va;
+}
+
+void us_dma_free_coherent(size_t size, void *cpu_addr, unsigned long site)
+{
+	us_trace(DDEKIT_EV_DMA_FREE, site, cpu_addr, size, 0);
+	us_free(cpu_addr);
+}
+
+void *dma_alloc_attrs(struct device *dev, size_t size, dma_addr_t *dma_handle,
+		      gfp_t flag, unsigned long attrs)
+{
+	return us_dma_alloc_coherent(size, dma_handle, flag, _RET_IP_);
 }
 EXPORT_SYMBOL(dma_alloc_attrs);
 
 void dma_free_attrs(struct device *dev, size_t size, void *cpu_addr,
 		    dma_addr_t dma_handle, unsigned long attrs)
 {
-	us_trace(DDEKIT_EV_DMA_FREE, _RET_IP_, cpu_addr, size, 0);
-	us_free(cpu_addr);
+	us_dma_free_coherent(size, cpu_addr, _RET_IP_);
 }
 EXPORT_SYMBOL(dma_free_attrs);
 

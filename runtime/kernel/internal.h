@@ -69,6 +69,11 @@ static __always_inline void us_trace(unsigned int kind, unsigned long site, cons
 /* mem.c: every allocation lives in the IOMMU-mapped DMA region. */
 int us_mem_init(void);
 void *us_alloc(size_t size, gfp_t flags);
+/*
+ * An allocation the checker counts as site's (a module's call site): for
+ * memory the runtime allocates on a driver's behalf, such as devm_kmalloc's.
+ */
+void *us_alloc_for(size_t size, gfp_t flags, unsigned long site);
 void us_free(const void *p);
 size_t us_alloc_size(const void *p);
 bool us_in_dma_region(const void *p, size_t len);
@@ -112,8 +117,19 @@ bool us_pci_can_resume(void);
 void us_pci_save_for_resume(void);
 int us_pci_resume(void);
 
+/* devres.c: the driver detached from dev; returns how many resources were released. */
+struct device;
+int devres_release_all(struct device *dev);
+
 /* irq.c: whether the driver holds its interrupt line. */
 bool us_irq_held(void);
+
+/*
+ * dma.c: coherent memory, traced as site's (the module's caller) for the
+ * checker's DMA events, whoever allocates or frees it (dmam_* in devres.c).
+ */
+void *us_dma_alloc_coherent(size_t size, dma_addr_t *dma_handle, gfp_t flag, unsigned long site);
+void us_dma_free_coherent(size_t size, void *cpu_addr, unsigned long site);
 
 /* mem.c: the part of the arena the allocator has ever handed out. */
 void us_mem_used_extent(unsigned long *offset, unsigned long *len);

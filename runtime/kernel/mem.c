@@ -204,6 +204,11 @@ void *us_alloc(size_t size, gfp_t flags)
 	return alloc_traced(size, flags, _RET_IP_);
 }
 
+void *us_alloc_for(size_t size, gfp_t flags, unsigned long site)
+{
+	return alloc_traced(size, flags, site);
+}
+
 static unsigned int block_order(const void *p, const char *who)
 {
 	unsigned long off = (const char *)p - region.va;

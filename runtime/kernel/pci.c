@@ -2,8 +2,8 @@
 /*
  * The PCI core for the one PCI function a driver process owns: its pci_dev
  * (built from the VFIO device's config space and regions), driver
- * registration and probe, config space, enabling and power. Its BARs and
- * their I/O are iomap.c's.
+ * registration, probe and remove, config space, enabling and power. Its
+ * BARs and I/O are iomap.c's, its managed resources devres.c's.
  */
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -323,6 +323,9 @@ int us_pci_init(void)
 	pdev->dev.coherent_dma_mask = DMA_BIT_MASK(32);
 	pdev->dev.bus = &pci_bus_type;
 	pdev->dev.kobj.name = kstrdup(ddekit_pci_name(), GFP_KERNEL);
+	/* What device_initialize() sets up for managed resources (devres.c). */
+	INIT_LIST_HEAD(&pdev->dev.devres_head);
+	spin_lock_init(&pdev->dev.devres_lock);
 	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
 		struct resource *r = &pdev->resource[i];
 		unsigned long long start, size;
@@ -358,6 +361,26 @@ static const struct pci_device_id *match_id(const struct pci_device_id *ids,
 }
 
 /*
+ * The driver detached, its probe failed or its remove ran: its managed
+ * resources are released, newest first, as the driver core's
+ * device_unbind_cleanup() does. What it still has mapped for the device or
+ * allocated coherent after that has leaked, which the checker is told
+ * (docs/checking.md, "The trace": STOP). UNBOUND says how many managed
+ * resources there were.
+ */
+static void unbind_cleanup(struct pci_dev *pdev)
+{
+	char event[96];
+	int released = devres_release_all(&pdev->dev);
+
+	snprintf(event, sizeof(event), "UNBOUND driver=%s device=%04x:%04x released=%d",
+		 pdev->dev.driver->name, pdev->vendor, pdev->device, released);
+	pdev->dev.driver = NULL;
+	us_trace(DDEKIT_EV_STOP, 0, pdev, 0, 0);
+	ddekit_event(event);
+}
+
+/*
  * Registering the driver probes the process's device if the driver claims
  * it, as driver core would. The probe's result is reported as an event, and
  * registration itself succeeds either way, as in the kernel.
@@ -380,7 +403,7 @@ int __pci_register_driver(struct pci_driver *drv, struct module *owner, const ch
 	the_pdev->dev.driver = &drv->driver;
 	ret = drv->probe(the_pdev, id);
 	if (ret)
-		the_pdev->dev.driver = NULL;
+		unbind_cleanup(the_pdev);
 	snprintf(event, sizeof(event), "PROBE driver=%s device=%04x:%04x result=%d",
 		 drv->name, the_pdev->vendor, the_pdev->device, ret);
 	ddekit_event(event);
@@ -433,7 +456,7 @@ void pci_unregister_driver(struct pci_driver *drv)
 	if (the_pdev && the_pdev->dev.driver == &drv->driver) {
 		if (drv->remove)
 			drv->remove(the_pdev);
-		the_pdev->dev.driver = NULL;
+		unbind_cleanup(the_pdev);
 	}
 }
 EXPORT_SYMBOL(pci_unregister_driver);

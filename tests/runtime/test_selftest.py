@@ -12,7 +12,7 @@ import pytest
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
 SELFTESTS = ["percpu", "timers", "wakeups", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
-             "gso", "printk", "warn"]
+             "gso", "printk", "warn", "devres"]
 
 
 @pytest.fixture(scope="module")

@@ -24,25 +24,15 @@
 #include <net/checksum.h>
 #include <net/ip6_checksum.h>
 
+#include "selftest.h"
+
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("understudy: self-tests of the driver-process kernel runtime");
-
-/* The runtime's entry points and ddekit functions the tests reach directly. */
-void us_cpu_enter(void);
-void us_cpu_leave(void);
-long us_skb_live(void);
-unsigned long us_mem_in_use(void);
-unsigned long us_rx_frames(void);
-void ddekit_event(const char *line);
-int ddekit_thread_create(void (*fn)(void *), void *arg, const char *name);
-void *ddekit_percpu_block(void);
-void ddekit_spin_ns(unsigned long long ns);
-unsigned long ddekit_cpu_entries(void);
 
 static bool failed;
 static const char *current_test;
 
-static void report(const char *fmt, ...)
+void report(const char *fmt, ...)
 {
 	char line[256];
 	int n = snprintf(line, sizeof(line), "SELFTEST name=%s result=fail at=", current_test);
@@ -54,14 +44,6 @@ static void report(const char *fmt, ...)
 	ddekit_event(line);
 	failed = true;
 }
-
-/* Fails the current test (and returns from it) unless cond holds. */
-#define CHECK(cond) do {						\
-	if (!(cond)) {							\
-		report("line%d:%s", __LINE__, #cond);			\
-		return;							\
-	}								\
-} while (0)
 
 static void run(const char *name, void (*test)(void))
 {
@@ -813,6 +795,7 @@ static int __init selftest_init(void)
 	run("gso", test_gso);
 	run("printk", test_printk);
 	run("warn", test_warn);
+	run("devres", test_devres);
 	return failed ? -EINVAL : 0;
 }
 module_init(selftest_init);
