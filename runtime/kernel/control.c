@@ -59,6 +59,21 @@ rearm:
 		mod_timer(&dev->watchdog_timer, round_jiffies(jiffies + dev->watchdog_timeo));
 }
 
+/* The latest transmission on any of the device's queues (net/sched/sch_generic.c). */
+unsigned long dev_trans_start(struct net_device *dev)
+{
+	unsigned long res = READ_ONCE(netdev_get_tx_queue(dev, 0)->trans_start);
+
+	for (unsigned int i = 1; i < dev->num_tx_queues; i++) {
+		unsigned long val = READ_ONCE(netdev_get_tx_queue(dev, i)->trans_start);
+
+		if (val && time_after(val, res))
+			res = val;
+	}
+	return res;
+}
+EXPORT_SYMBOL(dev_trans_start);
+
 static int do_open(struct net_device *dev, void *unused)
 {
 	int err;

@@ -361,6 +361,18 @@ static const struct pci_device_id *match_id(const struct pci_device_id *ids,
 }
 
 /*
+ * Whether a device matching ids is present. The process knows one device,
+ * its own: drivers ask this about other devices of the machine for their
+ * quirks (tulip: the Intel Saturn and SiS 496 host bridges of 486 boards,
+ * which need a shorter burst), and a driver process sees none of them.
+ */
+int pci_dev_present(const struct pci_device_id *ids)
+{
+	return the_pdev && match_id(ids, the_pdev);
+}
+EXPORT_SYMBOL(pci_dev_present);
+
+/*
  * The driver detached, its probe failed or its remove ran: its managed
  * resources are released, newest first, as the driver core's
  * device_unbind_cleanup() does. What it still has mapped for the device or
