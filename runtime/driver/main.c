@@ -22,7 +22,7 @@
  *		[--device-fd N --pci-address DDDD:BB:SS.F]
  *		[--arena-fd N --arena-iova X --arena-size X --pool-size X]
  *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
- *		[--arp SRC_IP,DST_IP] [--loglevel N]
+ *		[--arp SRC_IP,DST_IP] [--remove] [--loglevel N]
  *
  * With --trace-fd (both modes) the driver's modules run rewritten under the
  * checker: every memory access is traced into the trace region on that fd
@@ -802,6 +802,33 @@ static void print_stats(const char *when)
 	printf("STATS when=%s irqs=%lu rx_frames=%lu skbs_live=%ld\n", when, irqs, rx, skbs);
 }
 
+/*
+ * rmmod of the chain, last module first, as delete_module() would: a
+ * module with an init but no exit cannot be unloaded (-EBUSY). A PCI
+ * driver's exit unregisters it, which removes the device: its remove, then
+ * its managed resources (UNBOUND). Returns whether every module went.
+ */
+static bool remove_modules(void)
+{
+	bool all = true;
+
+	for (size_t i = ko_module_count(ctx) - 1; i >= 1; i--) {
+		const struct ko_module *m = ko_module_at(ctx, i);
+		int ret = 0;
+
+		if (m->exit) {
+			kernel.cpu_enter();
+			((void (*)(void))m->exit)();
+			kernel.cpu_leave();
+		} else if (m->init) {
+			ret = -EBUSY;
+			all = false;
+		}
+		printf("EXIT module=%s result=%d\n", m->name, ret);
+	}
+	return all;
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static unsigned long long number(const char *s, const char *what)
@@ -821,7 +848,7 @@ int main(int argc, char **argv)
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
-	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE };
+	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -839,6 +866,7 @@ int main(int argc, char **argv)
 		{ "open", no_argument, NULL, OPT_OPEN },
 		{ "wait-carrier", required_argument, NULL, OPT_WAIT_CARRIER },
 		{ "arp", required_argument, NULL, OPT_ARP },
+		{ "remove", no_argument, NULL, OPT_REMOVE },
 		{ "loglevel", required_argument, NULL, OPT_LOGLEVEL },
 		{ "param", required_argument, NULL, OPT_PARAM },
 		{ "trace-fd", required_argument, NULL, OPT_TRACE_FD },
@@ -851,7 +879,7 @@ int main(int argc, char **argv)
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
 	double wait_carrier = 0;
-	bool open_dev = false, arp = false;
+	bool open_dev = false, arp = false, remove = false;
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (opt) {
@@ -890,6 +918,7 @@ int main(int argc, char **argv)
 			arp = true;
 			break;
 		}
+		case OPT_REMOVE: remove = true; break;
 		case OPT_LOGLEVEL: ddekit_setup_loglevel(number(optarg, "--loglevel")); break;
 		case OPT_TRACE_FD: trace_fd = number(optarg, "--trace-fd"); break;
 		case OPT_GATE:
@@ -921,7 +950,7 @@ int main(int argc, char **argv)
 	if (control_fd >= 0) {
 		if (device_fd < 0 || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 || notify_fd < 0)
 			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");
-		if (n_modules || n_params || open_dev || arp || wait_carrier > 0 || pci_address)
+		if (n_modules || n_params || open_dev || arp || remove || wait_carrier > 0 || pci_address)
 			die("with --control-fd the host chooses modules and actions");
 		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
 				    runtime, symvers);
@@ -967,6 +996,8 @@ int main(int argc, char **argv)
 			status = 1;
 	}
 	print_stats("end");
+	if (remove && !remove_modules())
+		status = 1;
 	printf("DONE status=%d\n", status);
 	fflush(stdout);
 	/* Kernel threads are still running; end the process without unwinding them. */
