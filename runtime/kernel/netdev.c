@@ -216,6 +216,8 @@ static void announce(struct net_device *dev)
 			      netif_carrier_ok(dev));
 }
 
+static struct class net_class = { .name = "net" };
+
 int register_netdev(struct net_device *dev)
 {
 	char *percent = strchr(dev->name, '%');
@@ -233,6 +235,9 @@ int register_netdev(struct net_device *dev)
 	if (dev->addr_assign_type == NET_ADDR_PERM)
 		memcpy(dev->perm_addr, dev->dev_addr, dev->addr_len);
 	dev->ifindex = 1;
+	/* As netdev_register_kobject() names it: dev_info(&dev->dev, ...) says "net eth0: ". */
+	dev->dev.kobj.name = dev->name;
+	dev->dev.class = &net_class;
 	dev->reg_state = NETREG_REGISTERED;
 	registered = dev;
 	announce(dev);

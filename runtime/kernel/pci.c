@@ -31,7 +31,9 @@ const char *dev_driver_string(const struct device *dev)
 
 	if (drv)
 		return drv->name;
-	return dev->bus ? dev->bus->name : "";
+	if (dev->bus)
+		return dev->bus->name;
+	return dev->class ? dev->class->name : "";
 }
 EXPORT_SYMBOL(dev_driver_string);
 
