@@ -105,7 +105,7 @@ int devres_release_all(struct device *dev)
 	spin_lock_irqsave(&dev->devres_lock, flags);
 	list_splice_init(&dev->devres_head, &todo);
 	spin_unlock_irqrestore(&dev->devres_lock, flags);
-	/* A release may sleep (free_netdev, a coherent free): none runs under the lock. */
+	/* A release may sleep, as a driver's devm action may: none runs under the lock. */
 	list_for_each_entry_safe_reverse(dr, tmp, &todo, entry) {
 		dr->release(dev, dr->data);
 		kfree(dr);
