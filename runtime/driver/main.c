@@ -996,8 +996,11 @@ int main(int argc, char **argv)
 			status = 1;
 	}
 	print_stats("end");
-	if (remove && !remove_modules())
-		status = 1;
+	if (remove) {
+		if (!remove_modules())
+			status = 1;
+		print_stats("removed");
+	}
 	printf("DONE status=%d\n", status);
 	fflush(stdout);
 	/* Kernel threads are still running; end the process without unwinding them. */

@@ -3,8 +3,10 @@
 One guest run per driver: tests/runtime/launch.py hands the NIC to
 understudy-driver through VFIO; the driver loads the kernel half and the
 driver's module chain, probes, opens the interface, waits for carrier and
-sends an ARP request for the slirp gateway (10.0.2.2), which must answer.
-The tests read that run's event lines.
+sends an ARP request for the slirp gateway (10.0.2.2), which must answer;
+then the chain is unloaded, which removes the device and releases the
+driver's managed resources (runtime/kernel/devres.c). The tests read that
+run's event lines.
 """
 import hashlib
 import subprocess
@@ -26,6 +28,7 @@ DRIVERS = {
     "pcnet": ("pcnet32", [f"{NET}/mii.ko", f"{NET}/ethernet/amd/pcnet32.ko"], "1022:2000"),
     "rtl8139": ("8139cp", [f"{NET}/mii.ko", f"{NET}/ethernet/realtek/8139cp.ko"], "10ec:8139"),
     "i82559er": ("e100", [f"{NET}/mii.ko", f"{NET}/ethernet/intel/e100.ko"], "8086:1209"),
+    "tulip": ("tulip", [f"{NET}/ethernet/dec/tulip/tulip.ko"], "1011:0019"),
 }
 LAUNCH = Path(__file__).with_name("launch.py")
 
@@ -45,11 +48,11 @@ def packaged_sha256(members: list[str]) -> dict[str, str]:
 
 
 def probe_and_arp_argv(device: str, modules: Path) -> list[str]:
-    """understudy-driver for `device`'s module chain: probe, open, carrier, one ARP request."""
+    """understudy-driver for `device`'s module chain: probe, open, carrier, one ARP request, rmmod."""
     argv = [str(DRIVER), "--runtime", str(KERNEL_HALF)]
     for m in DRIVERS[device][1]:
         argv += ["--module", str(modules / m)]
-    return argv + ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2"]
+    return argv + ["--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2", "--remove"]
 
 
 @pytest.fixture(scope="module", params=list(DRIVERS))
@@ -62,7 +65,7 @@ def run(request, lab_ready, runtime_built, debian_modules):
                     cwd=str(REPO), timeout=180)
     print(res.out)
     print(res.err)
-    return {"res": res, "driver": name, "chain": chain, "pci_id": pci_id,
+    return {"res": res, "device": device, "driver": name, "chain": chain, "pci_id": pci_id,
             "modules": debian_modules}
 
 
@@ -89,8 +92,9 @@ def test_open_brings_the_link_up(run):
     assert events(out, "OPEN") == [{"result": "0"}], out
     assert events(out, "CARRIER_WAIT") == [{"up": "1"}]
     if run["driver"] == "e1000":
-        # Carrier off from probe; e1000's watchdog work item turns it on.
-        assert [e["on"] for e in events(out, "CARRIER")] == ["0", "1"]
+        # Carrier off from probe; e1000's watchdog work item turns it on
+        # (and its close, in remove, turns it off again).
+        assert [e["on"] for e in events(out, "CARRIER")] == ["0", "1", "0"]
         assert "NIC Link is Up" in run["res"].err
 
 
@@ -100,12 +104,32 @@ def test_arp_request_to_the_gateway_is_answered(run):
     [reply] = events(out, "ARP_REPLY")
     assert reply["ip"] == "10.0.2.2"
     assert reply["mac"] == "52:55:0a:00:02:02"   # slirp's gateway
-    before, end = events(out, "STATS")
+    before, end, _ = events(out, "STATS")
     assert int(end["irqs"]) > int(before["irqs"])
     assert int(end["rx_frames"]) > int(before["rx_frames"])
     # The sent skb was freed on TX completion (IRQ -> NAPI poll), the received
     # one after delivery, and the RX ring was refilled: no skb leaked.
     assert end["skbs_live"] == before["skbs_live"], (before, end)
+
+
+# How many managed resources (devm_*, dmam_*, pcim_*) each driver's probe
+# leaves for the driver core to release after its remove; the others free
+# everything in remove themselves.
+MANAGED = {"tulip": 5}   # enabling, the net_device, the BAR mapping, the rings, the SROM media table
+
+
+def test_remove_unregisters_eth0_and_releases_the_managed_resources(run):
+    """rmmod, last module first: the PCI driver's exit unregisters it, its
+    remove unregisters eth0 (closing it: the RX ring's skbs are freed), and
+    then whatever it left managed is released (UNBOUND)."""
+    out = run["res"].out
+    assert [e["module"] for e in events(out, "EXIT")] == [Path(m).stem for m in reversed(run["chain"])], out
+    assert all(e["result"] == "0" for e in events(out, "EXIT"))
+    assert events(out, "UNREGISTERED") == [{"name": "eth0"}]
+    assert events(out, "UNBOUND") == [{"driver": run["driver"], "device": run["pci_id"],
+                                       "released": str(MANAGED.get(run["device"], 0))}]
+    removed = events(out, "STATS")[-1]
+    assert removed["when"] == "removed" and removed["skbs_live"] == "0", removed
     assert events(out, "DONE") == [{"status": "0"}]
     assert run["res"].returncode == 0
 
