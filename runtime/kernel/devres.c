@@ -209,7 +209,7 @@ EXPORT_SYMBOL(devm_alloc_etherdev_mqs);
 
 /*
  * The kernel's pcim_release also gives back the regions, MWI and INTx
- * state of a managed device; requesting regions takes nothing here (pci.c)
+ * state of a managed device; requesting regions takes nothing here (iomap.c)
  * and pcim_set_mwi and pci_intx are not provided, so disabling the device
  * is what there is to undo.
  */
