@@ -153,6 +153,24 @@ def test_triage_lets_e100_run_and_reports_the_same_violation(checker, lab_ready,
 
 
 @pytest.mark.lab
+def test_tulip_rewrites_its_mapped_setup_frame_and_leaks_nothing_managed(checker, lab_ready, debian_modules):
+    """tulip_up maps the setup frame for the device and queues it; the open's
+    set_rx_mode then rebuilds it in place before the transmit completion has
+    unmapped it: a device-owned write, fatal, so stringent stops tulip as it
+    stops e100 and triage lets it run. Its rings are dmam_ memory, released
+    after remove and before the leak check (STOP), through the DMA path: no
+    leak and no unknown free."""
+    res, findings, summary = run_nic_checked("tulip", "triage", debian_modules)
+    assert res.returncode == 0, res.out + res.err
+    assert events(res.out, "ARP_WAIT") == [{"answered": "1"}]
+    assert events(res.out, "UNBOUND") == [{"driver": "tulip", "device": "1011:0019", "released": "5"}]
+    violation = [f for f in findings if f["kind"] == "device-owned-write"]
+    assert violation and all(f["site"]["function"] == "set_rx_mode" for f in violation), findings
+    assert violation[0]["other"]["mapping"]["site"]["function"] == "tulip_up"
+    assert not {f["kind"] for f in findings} & {"mapping-leak", "coherent-leak", "invalid-coherent-free"}, findings
+
+
+@pytest.mark.lab
 def test_a_verdict_stops_a_variant_before_its_device_write_and_the_shadow_recovers(lab_ready):
     """Stringent mode, a host → guest transfer through us0: a variant of e1000 that
     writes into a receive buffer the device owns (lab/check_variant.py, made in the
