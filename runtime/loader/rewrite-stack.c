@@ -175,7 +175,10 @@ static void successors(const struct rw_text *t, const struct section_flow *f, si
 		next[0] = (long)k + 1;
 	if (in->flow == FLOW_BRANCH || in->flow == FLOW_JUMP)
 		next[1] = insn_at(t, in->target);
+	/* a static key's site is a nop or a jmp as the key flips: both ways */
 	next[2] = f->key_target[k];
+	if (next[2] >= 0 && k + 1 < t->ninsns)
+		next[0] = (long)k + 1;
 }
 
 static bool is_call_in_section(const struct rw_insn *in)

@@ -241,7 +241,7 @@ static int probe_memory(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	if (in->nprobes == RW_MAX_PROBES)
 		return -1;
 	p = rw_probe_add(in, percpu ? STUB_PERCPU : flags & US_SITE_STACK ? STUB_STACK : STUB_ACCESS,
-		      bits / 8, flags);
+			 bits / 8, flags);
 	p->at_rsp = mem->base == ZYDIS_REGISTER_RSP && mem->index == ZYDIS_REGISTER_NONE;
 	p->rsp_disp = (int32_t)mem->disp.value;
 	return rw_encode_lea(p, mem);
@@ -293,7 +293,7 @@ static int probe_port(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	const ZydisDecodedOperand *port = &ops[out ? 0 : 1];
 	const ZydisDecodedOperand *data = &ops[out ? 1 : 0];
 	struct rw_probe *p = rw_probe_add(in, STUB_PORT, data->size / 8,
-				       US_SITE_PORT | (out ? US_SITE_WRITE : US_SITE_READ));
+					  US_SITE_PORT | (out ? US_SITE_WRITE : US_SITE_READ));
 
 	if (port->type == ZYDIS_OPERAND_TYPE_REGISTER && port->reg.value == ZYDIS_REGISTER_DX) {
 		static const uint8_t movzwl_dx_edi[] = { 0x0f, 0xb7, 0xfa };
