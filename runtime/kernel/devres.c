@@ -115,6 +115,27 @@ int devres_release_all(struct device *dev)
 }
 EXPORT_SYMBOL_GPL(devres_release_all);
 
+/*
+ * Puts `object` (NULL: its allocation failed) in dev's managed resources,
+ * to be released by `release`; without room for the record, it is
+ * released at once. Returns the object or NULL.
+ */
+static void *devres_keep(struct device *dev, dr_release_t release, void *object, gfp_t gfp)
+{
+	void **dr;
+
+	if (!object)
+		return NULL;
+	dr = devres_alloc(release, sizeof(*dr), gfp);
+	if (!dr) {
+		release(dev, &object);
+		return NULL;
+	}
+	*dr = object;
+	devres_add(dev, dr);
+	return object;
+}
+
 /* ---- memory --------------------------------------------------------------- */
 
 /*
@@ -131,20 +152,9 @@ static void devm_kmalloc_release(struct device *dev, void *res)
 
 void *devm_kmalloc(struct device *dev, size_t size, gfp_t gfp)
 {
-	void **dr;
-
 	if (unlikely(!size))
 		return ZERO_SIZE_PTR;
-	dr = devres_alloc(devm_kmalloc_release, sizeof(*dr), gfp);
-	if (!dr)
-		return NULL;
-	*dr = us_alloc_for(size, gfp, _RET_IP_);
-	if (!*dr) {
-		devres_free(dr);
-		return NULL;
-	}
-	devres_add(dev, dr);
-	return *dr;
+	return devres_keep(dev, devm_kmalloc_release, us_alloc_for(size, gfp, _RET_IP_), gfp);
 }
 EXPORT_SYMBOL_GPL(devm_kmalloc);
 
@@ -190,18 +200,8 @@ static void devm_free_netdev(struct device *dev, void *res)
 struct net_device *devm_alloc_etherdev_mqs(struct device *dev, int sizeof_priv,
 					   unsigned int txqs, unsigned int rxqs)
 {
-	struct net_device **dr;
-
-	dr = devres_alloc(devm_free_netdev, sizeof(*dr), GFP_KERNEL);
-	if (!dr)
-		return NULL;
-	*dr = alloc_etherdev_mqs(sizeof_priv, txqs, rxqs);
-	if (!*dr) {
-		devres_free(dr);
-		return NULL;
-	}
-	devres_add(dev, dr);
-	return *dr;
+	return devres_keep(dev, devm_free_netdev, alloc_etherdev_mqs(sizeof_priv, txqs, rxqs),
+			   GFP_KERNEL);
 }
 EXPORT_SYMBOL(devm_alloc_etherdev_mqs);
 
