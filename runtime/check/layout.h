@@ -9,10 +9,12 @@
 
 #define STUB_HDR_HEAD			128	/* offsetof(struct us_trace_header, head) */
 #define STUB_HDR_APPROVED		192
+#define STUB_HDR_VERDICT_AT		200
 #define STUB_HDR_CHECKER_WAITING	208
 #define STUB_RING_ENTRIES		(1 << 20)	/* US_TRACE_RING_ENTRIES */
 #define STUB_EVENT_SHIFT		5	/* sizeof(struct us_trace_event) == 32 */
 #define STUB_EV_ACCESS			1	/* US_EV_ACCESS */
+#define STUB_EV_PORT			3	/* US_EV_PORT */
 #define STUB_EV_FRAME			4	/* US_EV_FRAME */
 #define STUB_EV_RETURN			5	/* US_EV_RETURN */
 #define STUB_EV_ESCAPE			6	/* US_EV_ESCAPE */

@@ -47,11 +47,13 @@ DDEKIT_TRACE_CONSTANTS(SAME_AS_TRACE)
 /* stubs.S's view of the region (layout.h). */
 _Static_assert(offsetof(struct us_trace_header, head) == STUB_HDR_HEAD, "head");
 _Static_assert(offsetof(struct us_trace_header, approved) == STUB_HDR_APPROVED, "approved");
+_Static_assert(offsetof(struct us_trace_header, verdict_at) == STUB_HDR_VERDICT_AT, "verdict_at");
 _Static_assert(offsetof(struct us_trace_header, checker_waiting) == STUB_HDR_CHECKER_WAITING,
 	       "checker_waiting");
 _Static_assert(US_TRACE_RING_ENTRIES == STUB_RING_ENTRIES, "ring entries");
 _Static_assert(sizeof(struct us_trace_event) == 1 << STUB_EVENT_SHIFT, "event size");
-_Static_assert(US_EV_ACCESS == STUB_EV_ACCESS && US_EVF_PERCPU == STUB_EVF_PERCPU, "kinds");
+_Static_assert(US_EV_ACCESS == STUB_EV_ACCESS && US_EV_PORT == STUB_EV_PORT &&
+	       US_EVF_PERCPU == STUB_EVF_PERCPU, "kinds");
 _Static_assert(US_EV_FRAME == STUB_EV_FRAME && US_EV_RETURN == STUB_EV_RETURN &&
 	       US_EV_ESCAPE == STUB_EV_ESCAPE, "stack kinds");
 
@@ -64,6 +66,7 @@ struct us_trace_event *us_trace_slots;
 uint64_t us_trace_head;			/* = hdr->head; the producer's own copy */
 uint64_t us_trace_device_lo = UINT64_MAX;	/* the hull of device memory */
 uint64_t us_trace_device_span;
+int us_trace_gate_waits;		/* stringent: every device write waits for approval */
 
 int ddekit_checking;
 
@@ -108,6 +111,7 @@ int check_setup(int trace_fd, enum us_gate_mode mode, char *err, size_t errlen)
 	us_trace_slots = (struct us_trace_event *)((char *)region + US_TRACE_RING_OFFSET);
 	sites = (struct us_trace_site *)((char *)region + US_TRACE_SITES_OFFSET);
 	gate_mode = mode;
+	us_trace_gate_waits = mode == US_GATE_STRINGENT;
 	return 0;
 }
 
@@ -336,12 +340,11 @@ void us_check_device_access(uint64_t addr, uint64_t ret)
 		gate(ret);
 }
 
-/* stubs.S: in/out. */
-void us_check_port(uint64_t port, uint64_t ret)
+/* stubs.S: an out, already traced, when the gate may hold it (us_trace_gate_waits, a verdict). */
+void us_check_device_write(uint64_t port, uint64_t ret)
 {
-	put(US_EV_PORT, ret, port, 0, 0);
-	if (is_write(ret))
-		gate(ret);
+	(void)port;
+	gate(ret);
 }
 
 /* stubs.S: a rep string instruction; rep outs writes to a port. */

@@ -11,8 +11,9 @@
  * they call is compiled for that (-mincoming-stack-boundary=3).
  *
  * The fast path writes one event and publishes it; everything rarer is C
- * (producer.c): a full ring, a sleeping checker, an access inside device
- * memory (the gate), port I/O, string instructions.
+ * (producer.c): a full ring, a sleeping checker, a write to the device that
+ * must wait (stringent mode) or stop (a verdict), an access inside device
+ * memory, string instructions.
  */
 #include "layout.h"
 
@@ -66,11 +67,13 @@
 	ret
 .endm
 
-/*
- * One event {kind_flags, site = return address, addr = %rdi}; `device` says
- * whether the address may be device memory.
- */
-.macro ACCESS_STUB name, kind_flags, flags, device
+/* What an access stub does after its event is published. */
+#define THEN_RETURN	0
+#define THEN_DEVICE	1	/* the address may be device memory: the gate if it is */
+#define THEN_GATE	2	/* a write to the device (out): the gate */
+
+/* One event {kind_flags, site = return address, addr = %rdi}. */
+.macro ACCESS_STUB name, kind_flags, flags, then
 	STUB_ENTER \name, \flags
 1:	mov	us_trace_hdr(%rip), %rcx
 	mov	us_trace_head(%rip), %rax
@@ -93,48 +96,53 @@
 	cmpl	$0, STUB_HDR_CHECKER_WAITING(%rcx)
 	jne	5f
 2:
-	.if \device
+	.if \then == THEN_DEVICE
 	mov	%rdi, %rdx
 	sub	us_trace_device_lo(%rip), %rdx
 	cmp	us_trace_device_span(%rip), %rdx
 	jb	6f
+	.elseif \then == THEN_GATE
+	/* the write waits only in stringent mode or once there is a verdict */
+	cmpl	$0, us_trace_gate_waits(%rip)
+	jne	6f
+	cmpq	$0, STUB_HDR_VERDICT_AT(%rcx)
+	jne	6f
 	.endif
 3:	STUB_LEAVE \flags
 4:	CALL_C	us_trace_wait_room
 	jmp	1b
 5:	CALL_C	us_trace_wake_checker
+	mov	us_trace_hdr(%rip), %rcx
 	jmp	2b
-	.if \device
+	.if \then == THEN_DEVICE
 6:	CALL_C	us_check_device_access, ret_at
+	jmp	3b
+	.elseif \then == THEN_GATE
+6:	CALL_C	us_check_device_write, ret_at
 	jmp	3b
 	.endif
 	.size	\name, . - \name
 .endm
 
-ACCESS_STUB __understudy_trace_access,		STUB_EV_ACCESS, 0, 1
-ACCESS_STUB __understudy_trace_access_flags,	STUB_EV_ACCESS, 1, 1
+ACCESS_STUB __understudy_trace_access,		STUB_EV_ACCESS, 0, THEN_DEVICE
+ACCESS_STUB __understudy_trace_access_flags,	STUB_EV_ACCESS, 1, THEN_DEVICE
 /* Through %rsp: the thread's stack is never device memory. */
-ACCESS_STUB __understudy_trace_stack,		STUB_EV_ACCESS, 0, 0
-ACCESS_STUB __understudy_trace_stack_flags,	STUB_EV_ACCESS, 1, 0
-ACCESS_STUB __understudy_trace_percpu,		STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 0, 0
-ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 1, 0
+ACCESS_STUB __understudy_trace_stack,		STUB_EV_ACCESS, 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_stack_flags,	STUB_EV_ACCESS, 1, THEN_RETURN
+ACCESS_STUB __understudy_trace_percpu,		STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_percpu_flags,	STUB_EV_ACCESS | (STUB_EVF_PERCPU << 16), 1, THEN_RETURN
 
 /* The stack's bookkeeping (docs/checking.md, "Stack frames"): %rdi is on the stack. */
-ACCESS_STUB __understudy_trace_frame,		STUB_EV_FRAME, 0, 0
-ACCESS_STUB __understudy_trace_return,		STUB_EV_RETURN, 0, 0
-ACCESS_STUB __understudy_trace_escape,		STUB_EV_ESCAPE, 0, 0
-ACCESS_STUB __understudy_trace_escape_flags,	STUB_EV_ESCAPE, 1, 0
+ACCESS_STUB __understudy_trace_frame,		STUB_EV_FRAME, 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_return,		STUB_EV_RETURN, 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_escape,		STUB_EV_ESCAPE, 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_escape_flags,	STUB_EV_ESCAPE, 1, THEN_RETURN
 
-/* in/out: %rdi = port; all in C (port I/O is slow anyway). */
-.macro PORT_STUB name, flags
-	STUB_ENTER \name, \flags
-	CALL_C	us_check_port, ret_at
-	STUB_LEAVE \flags
-	.size	\name, . - \name
-.endm
-
-PORT_STUB __understudy_trace_port, 0
-PORT_STUB __understudy_trace_port_flags, 1
+/* in/out: %rdi = the port; every out is a write to the device. */
+ACCESS_STUB __understudy_trace_port_in,		STUB_EV_PORT, 0, THEN_RETURN
+ACCESS_STUB __understudy_trace_port_in_flags,	STUB_EV_PORT, 1, THEN_RETURN
+ACCESS_STUB __understudy_trace_port_out,	STUB_EV_PORT, 0, THEN_GATE
+ACCESS_STUB __understudy_trace_port_out_flags,	STUB_EV_PORT, 1, THEN_GATE
 
 /* rep movs/stos/...: %rdi, %rsi, %rcx and DF are the instruction's own. */
 	.globl	__understudy_trace_string

@@ -49,8 +49,10 @@ const char *const rw_stub_names[NR_STUBS] = {
 	[STUB_STACK_FLAGS]	= "__understudy_trace_stack_flags",
 	[STUB_PERCPU]		= "__understudy_trace_percpu",
 	[STUB_PERCPU_FLAGS]	= "__understudy_trace_percpu_flags",
-	[STUB_PORT]		= "__understudy_trace_port",
-	[STUB_PORT_FLAGS]	= "__understudy_trace_port_flags",
+	[STUB_PORT_IN]		= "__understudy_trace_port_in",
+	[STUB_PORT_IN_FLAGS]	= "__understudy_trace_port_in_flags",
+	[STUB_PORT_OUT]		= "__understudy_trace_port_out",
+	[STUB_PORT_OUT_FLAGS]	= "__understudy_trace_port_out_flags",
 	[STUB_STRING]		= "__understudy_trace_string",
 	[STUB_FRAME]		= "__understudy_trace_frame",
 	[STUB_RETURN]		= "__understudy_trace_return",
@@ -292,7 +294,7 @@ static int probe_port(struct rw_insn *in, const ZydisDecodedInstruction *zi,
 	bool out = zi->mnemonic == ZYDIS_MNEMONIC_OUT;
 	const ZydisDecodedOperand *port = &ops[out ? 0 : 1];
 	const ZydisDecodedOperand *data = &ops[out ? 1 : 0];
-	struct rw_probe *p = rw_probe_add(in, STUB_PORT, data->size / 8,
+	struct rw_probe *p = rw_probe_add(in, out ? STUB_PORT_OUT : STUB_PORT_IN, data->size / 8,
 					  US_SITE_PORT | (out ? US_SITE_WRITE : US_SITE_READ));
 
 	if (port->type == ZYDIS_OPERAND_TYPE_REGISTER && port->reg.value == ZYDIS_REGISTER_DX) {
@@ -525,8 +527,8 @@ int text_decode(struct ko_context *ctx, const struct ko_elf *elf, struct rw_text
 				struct rw_probe *probe = &t->insns[k].probes[p];
 
 				if (probe->stub == STUB_ACCESS || probe->stub == STUB_STACK ||
-				    probe->stub == STUB_PERCPU || probe->stub == STUB_PORT ||
-				    probe->stub == STUB_ESCAPE)
+				    probe->stub == STUB_PERCPU || probe->stub == STUB_PORT_IN ||
+				    probe->stub == STUB_PORT_OUT || probe->stub == STUB_ESCAPE)
 					probe->stub++;	/* its _FLAGS twin */
 			}
 	if (text_prune_stack_probes(ctx, elf, t))

@@ -20,8 +20,10 @@ enum rw_stub {
 	STUB_STACK_FLAGS,
 	STUB_PERCPU,		/* %rdi = offset in the per-cpu block */
 	STUB_PERCPU_FLAGS,
-	STUB_PORT,		/* %rdi = port */
-	STUB_PORT_FLAGS,
+	STUB_PORT_IN,		/* %rdi = port */
+	STUB_PORT_IN_FLAGS,
+	STUB_PORT_OUT,		/* %rdi = port; a write to the device: the gate */
+	STUB_PORT_OUT_FLAGS,
 	STUB_STRING,		/* reads %rdi, %rsi, %rcx and DF itself; keeps the flags */
 	STUB_FRAME,		/* %rdi = a new frame's lowest byte (the flags are dead: sub) */
 	STUB_RETURN,		/* %rdi = %rsp after a return (the ABI keeps no flags) */
