@@ -106,6 +106,8 @@ def summarise(dev, gate, runs, megabytes, plain, checked, reports) -> dict:
             "hash_ok": all(r["tx_hash_ok"] and r["rx_hash_ok"] for r in plain + checked),
             "resets": sum(r["resets"] for r in plain + checked),
             "verdicts": last.get("verdicts", []), "findings": last.get("findings", []),
+            # where the last checked run's events came from (the checker's profile)
+            "profile": (last.get("incarnations") or [{}])[-1].get("profile"),
             "unchecked": {k: median_of(plain, k) for k in ("tx_mbps", "rx_mbps")},
             "checked": {k: median_of(checked, k) for k in ("tx_mbps", "rx_mbps")},
             "per_run": {"unchecked": plain, "checked": checked}}
@@ -129,6 +131,9 @@ def cmd_check(args) -> int:
         print(f"tx_ratio {report['tx_ratio']} {report['tx_ratio_spread']}  "
               f"rx_ratio {report['rx_ratio']} {report['rx_ratio_spread']}  "
               f"events {report['events']}  events/s {report['events_per_s']}")
+        profile = report["profile"] or {}
+        for f in profile.get("functions", [])[:6]:
+            print(f"  events from {f['module']}:{f['function']}: {f['share']:.0%}")
         for f in report["findings"]:
             site = f.get("site", {})
             print(f"  {f.get('checker')} {f.get('kind')} at {site.get('module')} "

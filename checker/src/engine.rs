@@ -13,6 +13,7 @@ use thiserror::Error;
 use crate::dma::Dma;
 use crate::heap::{Block, Heap, Place};
 use crate::memory::Memory;
+use crate::profile::Profile;
 use crate::race::Race;
 use crate::region::Config;
 use crate::report::{Reporter, Touch};
@@ -58,6 +59,7 @@ pub struct Engine {
     race: Race,
     reporter: Reporter,
     checkers: Checkers,
+    profile: Profile,
 }
 
 /// `size` bytes at `address`, if the range is one an event may cover.
@@ -117,6 +119,7 @@ impl Engine {
             race: Race::default(),
             reporter,
             checkers: Checkers::ALL,
+            profile: Profile::default(),
         }
     }
 
@@ -127,6 +130,18 @@ impl Engine {
 
     pub fn reporter(&mut self) -> &mut Reporter {
         &mut self.reporter
+    }
+
+    /// A progress line, with where the events came from.
+    pub fn progress(&mut self, events: u64) {
+        let profile = self.profile.json(&self.symbols);
+        self.reporter.progress(events, profile);
+    }
+
+    /// The last line, with where the events came from.
+    pub fn summary(&mut self, events: u64, verdict_at: Option<u64>, error: Option<&str>) {
+        let profile = self.profile.json(&self.symbols);
+        self.reporter.summary(events, verdict_at, error, Some(profile));
     }
 
     /// The site of a stub event, which must have all of `required` and
@@ -140,6 +155,7 @@ impl Engine {
     }
 
     pub fn process(&mut self, index: u64, ev: &TraceEvent) -> Result<(), EventError> {
+        self.profile.count(index, ev);
         let runtime = SiteRef::Runtime(ev.site);
         let out = &mut self.reporter;
         match ev.kind() {

@@ -15,6 +15,7 @@ pub mod gate;
 pub mod heap;
 pub mod lockset;
 pub mod memory;
+pub mod profile;
 pub mod race;
 pub mod region;
 pub mod report;

@@ -151,7 +151,7 @@ fn refuse(fatal: Vec<Kind>, what: &str, error: &str) -> ExitCode {
     log::error!("{what}: {error}; nothing is approved. The driver process wrote a bad trace region: \
                  check the runtime's trace writer against include/understudy/trace.h");
     let symbols = Rc::new(Symbols::load(&[], Vec::new()));
-    Reporter::new(Box::new(std::io::stdout()), symbols, fatal).summary(0, None, Some(&format!("{what}: {error}")));
+    Reporter::new(Box::new(std::io::stdout()), symbols, fatal).summary(0, None, Some(&format!("{what}: {error}")), None);
     ExitCode::from(2)
 }
 
@@ -172,7 +172,7 @@ fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
         Err(e) => return refuse(fatal, "the trace region's header", &e.to_string()),
         Ok(None) => {
             let symbols = Rc::new(Symbols::load(&[], Vec::new()));
-            Reporter::new(Box::new(std::io::stdout()), symbols, fatal).summary(0, None, None);
+            Reporter::new(Box::new(std::io::stdout()), symbols, fatal).summary(0, None, None, None);
             return ExitCode::SUCCESS;
         }
         Ok(Some(config)) => config,
@@ -208,7 +208,7 @@ fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
             reported_verdict = true;
         }
         if last_progress.elapsed() >= PROGRESS_EVERY {
-            engine.reporter().progress(gate.checked());
+            engine.progress(gate.checked());
             last_progress = Instant::now();
         }
     }
@@ -221,6 +221,6 @@ fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
             Err(e) => error = Some(e.to_string()),
         }
     }
-    engine.reporter().summary(gate.checked(), gate.verdict_at(), error.as_deref());
+    engine.summary(gate.checked(), gate.verdict_at(), error.as_deref());
     if error.is_some() { ExitCode::from(2) } else { ExitCode::SUCCESS }
 }

@@ -186,8 +186,9 @@ impl Reporter {
         }
     }
 
-    /// A progress line: events so far and the rate since the previous one.
-    pub fn progress(&mut self, events: u64) {
+    /// A progress line: events so far, the rate since the previous one and
+    /// where the events came from.
+    pub fn progress(&mut self, events: u64, profile: Value) {
         let now = Instant::now();
         let (then, before) = self.last_progress;
         let rate = (events - before) as f64 / now.duration_since(then).as_secs_f64().max(1e-9);
@@ -197,13 +198,15 @@ impl Reporter {
             "events_per_s": rate.round(),
             "seconds": round3(now.duration_since(self.started).as_secs_f64()),
             "findings": self.records.len(),
+            "profile": profile,
         }});
         self.line(&line);
     }
 
     /// The last line: every finding with its final count. `error` says why
-    /// the checker stopped reading the trace, if it was not told to.
-    pub fn summary(&mut self, events: u64, verdict_at: Option<u64>, error: Option<&str>) {
+    /// the checker stopped reading the trace, if it was not told to;
+    /// `profile` is where the events came from (`profile.rs`).
+    pub fn summary(&mut self, events: u64, verdict_at: Option<u64>, error: Option<&str>, profile: Option<Value>) {
         let seconds = self.started.elapsed().as_secs_f64();
         let findings: Vec<Value> = self.records.iter().map(|r| {
             let mut f = r.json.clone();
@@ -219,6 +222,9 @@ impl Reporter {
         });
         if let Some(e) = error {
             summary["error"] = e.into();
+        }
+        if let Some(p) = profile {
+            summary["profile"] = p;
         }
         self.line(&json!({ "summary": summary }));
     }

@@ -261,7 +261,7 @@ pub fn check_with(region: &Region, events: &[TraceEvent], checkers: Checkers) ->
             Ok(_) => {}
         }
     }
-    engine.reporter().summary(gate.checked(), gate.verdict_at(), None);
+    engine.summary(gate.checked(), gate.verdict_at(), None);
     let json = lines.json();
     let findings = json.iter().filter_map(|l| l.get("finding").cloned()).collect();
     let summary = json.last().unwrap()["summary"]["findings"].as_array().unwrap().clone();

@@ -148,6 +148,11 @@ pub struct Incarnation {
     pub findings: u32,
     /// How its checker ended; none while it runs.
     pub ended: Option<String>,
+    /// Where its events came from, at its checker's last progress line:
+    /// `by_kind` counts and the `functions` with the largest shares of a
+    /// sample (docs/checking.md, "What it costs").
+    #[serde(default)]
+    pub profile: Option<serde_json::Value>,
 }
 
 /// `understudy check report`: everything the device's checkers found.

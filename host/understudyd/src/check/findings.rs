@@ -101,7 +101,7 @@ impl CheckLog {
         self.runs.push(Run {
             record: Incarnation {
                 number: self.incarnations, driver_pid: None, checker_pid, modules,
-                events: 0, events_per_s: 0.0, findings: 0, ended: None,
+                events: 0, events_per_s: 0.0, findings: 0, ended: None, profile: None,
             },
             verdict: None,
             running: true,
@@ -157,10 +157,11 @@ impl CheckLog {
                     effect.verdict = self.verdict(incarnation, described);
                 }
             }
-            Line::Progress { events, events_per_s } => {
+            Line::Progress { events, events_per_s, profile } => {
                 if let Some(r) = self.run(incarnation) {
                     r.record.events = events;
                     r.record.events_per_s = events_per_s;
+                    r.record.profile = profile.or(r.record.profile.take());
                 }
             }
             Line::Summary(s) => {
@@ -419,7 +420,7 @@ mod tests {
         let mut log = CheckLog::new(GateMode::Triage, None);
         for n in 0..RECOVERIES_KEPT as u32 + 5 {
             let i = log.begin(n, Vec::new());
-            log.line(i, Line::Progress { events: 10, events_per_s: 1.0 });
+            log.line(i, Line::Progress { events: 10, events_per_s: 1.0, profile: None });
             log.ended(i, "stopped".into(), None);
         }
         let r = log.report(String::new(), String::new(), None);

@@ -55,7 +55,8 @@ pub struct Summary {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Line {
     Finding(FindingLine),
-    Progress { events: u64, events_per_s: f64 },
+    /// `profile`: where the events came from (the checker's `profile.rs`), bounded and sanitised.
+    Progress { events: u64, events_per_s: f64, profile: Option<Value> },
     Summary(Summary),
     /// A kind of line this daemon does not know (a newer checker's): ignored.
     Unknown(String),
@@ -75,7 +76,8 @@ pub fn parse(line: &[u8]) -> Result<Line, String> {
     };
     match key.as_str() {
         "finding" => finding(body).map(Line::Finding),
-        "progress" => Ok(Line::Progress { events: count(&body, "events")?, events_per_s: rate(&body)? }),
+        "progress" => Ok(Line::Progress { events: count(&body, "events")?, events_per_s: rate(&body)?,
+                                          profile: body.get("profile").cloned().and_then(bounded) }),
         "summary" => summary(body).map(Line::Summary),
         other => Ok(Line::Unknown(text(other, MAX_TEXT))),
     }
@@ -106,12 +108,15 @@ fn finding(mut body: Map<String, Value>) -> Result<FindingLine, String> {
     };
     let detail = Value::Object(body);
     let size = detail.to_string().len();
-    let detail = if size <= MAX_DETAIL {
-        sanitize(detail)
-    } else {
+    let detail = bounded(detail).unwrap_or_else(|| {
         serde_json::json!({ "omitted": format!("the checker's line held {size} bytes of detail; {MAX_DETAIL} are kept") })
-    };
+    });
     Ok(FindingLine { detail, ..line })
+}
+
+/// A JSON object of the checker's, sanitised, if it is at most MAX_DETAIL bytes.
+fn bounded(value: Value) -> Option<Value> {
+    (value.is_object() && value.to_string().len() <= MAX_DETAIL).then(|| sanitize(value))
 }
 
 fn summary(body: Map<String, Value>) -> Result<Summary, String> {
@@ -258,7 +263,12 @@ mod tests {
     #[test]
     fn progress_and_summary_lines_are_read() {
         assert_eq!(parsed(r#"{"progress": {"events": 123, "events_per_s": 4100000.0, "seconds": 30.0, "findings": 3}}"#),
-                   Ok(Line::Progress { events: 123, events_per_s: 4_100_000.0 }));
+                   Ok(Line::Progress { events: 123, events_per_s: 4_100_000.0, profile: None }));
+        let profile = r#"{"progress": {"events": 1, "events_per_s": 1, "profile": {"by_kind": {"ACCESS": 1}}}}"#;
+        let Ok(Line::Progress { profile: Some(p), .. }) = parsed(profile) else { panic!("no profile") };
+        assert_eq!(p["by_kind"]["ACCESS"], 1);
+        let huge = profile.replace(r#""ACCESS": 1"#, &format!(r#""{}": 1"#, "A".repeat(2 * MAX_DETAIL)));
+        assert!(matches!(parsed(&huge), Ok(Line::Progress { profile: None, .. })));
         let finding: Value = serde_json::from_str(FINDING).unwrap();
         let summary = serde_json::json!({"summary": {"events": 9, "events_per_s": 3, "seconds": 1.5,
                                                      "findings": [finding["finding"]], "verdict_at": 4}});
