@@ -3,6 +3,7 @@
 #ifndef UNDERSTUDY_DRIVER_H
 #define UNDERSTUDY_DRIVER_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -42,6 +43,20 @@ struct kernel_api {
 extern struct kernel_api kernel;
 
 /*
+ * The loaded chain (modules.c): the kernel half and the driver's modules in
+ * one loader context, NULL until load_modules has succeeded; checked:
+ * --trace-fd, the modules are loaded rewritten under the checker.
+ */
+struct ko_context;
+extern struct ko_context *modules_ctx;
+extern bool checked;
+
+/* "understudy-driver: " and the message on stderr, then exit status 2 (main.c). */
+void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* SIGILL, SIGSEGV and SIGBUS: BUG/WARN and exception-table fixups (faults.c). */
+void install_fault_handlers(void);
+
+/*
  * Why a load was refused, one line each (docs/protocol.md, "LOAD"): the
  * host gets them in LOAD's reply, stand-alone runs on stderr.
  */
@@ -54,6 +69,27 @@ struct problems {
 void problems_add(struct problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void problems_clear(struct problems *p);
 
+/* A kernel half: its module and its ABI's CRCs (runtime/README.md, "One kernel half per ABI"). */
+struct half {
+	char ko[PATH_MAX];
+	char symvers[PATH_MAX];
+	char vermagic[256];
+	char release[64];	/* vermagic's first word, e.g. 6.1.0-50-amd64 */
+};
+
+#define MAX_HALVES 32
+
+/*
+ * The halves to load a chain whose first module is module with, in the
+ * order to try them (halves.c): runtime's alone if given (symvers NULL: the
+ * Module.symvers next to it); else the half of the module's ABI, from
+ * abi/<abi>/ next to this executable, or failing that every half of its
+ * kernel version, nearest ABI first. Returns how many (0: none to try, why
+ * says so), with the module's release in release, or -ENOENT/-ENOEXEC and
+ * the reason in why.
+ */
+int choose_halves(const char *runtime, const char *symvers, const char *module,
+		  char *release, size_t release_len, struct half *halves, struct problems *why);
 /*
  * Loads a kernel half and the module chain and checks them (relocations,
  * CRCs, imports), running none of them. runtime NULL: the half of the first
@@ -84,6 +120,13 @@ int run_modules(const char *const *params, int n_params, int *init_status);
 int start_runtime(const char *runtime, const char *symvers, const char *const *modules,
 		  int n_modules, const char *const *params, int n_params, int *init_status);
 /*
+ * rmmod of the chain, last module first, as delete_module() would: a
+ * module with an init but no exit cannot be unloaded (-EBUSY). A PCI
+ * driver's exit unregisters it, which removes the device: its remove, then
+ * its managed resources (UNBOUND). Returns whether every module went.
+ */
+bool remove_modules(void);
+/*
  * Tells gdb (JIT interface) where a loaded module's sections are, and perf
  * (/tmp/perf-PID.map) where its functions are if UNDERSTUDY_PERF_MAP is set.
  */
@@ -92,6 +135,8 @@ void debugger_register_module(const struct ko_module *m);
 /* In a fork of the template: the template's perf map becomes the fork's too. */
 void debugger_follow_fork(pid_t parent);
 
+/* Every event line, in both modes (main.c): run_modules installs it. */
+void watch_events(const char *line);
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);
 
