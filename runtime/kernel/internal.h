@@ -91,7 +91,7 @@ int us_softirq_join(u64 timeout_ns);
 void us_raise_net_rx(void);
 void us_softirq_on_irq_exit(void);
 
-/* netdev.c: one NET_RX round, and what it left to do. */
+/* napi.c: one NET_RX round, and what it left to do. */
 enum us_net_rx {
 	US_NET_RX_DONE,		/* every scheduled instance completed */
 	US_NET_RX_MORE,		/* a budget was used up: poll again soon */
@@ -146,7 +146,9 @@ void us_net_wake_tx_waiter(void);
 int us_netdev_stop(struct net_device *dev);
 /* Reports the registered net_device to the host again (REGISTERED, carrier). */
 void us_net_announce(void);
+/* napi.c: a received frame to the host. */
 void us_net_deliver(struct sk_buff *skb);
+/* skb.c: an skb around host pool buffers (zero-copy TX). */
 struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room);
 
 /* gso.c: whether features cover the checksum a CHECKSUM_PARTIAL skb leaves to the device. */
