@@ -202,6 +202,11 @@ impl Engine {
                 let block = Block { start: ev.addr, size, site: runtime, event: index };
                 if self.checkers.memory {
                     self.memory.allocate(&mut self.heap, block);
+                    // The runtime allocating for itself (an skb, a net_device)
+                    // fills the block in code the trace does not show.
+                    if !self.symbols.in_module_image(ev.site as u64) {
+                        self.memory.define(ev.addr, size);
+                    }
                 } else if size > 0 {
                     self.heap.allocate(block);
                 }

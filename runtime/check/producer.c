@@ -383,13 +383,6 @@ void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 	if ((kind == US_EV_COPY || kind == US_EV_FILL) && !in_checked_module(site))
 		return;
 	put(kind, site, addr, arg0, arg1);
-	/*
-	 * The runtime fills what it allocates for itself (an skb, a net_device)
-	 * in code the checker does not see: only what the driver allocates
-	 * starts undefined (docs/checking.md, "The trace").
-	 */
-	if (kind == US_EV_ALLOC && !in_checked_module(site))
-		put(US_EV_FILL, site, addr, 0, arg0);
 }
 
 /*
