@@ -18,16 +18,22 @@ const SAMPLE_EVERY: u64 = 64;
 /// Functions named in the summary, most events first.
 const TOP: usize = 12;
 
+/// Every kind of the contract is below this (trace.h's US_EV_*).
+const KINDS: usize = 32;
+
 #[derive(Default)]
 pub struct Profile {
-    by_kind: FxHashMap<u16, u64>,
+    /// By kind; a kind outside the contract ends the trace before it is counted twice.
+    by_kind: [u64; KINDS],
     /// Sampled events by site: a stub's return address, or a runtime call site.
     sampled: FxHashMap<SiteRef, u64>,
 }
 
 impl Profile {
     pub fn count(&mut self, index: u64, ev: &TraceEvent) {
-        *self.by_kind.entry(ev.kind()).or_default() += 1;
+        if let Some(n) = self.by_kind.get_mut(ev.kind() as usize) {
+            *n += 1;
+        }
         if index % SAMPLE_EVERY == 0 {
             *self.sampled.entry(site_of(ev)).or_default() += 1;
         }
@@ -36,8 +42,8 @@ impl Profile {
     /// `{"by_kind": {"ACCESS": n, ...}, "functions": [{"module", "function", "share"}, ...]}`,
     /// the functions' shares of the sampled events, largest first.
     pub fn json(&self, symbols: &Symbols) -> Value {
-        let by_kind: serde_json::Map<String, Value> =
-            self.by_kind.iter().map(|(&kind, &n)| (kind_name(kind), n.into())).collect();
+        let by_kind: serde_json::Map<String, Value> = (0..KINDS).filter(|&k| self.by_kind[k] > 0)
+            .map(|k| (kind_name(k as u16), self.by_kind[k].into())).collect();
         let mut functions: FxHashMap<(Value, Value), u64> = FxHashMap::default();
         for (&site, &n) in &self.sampled {
             let d = symbols.describe(site);
