@@ -17,6 +17,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use serde_json::{json, Value};
 
+use rustc_hash::FxHashMap;
+
 use crate::region::Module;
 use crate::trace::TraceSite;
 
@@ -66,6 +68,9 @@ pub struct Symbols {
     modules: Vec<ModuleSymbols>,
     /// Sorted by ret (checked by `Region::config`).
     sites: Vec<TraceSite>,
+    /// A site's index by its return address: every stub event looks its
+    /// site up, and a hash is a few times cheaper than a binary search.
+    by_ret: FxHashMap<u32, u32>,
 }
 
 impl Symbols {
@@ -82,12 +87,13 @@ impl Symbols {
             });
             ModuleSymbols { name, text: m.text, text_size: m.text_size, sections }
         }).collect();
-        Symbols { modules, sites }
+        let by_ret = sites.iter().enumerate().map(|(i, s)| (s.ret, i as u32)).collect();
+        Symbols { modules, sites, by_ret }
     }
 
     /// The site whose stub returns to `ret`.
     pub fn site(&self, ret: u32) -> Option<&TraceSite> {
-        self.sites.binary_search_by_key(&ret, |s| s.ret).ok().map(|i| &self.sites[i])
+        self.by_ret.get(&ret).map(|&i| &self.sites[i as usize])
     }
 
     /// The module whose loaded image holds `address`.
