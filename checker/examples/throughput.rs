@@ -16,16 +16,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::mem::size_of;
-use std::rc::Rc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use understudy_checker::engine::Engine;
-use understudy_checker::gate::Gate;
-use understudy_checker::report::{Kind, Reporter};
-use understudy_checker::symbols::Symbols;
 use understudy_checker::trace::*;
 
 /// Frames in flight: a buffer is unmapped and freed this many frames after
@@ -143,53 +136,12 @@ fn run(events: &[TraceEvent]) -> (Duration, Vec<String>) {
         ret: TEXT as u32 + 0x1_0000 + 8 * i, offset: 0x1_0000 + 8 * i, module: 0, section: 1, size: 4,
         flags: SITE_READ, reserved: 0,
     }));
-    let region = region(GATE_PERMISSIVE, "/nonexistent/e1000.ko", &table);
-    let config = region.config().expect("a valid region");
-    let lines = Lines::default();
-    let symbols = Rc::new(Symbols::load(&config.modules, config.sites.clone()));
-    // Nothing fatal: the run must reach the end.
-    let reporter = Reporter::new(Box::new(lines.clone()), symbols.clone(), Vec::<Kind>::new());
-    let mut engine = Engine::new(&config, symbols, reporter);
-    let mut gate = Gate::new(&region, &config);
-    let mut spent = Duration::ZERO;
-    let mut head = 0u64;
-    for chunk in events.chunks(RING as usize) {
-        for e in chunk {
-            region.write(RING_AT as usize + (head % RING as u64) as usize * size_of::<TraceEvent>(), *e);
-            head += 1;
-        }
-        region.head().store(head, Ordering::Release);
-        let start = Instant::now();
-        gate.poll(&mut engine, u64::MAX).expect("the mix keeps the contract");
-        spent += start.elapsed();
-    }
-    assert_eq!(region.approved().load(Ordering::Acquire), head);
-    let kinds = lines.json().iter().filter_map(|l| l["finding"]["kind"].as_str().map(String::from)).collect();
-    (spent, kinds)
+    time_gate(&region(GATE_PERMISSIVE, "/nonexistent/e1000.ko", &table), events)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("EVENTS RUNS"));
     let (n, runs) = (args.next().unwrap_or(3_000_000), args.next().unwrap_or(7));
     let events = mix(n);
-    let mut ns: Vec<f64> = Vec::new();
-    let mut findings = Vec::new();
-    println!("{:>4} {:>10} {:>12} {:>10}", "run", "events", "events/s", "ns/event");
-    for i in 0..runs {
-        let (spent, kinds) = run(&events);
-        let per = spent.as_nanos() as f64 / events.len() as f64;
-        println!("{i:>4} {:>10} {:>12.0} {per:>10.1}", events.len(), 1e9 / per);
-        ns.push(per);
-        findings = kinds;
-    }
-    ns.sort_by(f64::total_cmp);
-    let median = ns[ns.len() / 2];
-    println!("median {median:.1} ns/event ({:.0} events/s), min {:.1}, max {:.1}; findings {findings:?}",
-             1e9 / median, ns[0], ns[ns.len() - 1]);
-    println!("{}", serde_json::json!({
-        "events": events.len(), "runs": runs,
-        "ns_per_event": { "median": median, "min": ns[0], "max": ns[ns.len() - 1] },
-        "events_per_s_median": 1e9 / median,
-        "findings": findings,
-    }));
+    bench(events.len(), runs, || run(&events));
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::engine::{Engine, EventError};
+use crate::record::Recorder;
 use crate::region::{futex_wait, futex_wake, Config, GateMode, Region};
 
 /// Events between two publications of `approved` within one batch: often
@@ -42,11 +43,23 @@ pub struct Gate<'r> {
     approved: u64,
     /// The index of the first fatal event, once there is one.
     verdict: Option<u64>,
+    /// Where every event checked is also written (`--record`).
+    recorder: Option<Recorder>,
 }
 
 impl<'r> Gate<'r> {
     pub fn new(region: &'r Region, config: &'r Config) -> Gate<'r> {
-        Gate { region, config, next: 0, approved: 0, verdict: None }
+        Gate { region, config, next: 0, approved: 0, verdict: None, recorder: None }
+    }
+
+    /// Writes every event checked to `recorder` as well.
+    pub fn record(self, recorder: Recorder) -> Gate<'r> {
+        Gate { recorder: Some(recorder), ..self }
+    }
+
+    /// Ends the recording, if there is one.
+    pub fn finish_recording(&mut self) -> std::io::Result<()> {
+        self.recorder.take().map_or(Ok(()), Recorder::finish)
     }
 
     /// Events checked so far.
@@ -73,6 +86,10 @@ impl<'r> Gate<'r> {
         while self.next < end {
             let index = self.next;
             let event = self.region.event(self.config, index);
+            if let Some(Err(e)) = self.recorder.as_mut().map(|r| r.event(&event)) {
+                log::error!("cannot write the recording: {e}; recording stops");
+                self.recorder = None;
+            }
             if let Err(e) = engine.process(index, &event) {
                 return Err(self.refuse(e.into()));
             }

@@ -17,6 +17,7 @@ pub mod lockset;
 pub mod memory;
 pub mod profile;
 pub mod race;
+pub mod record;
 pub mod region;
 pub mod report;
 pub mod shadow;

@@ -22,6 +22,7 @@ use understudy_checker::engine::{Checkers, Engine};
 use understudy_checker::gate::Gate;
 use understudy_checker::region::Region;
 use understudy_checker::report::{Kind, Reporter};
+use understudy_checker::record::Recorder;
 use understudy_checker::symbols::Symbols;
 use understudy_checker::trace::TRACE_REGION_SIZE;
 
@@ -57,6 +58,11 @@ struct Args {
     #[arg(long, value_name = "NAME,...", value_delimiter = ',', env = "UNDERSTUDY_CHECKERS",
           default_value = "memory,race,dma")]
     checkers: Vec<String>,
+    /// Also write every event checked, with the region's header and sites, to
+    /// FILE, for replaying off-line (examples/replay.rs); UNDERSTUDY_CHECKER_RECORD
+    /// reaches here from understudyd's environment.
+    #[arg(long, value_name = "FILE", env = "UNDERSTUDY_CHECKER_RECORD")]
+    record: Option<std::path::PathBuf>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -143,7 +149,7 @@ fn main() -> ExitCode {
         }
     };
     install_signal_handlers();
-    run(&region, fatal, checkers)
+    run(&region, fatal, checkers, args.record.as_deref())
 }
 
 /// Prints a summary saying why nothing was checked, and fails with 2.
@@ -155,7 +161,7 @@ fn refuse(fatal: Vec<Kind>, what: &str, error: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
+fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers, record: Option<&std::path::Path>) -> ExitCode {
     if let Err(e) = region.claim() {
         return refuse(fatal, "the region's checker line", &e.to_string());
     }
@@ -184,6 +190,15 @@ fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
     let mut engine = Engine::new(&config, symbols.clone(), Reporter::new(Box::new(std::io::stdout()), symbols, fatal))
         .only(checkers);
     let mut gate = Gate::new(region, &config);
+    if let Some(path) = record {
+        match Recorder::create(path, region) {
+            Ok(r) => {
+                log::info!("recording every event checked to {}", path.display());
+                gate = gate.record(r);
+            }
+            Err(e) => log::error!("cannot record to {}: {e}; checking without recording", path.display()),
+        }
+    }
     let mut last_progress = Instant::now();
     let mut error = None;
     let mut reported_verdict = false;
@@ -220,6 +235,9 @@ fn run(region: &Region, fatal: Vec<Kind>, checkers: Checkers) -> ExitCode {
             Ok(_) => {}
             Err(e) => error = Some(e.to_string()),
         }
+    }
+    if let Err(e) = gate.finish_recording() {
+        log::error!("the recording's last events were not written: {e}");
     }
     engine.summary(gate.checked(), gate.verdict_at(), error.as_deref());
     if error.is_some() { ExitCode::from(2) } else { ExitCode::SUCCESS }

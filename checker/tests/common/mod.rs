@@ -9,6 +9,7 @@ use std::io::Write;
 use std::mem::{offset_of, size_of};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use understudy_checker::engine::{Checkers, Engine};
@@ -272,4 +273,58 @@ pub fn check_with(region: &Region, events: &[TraceEvent], checkers: Checkers) ->
         verdict_at: region.verdict_at().load(Ordering::Acquire),
         error,
     }
+}
+
+/// The time the gate takes to check `events` played into `region` a ring at
+/// a time (only the checking is timed), and the findings' kinds. Nothing is
+/// fatal: the run must reach the end.
+pub fn time_gate(region: &Region, events: &[TraceEvent]) -> (Duration, Vec<String>) {
+    let config = region.config().expect("a valid region");
+    let (ring_at, ring) = (config.ring_offset as usize, config.ring_entries as usize);
+    let lines = Lines::default();
+    let symbols = Rc::new(Symbols::load(&config.modules, config.sites.clone()));
+    let reporter = Reporter::new(Box::new(lines.clone()), symbols.clone(), Vec::<Kind>::new());
+    let mut engine = Engine::new(&config, symbols, reporter);
+    let mut gate = Gate::new(region, &config);
+    let mut spent = Duration::ZERO;
+    let mut head = 0u64;
+    for chunk in events.chunks(ring - 1) {
+        for e in chunk {
+            region.write(ring_at + (head % ring as u64) as usize * size_of::<TraceEvent>(), *e);
+            head += 1;
+        }
+        region.head().store(head, Ordering::Release);
+        let start = Instant::now();
+        gate.poll(&mut engine, u64::MAX).expect("the events keep the contract");
+        spent += start.elapsed();
+    }
+    assert_eq!(region.approved().load(Ordering::Acquire), head);
+    let kinds = lines.json().iter().filter_map(|l| l["finding"]["kind"].as_str().map(String::from)).collect();
+    (spent, kinds)
+}
+
+/// Times `runs` runs of checking `events` events and prints a table and one
+/// JSON line with the median, min and max (the machine may be shared:
+/// compare medians).
+pub fn bench(events: usize, runs: usize, mut run: impl FnMut() -> (Duration, Vec<String>)) {
+    let mut ns: Vec<f64> = Vec::new();
+    let mut findings = Vec::new();
+    println!("{:>4} {:>10} {:>12} {:>10}", "run", "events", "events/s", "ns/event");
+    for i in 0..runs {
+        let (spent, kinds) = run();
+        let per = spent.as_nanos() as f64 / events as f64;
+        println!("{i:>4} {events:>10} {:>12.0} {per:>10.1}", 1e9 / per);
+        ns.push(per);
+        findings = kinds;
+    }
+    ns.sort_by(f64::total_cmp);
+    let median = ns[ns.len() / 2];
+    println!("median {median:.1} ns/event ({:.0} events/s), min {:.1}, max {:.1}; findings {findings:?}",
+             1e9 / median, ns[0], ns[ns.len() - 1]);
+    println!("{}", serde_json::json!({
+        "events": events, "runs": runs,
+        "ns_per_event": { "median": median, "min": ns[0], "max": ns[ns.len() - 1] },
+        "events_per_s_median": 1e9 / median,
+        "findings": findings,
+    }));
 }
