@@ -351,7 +351,11 @@ impl Engine {
             }
             return;
         }
-        if !(self.checkers.memory || self.checkers.race) {
+        // DMA-coherent memory is no heap block, and is shared with the
+        // device by design: its CPU-side users synchronise through the
+        // device's protocol (descriptor ownership bits), which locksets
+        // cannot see. Nothing more to check.
+        if !(self.checkers.memory || self.checkers.race) || self.dma.is_coherent(t.address) {
             return;
         }
         let place = self.heap.place(t.address, t.size);
@@ -359,13 +363,9 @@ impl Engine {
             self.memory.access(place, &t, out);
         }
         // Races: heap and module data. Per-cpu data is the CPU's own; an
-        // atomic instruction is synchronisation, not a racing access;
-        // DMA-coherent memory is shared with the device by design, and its
-        // CPU-side users synchronise through the device's protocol
-        // (descriptor ownership bits), which locksets cannot see.
+        // atomic instruction is synchronisation, not a racing access.
         let heap_or_module = matches!(place, Place::Inside(_)) || self.symbols.in_module_image(t.address);
-        if self.checkers.race && flags & (SITE_PERCPU | SITE_ATOMIC) == 0 && heap_or_module
-            && !self.dma.is_coherent(t.address) {
+        if self.checkers.race && flags & (SITE_PERCPU | SITE_ATOMIC) == 0 && heap_or_module {
             let born = if let Place::Inside(b) = place { b.event } else { 0 };
             self.race.access(&t, born, out);
         }
