@@ -27,7 +27,7 @@ from .netns import LabNetwork
 
 GATES = ["triage", "permissive", "stringent"]
 CHECKERS = ["memory", "race", "dma"]
-DRIVERS = ["e1000", "pcnet32", "8139cp", "e100"]
+DRIVERS = ["e1000", "pcnet32", "8139cp", "e100", "tulip"]
 KEYS = ["tx_mbps", "rx_mbps", "tx_hash_ok", "rx_hash_ok", "resets"]
 
 
