@@ -6,7 +6,9 @@ hash-checked TCP transfer out of the guest and one into it. Prints the
 medians, checked ÷ unchecked throughput ratios, the checker's event count
 and rate, and what it found (`understudy check report`). With --checkers only
 those checkers run (the checker's UNDERSTUDY_CHECKERS, set in the daemon's
-environment): what each one costs on its own.
+environment): what each one costs on its own. --fatal replaces the kinds that
+stop the driver (UNDERSTUDY_CHECKER_FATAL), e.g. to measure e100, whose own
+device-owned writes are fatal by default, in permissive mode.
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def median_of(runs: list[dict], key: str) -> float:
     return round(statistics.median(r[key] for r in runs), 3)
 
 
-def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str]) -> dict:
+def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str],
+          fatal: str | None = None) -> dict:
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     nbytes = megabytes << 20
@@ -62,7 +65,8 @@ def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str]
         understudy.prepare(guest)
         modules = understudy.module_chain(guest, dev.driver)
         daemon = understudy.Daemon(guest, bins, None, "--checker", str(bins["checker"]),
-                                   env={"UNDERSTUDY_CHECKERS": ",".join(checkers)})
+                                   env={"UNDERSTUDY_CHECKERS": ",".join(checkers),
+                                        **({"UNDERSTUDY_CHECKER_FATAL": fatal} if fatal else {})})
         try:
             for i in range(runs):
                 for mode in (None, gate):
@@ -80,7 +84,8 @@ def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str]
                     understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
-    return {**summarise(dev, gate, runs, megabytes, plain, checked, reports), "checkers": checkers}
+    return {**summarise(dev, gate, runs, megabytes, plain, checked, reports), "checkers": checkers,
+            "fatal": fatal}
 
 
 def check_report(daemon: understudy.Daemon) -> dict:
@@ -120,7 +125,7 @@ def spread(checked: list[dict], plain: list[dict], key: str) -> list[float]:
 
 
 def cmd_check(args) -> int:
-    report = check(args.driver, args.gate, args.runs, args.megabytes, args.checkers)
+    report = check(args.driver, args.gate, args.runs, args.megabytes, args.checkers, args.fatal)
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
         print(json.dumps({**report, **provenance.record()}, indent=2))
@@ -159,6 +164,9 @@ def add_parser(sub) -> None:
                    help="the gate's mode for the checked runs (default: permissive)")
     c.add_argument("--checkers", type=checker_list, default=CHECKERS,
                    help="which checkers run, comma-separated (default: memory,race,dma)")
+    c.add_argument("--fatal", metavar="KIND,...",
+                   help="the finding kinds that stop the driver, replacing the checker's defaults; "
+                        "'none' for none (e100's own device-owned writes would stop it otherwise)")
     c.add_argument("--runs", type=int, default=3)
     c.add_argument("--megabytes", type=int, default=64, help="size of each transfer")
     c.add_argument("--json", action="store_true", help="print one JSON object")

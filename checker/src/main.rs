@@ -50,8 +50,9 @@ struct Args {
     /// Pin the checker to this CPU (not the driver's).
     #[arg(long, value_name = "C")]
     cpu: Option<usize>,
-    /// The finding kinds that stop the driver, replacing the defaults; `none` for none.
-    #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
+    /// The finding kinds that stop the driver, replacing the defaults; `none` for none
+    /// (UNDERSTUDY_CHECKER_FATAL reaches here from understudyd's environment).
+    #[arg(long, value_name = "KIND,...", value_delimiter = ',', env = "UNDERSTUDY_CHECKER_FATAL")]
     fatal: Option<Vec<String>>,
     /// Run only these of memory, race and dma (to measure what each costs);
     /// understudyd passes its environment, so UNDERSTUDY_CHECKERS reaches here.
