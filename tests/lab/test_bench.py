@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from lab import config
+from lab.bench import run_ratios, spread
 
 pytestmark = pytest.mark.lab
 REQUIRED = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "reload_downtime_ms"]
@@ -66,7 +67,6 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
 
 
 def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
-    from lab.bench import run_ratios, spread
     kernel = [{"tx_mbps": 100}, {"tx_mbps": 200}, {"tx_mbps": 0}, {"tx_mbps": 100}]
     under = [{"tx_mbps": 50}, {"tx_mbps": 180}, {"tx_mbps": 90}, {"tx_mbps": None}]
     assert run_ratios(under, kernel, "tx_mbps") == [0.5, 0.9]
