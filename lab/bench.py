@@ -66,6 +66,21 @@ def medians(runs: list[dict]) -> dict:
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
 
 
+def run_ratios(top: list[dict], bottom: list[dict], key: str) -> list[float]:
+    """Run i's `key` in `top` ÷ run i's in `bottom`, for alternating runs: pairing
+    keeps a ratio meaningful when the machine's speed drifts during a benchmark."""
+    return [t[key] / b[key] for t, b in zip(top, bottom)
+            if isinstance(t.get(key), (int, float)) and isinstance(b.get(key), (int, float)) and b[key]]
+
+
+def spread(ratios: list[float]) -> dict | None:
+    """min, median and max of per-run ratios: a figure read with its noise."""
+    if not ratios:
+        return None
+    return {"min": round(min(ratios), 3), "median": round(statistics.median(ratios), 3),
+            "max": round(max(ratios), 3)}
+
+
 def baseline(driver: str, runs: int, seconds: int) -> dict:
     dev = lookup_nic(driver)
     log(f"booting a guest with {dev.name} (in-kernel {dev.driver})")
@@ -89,6 +104,11 @@ def table(rows: list[dict], keys: list[str]) -> str:
     lines = [head] + [[k, *(_fmt(r.get(k)) for r in rows)] for k in keys]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines)
+
+
+def _range(s: dict | None) -> str:
+    """A spread as ' [min–max]', or nothing."""
+    return f" [{_fmt(s['min'])}–{_fmt(s['max'])}]" if s else ""
 
 
 def _fmt(v) -> str:
@@ -167,8 +187,11 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
     kernel, under = medians(kernel_runs), medians(understudy_runs)
     ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
               for name, k in NET_RATIOS.items()}
+    spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, k)) for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest), **ratios,
+            # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
+            "spread": spreads,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
             "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}
 
@@ -182,8 +205,9 @@ def cmd_net(args) -> int:
         rows = [{"driver": f"in-kernel {report['driver']}", **report["kernel"]},
                 {"driver": "understudy", **report["understudy"]}]
         print(table(rows, NET_KEYS))
-        print("  ".join(f"{k} {_fmt(report[k])}" for k in NET_RATIOS))
-        print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}; {command})")
+        print("  ".join(f"{k} {_fmt(report[k])}{_range(report['spread'][k])}" for k in NET_RATIOS))
+        print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
+              f"host {provenance.machine()['cpu_model']}; {command})")
     return 0
 
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from lab import config
+from lab.bench import run_ratios, spread
 
 pytestmark = pytest.mark.lab
 REQUIRED = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "reload_downtime_ms"]
@@ -56,6 +57,18 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
         kernel, under = report["kernel"][figure], report["understudy"][figure]
         assert kernel > 0 and under > 0, (figure, kernel, under)
         assert report[ratio] == pytest.approx(under / kernel, rel=0.01), ratio
+        # one run: its spread is that run's ratio three times
+        s = report["spread"][ratio]
+        assert s["min"] == s["median"] == s["max"] == pytest.approx(under / kernel, rel=0.01), (ratio, s)
+    assert report["machine"]["cpu_model"]      # the host, beside the guest's emulated CPU
     assert report["ping_loss_pct"] == 0
     # On the bridge the far end is the host's TCP, whose window is not slirp's 64 KiB.
     assert report["kernel"]["tx_peer_window_kib_max"] > 64
+
+
+def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
+    kernel = [{"tx_mbps": 100}, {"tx_mbps": 200}, {"tx_mbps": 0}, {"tx_mbps": 100}]
+    under = [{"tx_mbps": 50}, {"tx_mbps": 180}, {"tx_mbps": 90}, {"tx_mbps": None}]
+    assert run_ratios(under, kernel, "tx_mbps") == [0.5, 0.9]
+    assert spread([0.5, 0.9, 0.7]) == {"min": 0.5, "median": 0.7, "max": 0.9}
+    assert spread([]) is None
