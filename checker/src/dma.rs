@@ -351,10 +351,18 @@ impl Dma {
         out.report(kind, t.site, t.event, |s| Detail { access: Some(t.access()), other: m.json(s) });
     }
 
-    /// The driver stopped: whatever is still mapped or allocated leaked.
-    pub fn stop(&mut self, event: u64, out: &mut Reporter) {
+    /// The driver stopped: whatever is still mapped leaked, and once it has
+    /// detached, whatever coherent memory it still holds too.
+    pub fn stop(&mut self, detach: bool, event: u64, out: &mut Reporter) {
         for m in self.mappings.drain(..).flatten() {
             out.report(Kind::MappingLeak, m.site, event, |s| Detail { access: None, other: m.json(s) });
+        }
+        if !detach {
+            // Closed, not detached: coherent rings may live from probe to remove.
+            let coherent = std::mem::take(&mut self.coherent);
+            *self = Dma::new(self.arena.0, self.arena.1, self.arena.2);
+            self.coherent = coherent;
+            return;
         }
         for (cpu, c) in std::mem::take(&mut self.coherent) {
             out.report(Kind::CoherentLeak, c.site, event, |_| Detail {

@@ -43,6 +43,8 @@ pub enum EventError {
     EmptyFrame { index: u64, site: u32 },
     #[error("event {index}: context kind {kind} is not a US_CTX_*")]
     ContextKind { index: u64, kind: u64 },
+    #[error("event {index}: stop kind {kind} is not a US_STOP_*")]
+    StopKind { index: u64, kind: u64 },
     #[error("event {index}: lock kind {kind} is not a US_LOCK_*")]
     LockKind { index: u64, kind: u64 },
     #[error("event {index}: a context holds more than {MAX_HELD_LOCKS} locks")]
@@ -281,8 +283,11 @@ impl Engine {
                 }
             }
             EV_STOP => {
+                if ev.arg0 > STOP_DETACH {
+                    return Err(EventError::StopKind { index, kind: ev.arg0 });
+                }
                 if self.checkers.dma {
-                    self.dma.stop(index, out);
+                    self.dma.stop(ev.arg0 == STOP_DETACH, index, out);
                 }
                 if self.checkers.race {
                     self.race.stop(index);

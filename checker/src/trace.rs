@@ -66,6 +66,9 @@ trace_constants! {
     LOCK_SPIN_BH: u64 = 2;
     LOCK_MUTEX: u64 = 3;
 
+    STOP_CLOSE: u64 = 0;
+    STOP_DETACH: u64 = 1;
+
     CTX_PROCESS: u64 = 0;
     CTX_HARDIRQ: u64 = 1;
     CTX_SOFTIRQ: u64 = 2;

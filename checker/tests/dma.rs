@@ -103,15 +103,34 @@ fn syncs_of_what_is_not_mapped() {
 }
 
 #[test]
-fn what_is_mapped_or_allocated_at_stop_has_leaked() {
+fn what_is_mapped_or_allocated_at_detach_has_leaked() {
     let o = check(&[dma_map(B, 2048, TO_DEVICE), dma_map(B + 4096, 2048, TO_DEVICE),
-                    ev(EV_DMA_ALLOC, OTHER_CALLER, ARENA + 0x10000, 4096, IOVA + 0x10000), ev(EV_STOP, 0, 0, 0, 0),
+                    ev(EV_DMA_ALLOC, OTHER_CALLER, ARENA + 0x10000, 4096, IOVA + 0x10000),
+                    ev(EV_STOP, 0, 0, STOP_DETACH, 0),
                     // After STOP the driver starts afresh.
                     dma_map(B, 2048, TO_DEVICE), dma_unmap(B, 2048, TO_DEVICE)]);
     assert_eq!(o.kinds(), ["mapping-leak", "coherent-leak"]);
     assert_eq!(o.summary[0]["count"], 2, "two leaks of one map site");
     assert_eq!(o.findings[0]["event"], 3);
     assert_eq!(o.findings[1]["other"]["coherent"]["size"], 4096);
+}
+
+#[test]
+fn a_close_leaves_the_probes_coherent_rings_to_the_detach() {
+    let ring = ev(EV_DMA_ALLOC, OTHER_CALLER, ARENA + 0x10000, 4096, IOVA + 0x10000);
+    let o = check(&[ring, dma_map(B, 2048, TO_DEVICE), ev(EV_STOP, 0, 0, STOP_CLOSE, 0),
+                    // opened again: the ring is still the driver's, and coherent
+                    access(WRITE8, ARENA + 0x10000),
+                    ev(EV_DMA_FREE, CALLER, ARENA + 0x10000, 4096, 0), ev(EV_STOP, 0, 0, STOP_DETACH, 0)]);
+    assert_eq!(o.kinds(), ["mapping-leak"], "{:#?}", o.findings);
+    let o = check(&[ring, ev(EV_STOP, 0, 0, STOP_CLOSE, 0), ev(EV_STOP, 0, 0, STOP_DETACH, 0)]);
+    assert_eq!(o.kinds(), ["coherent-leak"], "{:#?}", o.findings);
+}
+
+#[test]
+fn a_stop_of_an_unknown_kind_breaks_the_contract() {
+    let o = check(&[ev(EV_STOP, 0, 0, 7, 0)]);
+    assert!(o.error.is_some());
 }
 
 #[test]

@@ -71,7 +71,7 @@ enum us_trace_kind {
 	US_EV_CONTEXT = 28,   /* the CPU now runs addr = US_CTX_*, arg0 = thread id, arg1 = handler */
 	US_EV_COPY = 29,      /* memcpy/memmove by the runtime: addr = dst, arg0 = src, arg1 = size */
 	US_EV_FILL = 30,      /* memset by the runtime: addr = dst, arg1 = size */
-	US_EV_STOP = 31,      /* the driver was stopped/unbound: what is still mapped has leaked */
+	US_EV_STOP = 31,      /* arg0 = US_STOP_*: what the driver still has of the device's has leaked */
 };
 
 /* Event flags (the high 16 bits of kind_flags). */
@@ -88,6 +88,16 @@ enum us_lock_kind {
 	US_LOCK_SPIN_IRQ = 1, /* spin_lock_irq/irqsave: also excludes hard IRQs */
 	US_LOCK_SPIN_BH = 2,  /* spin_lock_bh: also excludes softirqs */
 	US_LOCK_MUTEX = 3,
+};
+
+/*
+ * A STOP's arg0. Closing the interface must give back what the open took
+ * (streaming mappings); only the driver's detach (remove, or a failed
+ * probe) must give back what the probe took too (coherent rings).
+ */
+enum us_stop_kind {
+	US_STOP_CLOSE = 0,
+	US_STOP_DETACH = 1,
 };
 
 enum us_context {

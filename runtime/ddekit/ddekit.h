@@ -191,6 +191,8 @@ void ddekit_check_gate(unsigned long site);
 	X(LOCK_SPIN_IRQ,	1)	\
 	X(LOCK_SPIN_BH,		2)	\
 	X(LOCK_MUTEX,		3)	\
+	X(STOP_CLOSE,		0)	\
+	X(STOP_DETACH,		1)	\
 	X(CTX_PROCESS,		0)	\
 	X(CTX_HARDIRQ,		1)	\
 	X(CTX_SOFTIRQ,		2)	\

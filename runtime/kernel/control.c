@@ -122,15 +122,15 @@ int us_netdev_stop(struct net_device *dev)
 }
 
 /*
- * The host's stop. What the driver still has mapped for the device now has
- * leaked; a stop inside remove (unregister_netdev) is judged once remove
- * and the managed resources' release are over (pci.c, unbind_cleanup).
+ * The host's stop. What the driver still has mapped for streaming now has
+ * leaked; its coherent rings may stay until remove, which is judged once
+ * remove and the managed resources' release are over (pci.c, unbind_cleanup).
  */
 static int do_stop(struct net_device *dev, void *unused)
 {
 	int err = us_netdev_stop(dev);
 
-	us_trace(DDEKIT_EV_STOP, 0, dev, 0, 0);
+	us_trace(DDEKIT_EV_STOP, 0, dev, DDEKIT_STOP_CLOSE, 0);
 	return err;
 }
 
