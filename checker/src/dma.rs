@@ -99,6 +99,10 @@ pub struct Dma {
     /// Slots of mappings that overlap an indexed one: a driver bug, rare.
     overlapping: Vec<u32>,
     coherent: BTreeMap<u64, Coherent>,
+    /// [lowest start, highest end) of every coherent allocation since the
+    /// last detach: most accesses (the heap's) fall outside, with no tree to
+    /// search.
+    coherent_hull: (u64, u64),
     unmapped: BTreeMap<u64, Unmapped>,
     unmapped_order: VecDeque<(u64, u64)>,
     /// The DMA arena: cpu address, dma address, size.
@@ -109,7 +113,7 @@ impl Dma {
     pub fn new(arena: u64, arena_iova: u64, arena_size: u64) -> Dma {
         Dma {
             mappings: Vec::new(), free_slots: Vec::new(), by_dma: BTreeSet::new(), by_cpu: BTreeMap::new(),
-            overlapping: Vec::new(), coherent: BTreeMap::new(), unmapped: BTreeMap::new(),
+            overlapping: Vec::new(), coherent: BTreeMap::new(), coherent_hull: (u64::MAX, 0), unmapped: BTreeMap::new(),
             unmapped_order: VecDeque::new(), arena: (arena, arena_iova, arena_size),
         }
     }
@@ -301,6 +305,7 @@ impl Dma {
 
     pub fn alloc_coherent(&mut self, cpu: u64, size: u64, dma: u64, site: SiteRef, event: u64) {
         self.coherent.insert(cpu, Coherent { size, dma, site, event });
+        self.coherent_hull = (self.coherent_hull.0.min(cpu), self.coherent_hull.1.max(cpu.saturating_add(size)));
     }
 
     pub fn free_coherent(&mut self, cpu: u64, size: u64, site: SiteRef, event: u64, out: &mut Reporter) {
@@ -318,6 +323,9 @@ impl Dma {
     }
 
     pub fn is_coherent(&self, address: u64) -> bool {
+        if address < self.coherent_hull.0 || address >= self.coherent_hull.1 {
+            return false;
+        }
         self.coherent.range(..=address).next_back().is_some_and(|(&start, c)| address - start < c.size)
     }
 
@@ -359,9 +367,9 @@ impl Dma {
         }
         if !detach {
             // Closed, not detached: coherent rings may live from probe to remove.
-            let coherent = std::mem::take(&mut self.coherent);
+            let (coherent, hull) = (std::mem::take(&mut self.coherent), self.coherent_hull);
             *self = Dma::new(self.arena.0, self.arena.1, self.arena.2);
-            self.coherent = coherent;
+            (self.coherent, self.coherent_hull) = (coherent, hull);
             return;
         }
         for (cpu, c) in std::mem::take(&mut self.coherent) {
