@@ -21,7 +21,7 @@ import sys
 import time
 
 from . import net, provenance, understudy
-from .bench import driver_cpu, lab_identity, table
+from .bench import driver_cpu, lab_identity, run_ratios, table
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
@@ -120,7 +120,7 @@ def summarise(dev, gate, runs, megabytes, plain, checked, reports) -> dict:
 
 def spread(checked: list[dict], plain: list[dict], key: str) -> list[float]:
     """min and max of the per-run ratios (run i checked ÷ run i unchecked)."""
-    ratios = [c[key] / p[key] for c, p in zip(checked, plain) if p[key]]
+    ratios = run_ratios(checked, plain, key)
     return [round(min(ratios), 3), round(max(ratios), 3)] if ratios else []
 
 
