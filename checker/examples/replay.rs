@@ -3,7 +3,10 @@
 //! `understudy-checker --record FILE` (checker/src/record.rs) back through
 //! the gate, as many times as asked, and times the checking alone.
 //!
-//!     cargo run --release -p understudy-checker --example replay -- FILE [RUNS]
+//!     cargo run --release -p understudy-checker --example replay -- FILE [RUNS] [CHECKERS]
+//!
+//! CHECKERS (`memory,dma`, as `understudy-checker --checkers` takes them)
+//! times some of the checkers alone; all of them run by default.
 //!
 //! The modules' paths are the driver process's: where they do not exist
 //! here, findings name sections rather than functions, which costs the
@@ -14,16 +17,20 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{bench, time_gate};
+use common::{bench, time_checkers};
+use understudy_checker::engine::Checkers;
 use understudy_checker::record::replay;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = PathBuf::from(args.next().expect("usage: replay FILE [RUNS]"));
+    let path = PathBuf::from(args.next().expect("usage: replay FILE [RUNS] [CHECKERS]"));
     let runs = args.next().map_or(5, |r| r.parse().expect("RUNS is a number"));
+    let checkers = args.next().map_or(Checkers::ALL, |names| {
+        Checkers::from_names(&names.split(',').collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"))
+    });
     let (_, events) = replay(&path).unwrap_or_else(|e| panic!("{e}"));
     bench(events.len(), runs, || {
         let (region, _) = replay(&path).expect("read once already");
-        time_gate(&region, &events)
+        time_checkers(&region, &events, checkers)
     });
 }

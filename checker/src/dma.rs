@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde_json::{json, Value};
 
 use crate::heap::Heap;
+use crate::intervals::Intervals;
 use crate::report::{hex, Detail, Kind, Reporter, Touch};
 use crate::symbols::{SiteRef, Symbols};
 
@@ -95,7 +96,7 @@ pub struct Dma {
     /// (dma address, slot): a buffer mapped twice has two entries.
     by_dma: BTreeSet<(u64, u32)>,
     /// CPU start -> slot, for the mappings that do not overlap each other.
-    by_cpu: BTreeMap<u64, u32>,
+    by_cpu: Intervals<u32>,
     /// Slots of mappings that overlap an indexed one: a driver bug, rare.
     overlapping: Vec<u32>,
     coherent: BTreeMap<u64, Coherent>,
@@ -112,7 +113,7 @@ pub struct Dma {
 impl Dma {
     pub fn new(arena: u64, arena_iova: u64, arena_size: u64) -> Dma {
         Dma {
-            mappings: Vec::new(), free_slots: Vec::new(), by_dma: BTreeSet::new(), by_cpu: BTreeMap::new(),
+            mappings: Vec::new(), free_slots: Vec::new(), by_dma: BTreeSet::new(), by_cpu: Intervals::default(),
             overlapping: Vec::new(), coherent: BTreeMap::new(), coherent_hull: (u64::MAX, 0), unmapped: BTreeMap::new(),
             unmapped_order: VecDeque::new(), arena: (arena, arena_iova, arena_size),
         }
@@ -129,9 +130,8 @@ impl Dma {
     }
 
     /// The indexed mapping overlapping [start, end), if any.
-    fn indexed_overlapping(&self, start: u64, end: u64) -> Option<u32> {
-        let (_, &slot) = self.by_cpu.range(..end).next_back()?;
-        (self.get(slot).end() > start).then_some(slot)
+    fn indexed_overlapping(&mut self, start: u64, end: u64) -> Option<u32> {
+        self.by_cpu.overlapping(start, end)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -162,7 +162,7 @@ impl Dma {
         };
         self.by_dma.insert((dma, slot));
         if m.indexed {
-            self.by_cpu.insert(cpu, slot);
+            self.by_cpu.insert(cpu, end, slot);
         } else {
             self.overlapping.push(slot);
         }
@@ -172,11 +172,11 @@ impl Dma {
     /// that are live heap, another mapping or a coherent allocation: the
     /// CPU's and the device's views of that line can overwrite each other.
     /// Lines whose other bytes the checker knows nothing of are not reported.
-    fn check_alignment(&self, heap: &Heap, m: &Mapping, out: &mut Reporter) {
+    fn check_alignment(&mut self, heap: &Heap, m: &Mapping, out: &mut Reporter) {
         let end = m.end();
         let line_start = m.cpu & !(CACHE_LINE - 1);
         let line_end = end.div_ceil(CACHE_LINE).saturating_mul(CACHE_LINE);
-        let known = |start: u64, stop: u64| {
+        let mut known = |start: u64, stop: u64| {
             start < stop && (heap.any_live(start, stop) || self.indexed_overlapping(start, stop).is_some()
                              || self.coherent.range(..stop).next_back().is_some_and(|(&c, k)| c.saturating_add(k.size) > start))
         };
@@ -196,7 +196,7 @@ impl Dma {
         let m = self.mappings[slot as usize].take().expect("a mapped slot");
         self.by_dma.remove(&(m.dma, slot));
         if m.indexed {
-            self.by_cpu.remove(&m.cpu);
+            self.by_cpu.remove(m.cpu);
         } else {
             self.overlapping.retain(|&o| o != slot);
         }
@@ -330,7 +330,7 @@ impl Dma {
     }
 
     /// A CPU access: is any byte of it the device's?
-    pub fn access(&self, t: &Touch, out: &mut Reporter) {
+    pub fn access(&mut self, t: &Touch, out: &mut Reporter) {
         if let Some(slot) = self.indexed_overlapping(t.address, t.end()) {
             self.check_owner(self.get(slot), t, out);
         }

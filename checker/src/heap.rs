@@ -146,16 +146,15 @@ impl Heap {
     pub fn allocate(&mut self, block: Block) -> Vec<Block> {
         let end = block.end();
         self.extent = (self.extent.0.min(block.start), self.extent.1.max(end));
-        let overlapping = |map_end: u64, start: u64| map_end > block.start && start < end;
-        let stale: Vec<Block> = self.live.range(..end).rev().map(|(_, b)| *b)
-            .take_while(|b| overlapping(b.end(), b.start)).collect();
-        for b in &stale {
+        // Walking down from `end`, the first block that ends at or below
+        // the new one's start is the last to look at: blocks are disjoint.
+        let mut stale = Vec::new();
+        while let Some((_, &b)) = self.live.range(..end).next_back().filter(|(_, b)| b.end() > block.start) {
             self.live.remove(&b.start);
             self.forget_recent(b.start);
+            stale.push(b);
         }
-        let reused: Vec<Freed> = self.freed.range(..end).rev().map(|(_, f)| *f)
-            .take_while(|f| overlapping(f.block.end(), f.block.start)).collect();
-        for f in &reused {
+        while let Some((_, &f)) = self.freed.range(..end).next_back().filter(|(_, f)| f.block.end() > block.start) {
             self.freed.remove(&f.block.start);
             self.freed_bytes -= f.block.size;
         }

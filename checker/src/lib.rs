@@ -13,6 +13,7 @@ pub mod dma;
 pub mod engine;
 pub mod gate;
 pub mod heap;
+pub mod intervals;
 pub mod lockset;
 pub mod memory;
 pub mod profile;

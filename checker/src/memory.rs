@@ -89,7 +89,6 @@ impl Memory {
     /// A driver access (or the runtime's memcpy/memset on its behalf) at
     /// `place`. `read` and `write` may both hold (a read-modify-write).
     pub fn access(&mut self, place: Place, t: &Touch, out: &mut Reporter) {
-        let access = Some(t.access());
         match place {
             Place::Inside(_) => {
                 if t.read && !t.copy {
@@ -106,10 +105,10 @@ impl Memory {
             }
             Place::OutOfBounds(b) => {
                 let kind = if t.write { Kind::OutOfBoundsWrite } else { Kind::OutOfBoundsRead };
-                out.report(kind, t.site, t.event, |s| Detail { access, other: block_json(s, &b) });
+                out.report(kind, t.site, t.event, |s| Detail { access: Some(t.access()), other: block_json(s, &b) });
             }
             Place::Freed(f) => {
-                out.report(Kind::UseAfterFree, t.site, t.event, |s| Detail { access, other: freed_json(s, &f) });
+                out.report(Kind::UseAfterFree, t.site, t.event, |s| Detail { access: Some(t.access()), other: freed_json(s, &f) });
             }
             Place::Untracked => {}
         }

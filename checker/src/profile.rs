@@ -51,7 +51,7 @@ impl Profile {
         }
         let total: u64 = functions.values().sum();
         let mut functions: Vec<_> = functions.into_iter().collect();
-        functions.sort_by(|a, b| b.1.cmp(&a.1));
+        functions.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
         let top: Vec<Value> = functions.into_iter().take(TOP).map(|((module, function), n)| json!({
             "module": module, "function": function,
             "share": (n as f64 / total.max(1) as f64 * 1000.0).round() / 1000.0,

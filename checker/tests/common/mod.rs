@@ -279,12 +279,17 @@ pub fn check_with(region: &Region, events: &[TraceEvent], checkers: Checkers) ->
 /// a time (only the checking is timed), and the findings' kinds. Nothing is
 /// fatal: the run must reach the end.
 pub fn time_gate(region: &Region, events: &[TraceEvent]) -> (Duration, Vec<String>) {
+    time_checkers(region, events, Checkers::ALL)
+}
+
+/// `time_gate` with only `checkers` running.
+pub fn time_checkers(region: &Region, events: &[TraceEvent], checkers: Checkers) -> (Duration, Vec<String>) {
     let config = region.config().expect("a valid region");
     let (ring_at, ring) = (config.ring_offset as usize, config.ring_entries as usize);
     let lines = Lines::default();
     let symbols = Rc::new(Symbols::load(&config.modules, config.sites.clone()));
     let reporter = Reporter::new(Box::new(lines.clone()), symbols.clone(), Vec::<Kind>::new());
-    let mut engine = Engine::new(&config, symbols, reporter);
+    let mut engine = Engine::new(&config, symbols, reporter).only(checkers);
     let mut gate = Gate::new(region, &config);
     let mut spent = Duration::ZERO;
     let mut head = 0u64;
