@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-from . import config, net, provenance, understudy, work
+from . import config, net, provenance, understudy
 from .devices import lookup_nic
 from .errors import LabError
 from .guest import Guest
@@ -31,32 +31,23 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = None,
-                    processes: dict[str, int] | None = None) -> dict:
-    """Throughput both ways (iperf3), guest CPU per byte moved, the work per megabyte
-    each way (lab/work.py; for `processes` too, name -> guest pid), and 100 pings,
-    through whatever interface carries the guest's traffic to its peer (slirp's, or
-    `network`'s)."""
+def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = None) -> dict:
+    """Throughput both ways (iperf3), guest CPU per byte moved, and 100 pings, through
+    whatever interface carries the guest's traffic to its peer (slirp's, or `network`'s)."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
-    before = work.counters(guest, processes)
     sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network)
     tx = sent.pop("mbps")
-    between = work.counters(guest, processes)
     rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network)
-    after = work.counters(guest, processes)
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
     p = net.ping(guest, count=100, interval=0.02, network=network)
-    megabytes = {"tx": tx / 8 * seconds, "rx": rx / 8 * seconds}
-    work_per_mb = {f"{way}_{k}": v for way, (a, b) in (("tx", (before, between)), ("rx", (between, after)))
-                   for k, v in work.per_megabyte(a, b, megabytes[way]).items()}
     return {"tx_mbps": tx, "rx_mbps": rx, **{f"tx_{k}": v for k, v in sent.items()},
             "rtt_ms_median": p["rtt_ms_median"],
             "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
             "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
-            "cpu_utilisation": busy / elapsed / guest.cpus, **work_per_mb}
+            "cpu_utilisation": busy / elapsed / guest.cpus}
 
 
 def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> dict:
@@ -147,10 +138,7 @@ def cmd_baseline(args) -> int:
 
 NET_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",
             "cpu_ns_per_byte", "cpu_utilisation", "tx_rtt_ms_mean", "tx_cwnd_kib_max",
-            "tx_peer_window_kib_max",
-            # the work per megabyte each way (lab/work.py)
-            *(f"{way}_{k}_per_mb" for way in ("tx", "rx") for k in
-              ("ctxt", "intr", "daemon_syscalls", "daemon_wakeups", "driver_syscalls", "driver_wakeups"))]
+            "tx_peer_window_kib_max"]
 # understudy ÷ in-kernel, of the medians: what running the driver in a process costs.
 NET_RATIOS = {"tx_ratio": "tx_mbps", "rx_ratio": "rx_mbps", "rtt_ratio": "rtt_ms_median",
               "cpu_per_byte_ratio": "cpu_ns_per_byte"}
@@ -192,8 +180,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
                 kernel_runs.append(measure_traffic(guest, seconds, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
                 understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
-                understudy_runs.append(measure_traffic(guest, seconds, network,
-                                                       understudy.process_ids(guest, daemon, bdf)))
+                understudy_runs.append(measure_traffic(guest, seconds, network))
                 understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()

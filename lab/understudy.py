@@ -211,12 +211,6 @@ def driver_pids(g: Guest, executable: Path | str) -> list[int]:
     return [int(p) for p in g.run(["pgrep", "-x", Path(executable).name[:15]]).out.split()]
 
 
-def process_ids(g: Guest, daemon: Daemon, bdf: str) -> dict[str, int]:
-    """The guest pids of understudyd and of `bdf`'s driver process."""
-    daemon_pid = int(g.run(["pidof", "-s", Path(daemon.bins["understudyd"]).name], check=True).out)
-    return {"daemon": daemon_pid, "driver": int(daemon.status()[bdf]["pid"])}
-
-
 def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
                   network: LabNetwork | None = None, cpu: int | None = None,
                   check: str | None = None) -> None:
