@@ -15,8 +15,8 @@ of the path works how hard), of QEMU and of the whole host (the lab
 runs under TCG: guest, device model and the peer share the host's cores), the
 NIC's interrupts, the segments the guest's TCP sent (its ACKs), the switches
 between address spaces (each a flush of TCG's software TLB), each guest
-thread's sleeps (voluntary context switches), the peer TCP's retransmissions
-and the bridge's drops towards the guest. Prints per-mode medians as a
+thread's sleeps (voluntary context switches) and read/write system calls,
+the peer TCP's retransmissions and the bridge's drops towards the guest. Prints per-mode medians as a
 table (or --json), CPU as milliseconds per megabyte moved.
 docs/performance.md §7 has what it found; docs/notes/bench-net-history.md
 the A/B rounds it ran.
@@ -39,9 +39,11 @@ from ..netns import LabNetwork
 
 SECONDS = 5
 
-# Every guest thread's CPU ticks (utime + stime) and voluntary context switches
-# (sleeps, each ended by a wake-up), keyed "pid/tid comm"; not this script's own
-# (a python3 start under TCG costs about a second).
+# Every guest thread's CPU ticks (utime + stime), voluntary context switches
+# (sleeps, each ended by a wake-up) and read/write system calls (its io's syscr +
+# syscw: read, readv, recvmsg, write, writev, sendmsg and their kin -- the TAP's
+# and the eventfds' traffic, not ioctl, futex or poll), keyed "pid/tid comm"; not
+# this script's own (a python3 start under TCG costs about a second).
 THREAD_TICKS = """
 import glob, json, os
 out = {}
@@ -51,12 +53,13 @@ for task in glob.glob('/proc/[0-9]*/task/[0-9]*'):
     try:
         text = open(task + '/stat').read()
         sleeps = [l for l in open(task + '/status') if l.startswith('voluntary_ctxt_switches')]
+        calls = sum(int(l.split()[1]) for l in open(task + '/io') if l.startswith(('syscr', 'syscw')))
     except OSError:
         continue
     comm = text[text.index('(') + 1:text.rindex(')')]
     fields = text[text.rindex(')') + 2:].split()
     pid, tid = task.split('/')[2], task.split('/')[4]
-    out[pid + '/' + tid + ' ' + comm] = [int(fields[11]) + int(fields[12]), int(sleeps[0].split()[1])]
+    out[pid + '/' + tid + ' ' + comm] = [int(fields[11]) + int(fields[12]), int(sleeps[0].split()[1]), calls]
 print(json.dumps(out))
 """
 
@@ -143,11 +146,13 @@ def measure(g: Guest, network: LabNetwork, bdf: str, reverse: bool,
     drivers = set(map(str, understudy.driver_pids(g, driver_exe))) if driver_exe else set()
     guest: dict[str, int] = collections.Counter()
     sleeps: dict[str, int] = collections.Counter()
-    for name, (ticks, slept) in threads1.items():
-        ticks0, slept0 = threads0.get(name, (0, 0))
+    syscalls: dict[str, int] = collections.Counter()
+    for name, (ticks, slept, calls) in threads1.items():
+        ticks0, slept0, calls0 = threads0.get(name, (0, 0, 0))
         role = thread_role(name, drivers)
         guest[role] += ticks - ticks0
         sleeps[role] += slept - slept0
+        syscalls[role] += calls - calls0
     # Threads that ended in between (iperf3's) are in the total only.
     guest["(ended)"] = max(0, delta["guest_busy"] - sum(guest.values()))
     return {"mbps": round(mbps, 1),
@@ -160,14 +165,16 @@ def measure(g: Guest, network: LabNetwork, bdf: str, reverse: bool,
             "guest_mm_switches_per_mb": round(delta["mm_switches"] / mbytes, 1),
             "retrans": delta["retrans"], "tap_tx_dropped": delta["tap_tx_dropped"],
             "guest_threads": {k: per_mb(v) for k, v in guest.items() if v},
-            "guest_sleeps_per_mb": {k: round(v / mbytes, 1) for k, v in sleeps.items() if v}}
+            "guest_sleeps_per_mb": {k: round(v / mbytes, 1) for k, v in sleeps.items() if v},
+            "guest_syscalls_per_mb": {k: round(v / mbytes, 1) for k, v in syscalls.items() if v}}
 
 
-GROUPS = {"guest_threads": "ms/MB", "guest_sleeps_per_mb": "sleeps/MB"}
+GROUPS = {"guest_threads": "ms/MB", "guest_sleeps_per_mb": "sleeps/MB",
+          "guest_syscalls_per_mb": "read/write system calls/MB"}
 
 
 def summarise(runs: list[dict]) -> dict:
-    """Medians of every figure; per-thread figures over the threads with at least 0.5 (ms or sleeps) per MB."""
+    """Medians of every figure; per-thread figures over the threads with at least 0.5 (ms, sleeps or calls) per MB."""
     out = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]
            if not isinstance(runs[0][k], dict)}
     for group in GROUPS:

@@ -36,6 +36,9 @@ def test_rx_profile_splits_a_transfer_by_thread_in_both_worlds(lab_ready, no_lef
     # The driver process and the daemon are address spaces of their own; the
     # kernel's driver and its softirq run in whichever is current.
     assert under["guest_mm_switches_per_mb"] > 5 * kernel["guest_mm_switches_per_mb"] + 1, report
+    # Every received frame reaches the TAP through one of the daemon's writes.
+    daemon_calls = sum(v for t, v in under["guest_syscalls_per_mb"].items() if t.startswith("dev-"))
+    assert daemon_calls > 0.5, under["guest_syscalls_per_mb"]
     assert "[rx_profile] round 1/1: understudy" in res.stderr, "progress goes to stderr"
 
 
