@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import bench, net, understudy
+from .. import bench, net, provenance, understudy
 from ..devices import lookup
 from ..guest import Guest
 from ..netns import LabNetwork
@@ -198,7 +198,7 @@ def print_table(report: dict) -> None:
     for name, values in rows:
         print(f"{name:<{width}}  " + "  ".join(f"{bench._fmt(v):>12}" for v in values))
     print(f"(medians of {report['rounds']} rounds of {SECONDS} s, {report['direction']}; "
-          f"{report['command']})")
+          f"{report['command']}; at {report['commit'][:12]} on {report['machine']['cpu_model']})")
 
 
 def parse_variant(text: str) -> tuple[str, str, str | None]:
@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"driver": dev.driver, "direction": "guest -> host" if args.tx else "host -> guest",
               "rounds": args.rounds, "command": "python3 -m lab.experiments.rx_profile "
               + " ".join(argv if argv is not None else sys.argv[1:]),
+              "commit": provenance.commit(), "machine": provenance.machine(),
               "modes": {m: summarise(rs) for m, rs in runs.items()}, "per_run": runs}
     if args.json:
         print(json.dumps(report, indent=1))

@@ -40,6 +40,7 @@ def test_rx_profile_splits_a_transfer_by_thread_in_both_worlds(lab_ready, no_lef
     daemon_calls = sum(v for t, v in under["guest_syscalls_per_mb"].items() if t.startswith("dev-"))
     assert daemon_calls > 0.5, under["guest_syscalls_per_mb"]
     assert "[rx_profile] round 1/1: understudy" in res.stderr, "progress goes to stderr"
+    assert report["commit"] and report["machine"]["cpu_model"], "a result says where it came from"
 
 
 def test_rx_profile_refuses_a_variant_without_a_build(lab_ready):
