@@ -393,10 +393,13 @@ void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 static void trace_context(void)
 {
 	static struct { int kind; pid_t tid; unsigned long handler; } last = { -1, 0, 0 };
-	pid_t tid = gettid();
+	pid_t tid;
 
-	if (!ddekit_checking ||
-	    (last.kind == thread_context && last.tid == tid && last.handler == thread_handler))
+	/* Every time a thread takes the CPU: no system call unless checked. */
+	if (!ddekit_checking)
+		return;
+	tid = gettid();
+	if (last.kind == thread_context && last.tid == tid && last.handler == thread_handler)
 		return;
 	last.kind = thread_context;
 	last.tid = tid;
