@@ -7,6 +7,9 @@ machines are noisy.
 bench net --driver D: the same NIC, in one guest, alternately driven by the
 in-kernel driver and by understudy (the same module file in a driver process
 behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
+
+bench rt --driver D: real-time latency (cyclictest) beside the same two, idle and
+under traffic (lab/bench_rt.py).
 """
 from __future__ import annotations
 
@@ -240,3 +243,5 @@ def add_parser(sub) -> None:
                       + " (default: tap)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")
     netp.set_defaults(func=cmd_net)
+    from .bench_rt import add_parser as add_rt  # bench_rt builds on this module
+    add_rt(bsub)
