@@ -18,6 +18,8 @@
  *   log-flood             sends 1000 LOG lines at once ("flood line N")
  *   warn-storm            sends 5 WARNs 600 ms apart (scattered), waits 1.5 s,
  *                         then 5 at once (a storm)
+ *   refuse-load           refuses LOAD as the loader does a module with imports
+ *                         the runtime lacks, with an escape sequence in the text
  *
  * In every mode a control thread answers the daemon's requests after
  * REGISTERED (OPEN, STOP, SET_*, ETHTOOL, PING), so configuration can be
@@ -400,6 +402,25 @@ int main(int argc, char **argv)
 	}
 
 	unsigned char buf[US_MSG_MAX];
+	if (!strcmp(mode, "refuse-load")) {
+		/* LOAD's reply as docs/protocol.md gives it: the halves tried, then every problem. */
+		static const char text[] =
+			"tried 6.1.0-55-amd64: /m/x.ko: 2 unresolved imports (not_in_runtime, also_missing)\n"
+			"missing: not_in_runtime (no loaded module exports it and the runtime does not provide it)\n"
+			"missing: also_missing \x1b[2K forged line\n";
+		unsigned char body[sizeof(struct us_reply) + sizeof text];
+		struct us_reply r = { .status = -ENOEXEC, .data_len = sizeof text - 1 };
+		struct us_msg_header h;
+
+		if (recv(control_fd, buf, sizeof buf, 0) < (ssize_t)sizeof h)
+			die("recv LOAD");
+		memcpy(&h, buf, sizeof h);
+		memcpy(body, &r, sizeof r);
+		memcpy(body + sizeof r, text, r.data_len);
+		send_msg(US_MSG_REPLY, h.seq, body, sizeof r + r.data_len);
+		pause();	/* the daemon ends it */
+	}
+	answer(US_MSG_LOAD);	/* nothing to load: the stand-in is its own driver */
 	struct us_hello hello;
 	ssize_t n = recv(control_fd, buf, sizeof buf, MSG_PEEK);
 	if (n != sizeof(struct us_msg_header) + sizeof hello)

@@ -125,6 +125,18 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
             assert "driver died" in log and "interface us0 removed" in log, log
             assert not interface_exists(g, "us0")
 
+        # Modules the runtime cannot run: LOAD's refusal, every line of it
+        # (escaped: the driver's text), is the death reason.
+        d = Daemon(g, bins, "refuse-load")
+        assert d.cli("run", "--device", bdf, "--module", ko).returncode == 0
+        dead = d.wait_state(bdf, "dead")
+        assert dead["death"].startswith("the driver refused the modules (Exec format error"), dead
+        assert "\n  missing: not_in_runtime (no loaded module exports it" in dead["death"], dead
+        assert "also_missing \\u{1b}[2K forged line" in dead["death"] and "\x1b" not in dead["death"], dead
+        assert "not restarted: it died before registering" in dead["death"], dead
+        assert "\n            missing: not_in_runtime" in d.cli("status").out, "indented under `died:`"
+        d.stop()
+
 
 def test_without_an_iommu_run_is_refused_and_leaves_nothing(lab_ready, no_leftover_qemu, host_binaries):
     bins = host_binaries

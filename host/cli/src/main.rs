@@ -260,7 +260,8 @@ fn print_device(d: &DeviceStatus) {
              c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
     println!("    pool {} of {} buffers free", d.pool_free, d.pool_buffers);
     if let Some(death) = &d.death {
-        println!("    died: {death}");
+        // A refused LOAD quotes the driver's lines: under the reason, indented.
+        println!("    died: {}", death.replace('\n', "\n          "));
     }
     for s in &d.standby {
         let modules = s.modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ");

@@ -248,16 +248,17 @@ impl Supervisor {
         Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
     }
 
-    /// HELLO and PROBE: the driver process maps the shared memory, loads the
-    /// modules (unless LOAD did) and probes the device.
+    /// LOAD, HELLO and PROBE: the driver process loads and checks the
+    /// modules against the device's ids without touching the device (a
+    /// refusal names every import the runtime lacks), maps the shared memory
+    /// and probes the device.
     fn send_startup(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
-        let hello = Request::Hello(self.datapath.shm.geometry().hello());
-        let probe = Request::Probe {
-            pci_address: self.devices.address().to_string(),
-            modules: modules.iter().map(|m| m.path.clone()).collect(),
-        };
-        self.send(hello, Purpose::Startup)?;
-        self.send(probe, Purpose::Startup)
+        let paths: Vec<String> = modules.iter().map(|m| m.path.clone()).collect();
+        let ids = device::pci_ids(self.devices.address())
+            .map_err(|e| Fault::Io(format!("cannot read the device's PCI ids: {e}")))?;
+        self.send(Request::Load { modules: paths.clone(), ids }, Purpose::Startup)?;
+        self.send(Request::Hello(self.datapath.shm.geometry().hello()), Purpose::Startup)?;
+        self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }
 
     fn update(&self, f: impl FnOnce(&mut DeviceStatus)) {

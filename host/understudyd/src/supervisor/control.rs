@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use log::{info, warn};
 use understudy_api::DriverState;
-use understudy_protocol::{DriverMessage, Request};
+use understudy_protocol::{printable, DriverMessage, Request};
 
 use super::{driver_log, state_of, Fault, Purpose, Supervisor};
 use crate::ethtool_job::Progress;
@@ -29,14 +29,20 @@ impl Supervisor {
     fn handle_reply(&mut self, seq: u32, status: i32, data: &[u8]) -> Result<(), Fault> {
         let dev = self.label().clone();
         let (request, purpose) = self.link.as_mut().expect("a driver").answered(seq)?;
-        if purpose != Purpose::Ethtool && !data.is_empty() {
+        // LOAD says what it loaded, or why it would not (docs/protocol.md, "LOAD").
+        let load = matches!(request, Request::Load { .. });
+        if purpose != Purpose::Ethtool && !load && !data.is_empty() {
             return Err(Fault::Violation(format!("the reply to {} carries {} bytes of data", request.name(), data.len())));
         }
         let errno = || io::Error::from_raw_os_error(-status);
         match purpose {
+            Purpose::Startup if status < 0 && load => {
+                return Err(Fault::Io(format!("the driver refused the modules ({}):\n{}", errno(), reply_text(data))));
+            }
             Purpose::Startup if status < 0 => {
                 return Err(Fault::Io(format!("{} failed in the driver: {}", request.name(), errno())));
             }
+            Purpose::Startup if load => info!("{dev}: modules loaded ({})", printable(data).trim_end_matches("\\n")),
             Purpose::Startup => {
                 if matches!(request, Request::Probe { .. }) && !self.succession.under_way() {
                     self.take_template()?;
@@ -156,4 +162,11 @@ impl Supervisor {
         }
         Ok(())
     }
+}
+
+/// A LOAD reply's text (the driver's, so untrusted): each line escaped as a
+/// log line is, indented under the message that quotes it.
+fn reply_text(data: &[u8]) -> String {
+    data.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| format!("  {}", printable(l)))
+        .collect::<Vec<_>>().join("\n")
 }
