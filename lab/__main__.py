@@ -197,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench(sub)
     from .check import add_parser as add_check
     add_check(sub)
+    from .coverage import add_parser as add_coverage
+    add_coverage(sub)
     from .swifi.cli import add_parser as add_swifi
     add_swifi(sub)
     from .scenario import add_parser as add_scenario
