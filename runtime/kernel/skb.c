@@ -473,3 +473,10 @@ void skb_clone_tx_timestamp(struct sk_buff *skb)
 {
 }
 EXPORT_SYMBOL(skb_clone_tx_timestamp);
+
+/* The receive side of the same: no PHY takes a frame to timestamp it later. */
+bool skb_defer_rx_timestamp(struct sk_buff *skb)
+{
+	return false;
+}
+EXPORT_SYMBOL(skb_defer_rx_timestamp);
