@@ -53,7 +53,8 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
     assert report["driver_cpu"] == config.guest_defaults().cpus - 1
     assert len(report["per_run"]["kernel"]) == len(report["per_run"]["understudy"]) == 1
     for ratio, figure in [("tx_ratio", "tx_mbps"), ("rx_ratio", "rx_mbps"),
-                          ("rtt_ratio", "rtt_ms_median"), ("cpu_per_byte_ratio", "cpu_ns_per_byte")]:
+                          ("rtt_ratio", "rtt_ms_median"), ("tcp_rtt_ratio", "tx_rtt_ms_mean"),
+                          ("cpu_per_byte_ratio", "cpu_ns_per_byte")]:
         kernel, under = report["kernel"][figure], report["understudy"][figure]
         assert kernel > 0 and under > 0, (figure, kernel, under)
         assert report[ratio] == pytest.approx(under / kernel, rel=0.01), ratio
