@@ -65,6 +65,11 @@ const DEFAULT_CHECKER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/re
 /// restarted like a crashed one, with a fresh checker; a checked device gets no post-probe
 /// template, so its restarts load and probe the driver again.
 ///
+/// For debugging (docs/debugging.md): UNDERSTUDY_DRIVER_WRAPPER="valgrind
+/// --tool=memcheck" starts every driver process under that command, and
+/// UNDERSTUDY_PERF_MAP=1, passed on to them, makes them write perf's map of
+/// the modules' functions.
+///
 /// Exit status: 0 after a clean shutdown, 1 if it could not start (bad
 /// options or config, socket in use).
 #[derive(Parser, Debug)]

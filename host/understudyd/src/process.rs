@@ -31,7 +31,29 @@ pub struct DriverProcess {
     pub pidfd: OwnedFd,
 }
 
-/// Starts `binary` with `fds`, bound to `placement`'s CPU if given.
+/// The environment variable naming a command the driver process is run
+/// under: its words (split at whitespace, no quoting) come before the
+/// driver's own command line, e.g. `valgrind --tool=memcheck`
+/// (docs/debugging.md, "Run a driver under Valgrind"). Host configuration,
+/// trusted like the daemon's options; the wrapper must exec the driver in
+/// the same process, since the daemon watches that pid.
+pub const WRAPPER_ENV: &str = "UNDERSTUDY_DRIVER_WRAPPER";
+
+/// `binary`, or `wrapper`'s words followed by `binary` when it has any.
+fn driver_command(wrapper: Option<&str>, binary: &Path) -> Command {
+    let mut words = wrapper.unwrap_or("").split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(binary);
+            cmd
+        }
+        None => Command::new(binary),
+    }
+}
+
+/// Starts `binary` with `fds`, bound to `placement`'s CPU if given, under
+/// the command in $UNDERSTUDY_DRIVER_WRAPPER if set.
 pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io::Result<DriverProcess> {
     let named: [(&str, RawFd); 6] = [
         ("--control-fd", fds.control.as_raw_fd()),
@@ -41,7 +63,7 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
         ("--kick-fd", fds.kick.as_raw_fd()),
         ("--notify-fd", fds.notify.as_raw_fd()),
     ];
-    let mut cmd = Command::new(binary);
+    let mut cmd = driver_command(std::env::var(WRAPPER_ENV).ok().as_deref(), binary);
     for (opt, fd) in named {
         cmd.arg(opt).arg(fd.to_string());
     }
@@ -67,7 +89,7 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start the driver process {}: {e}", binary.display())))?;
+    let child = cmd.spawn().map_err(|e| io::Error::new(e.kind(), format!("cannot start the driver process {}: {e}", Path::new(cmd.get_program()).display())))?;
     let pid = child.id() as libc::pid_t;
     watch(pid).inspect_err(|_| {
         kill(pid);
@@ -144,6 +166,18 @@ mod tests {
     fn wait_statuses_read_well() {
         assert_eq!(describe_status(3 << 8), "exited with status 3");
         assert!(describe_status(9).starts_with("killed by signal 9 (Killed"));
+    }
+
+    #[test]
+    fn a_wrapper_comes_before_the_driver() {
+        let words = |cmd: &Command| {
+            std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(|w| w.to_str().unwrap().to_owned()).collect::<Vec<_>>()
+        };
+        let driver = Path::new("/x/understudy-driver");
+        assert_eq!(words(&driver_command(None, driver)), ["/x/understudy-driver"]);
+        assert_eq!(words(&driver_command(Some(" "), driver)), ["/x/understudy-driver"]);
+        assert_eq!(words(&driver_command(Some("valgrind  --tool=memcheck -q"), driver)),
+                   ["valgrind", "--tool=memcheck", "-q", "/x/understudy-driver"]);
     }
 
     #[test]
