@@ -80,6 +80,12 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
                     return Err(io::Error::last_os_error());
                 }
             }
+            // The daemon blocks SIGINT and SIGTERM to wait for them, and a
+            // mask survives exec: without this, a SIGTERM (the end a tool
+            // such as valgrind reports at) would stay pending in the driver.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             // A driver never outlives its daemon: the daemon holds its device.
             // (The signal follows the thread that forked: the device's supervisor.)
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
