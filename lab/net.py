@@ -29,9 +29,11 @@ def peer_address(network: LabNetwork | None) -> str:
 WORKLOAD = [sys.executable, "-m", "lab.workload"]
 
 
-def guest_workload(guest: Guest, args: list[str], timeout: float = 600, **kw) -> dict:
-    """Runs lab.workload inside the guest and returns its JSON report."""
-    res = guest.run(["python3", "-m", "lab.workload", *args], timeout=timeout,
+def guest_workload(guest: Guest, args: list[str], timeout: float = 600,
+                   under: list[str] = (), **kw) -> dict:
+    """Runs lab.workload inside the guest (under the command `under`, e.g. perf
+    record, if given) and returns its JSON report."""
+    res = guest.run([*under, "python3", "-m", "lab.workload", *args], timeout=timeout,
                     cwd=str(config.REPO_DIR), **kw)
     try:
         return json.loads(res.out.strip().splitlines()[-1])
@@ -146,12 +148,13 @@ class HostBulk:
 
 
 def bulk(guest: Guest, direction: str, nbytes: int, timeout: float = 600,
-         network: LabNetwork | None = None) -> BulkResult:
+         network: LabNetwork | None = None, under: list[str] = ()) -> BulkResult:
     """A hash-checked TCP transfer between guest and host (through slirp, or with the
-    host's end on `network`'s bridge); direction "tx" or "rx"."""
+    host's end on `network`'s bridge); direction "tx" or "rx"; the guest's end
+    under the command `under`, if given."""
     host = HostBulk(direction, nbytes, network=network)
     try:
-        g = guest_workload(guest, host.guest_args(nbytes), timeout=timeout)
+        g = guest_workload(guest, host.guest_args(nbytes), timeout=timeout, under=under)
         return BulkResult(direction, host.result(timeout), g)
     finally:
         if host.proc.poll() is None:

@@ -27,13 +27,18 @@ def gdb(*commands: str, args: list[str], env: dict[str, str] | None = None) -> s
     return res.stdout + res.stderr
 
 
-def perf_map_address(text: str, function: str) -> int | None:
-    """Where a perf map ("START SIZE name" lines, hex) puts a function."""
+def perf_map_entries(text: str) -> list[tuple[int, int, str]]:
+    """A perf map's functions: "START SIZE name" lines, hex."""
+    entries = []
     for line in text.splitlines():
-        start, _, name = line.split(" ", 2)
-        if name == function:
-            return int(start, 16)
-    return None
+        start, size, name = line.split(" ", 2)
+        entries.append((int(start, 16), int(size, 16), name))
+    return entries
+
+
+def perf_map_address(text: str, function: str) -> int | None:
+    """Where a perf map puts a function."""
+    return next((start for start, _, name in perf_map_entries(text) if name == function), None)
 
 
 def gdb_address(out: str, function: str) -> int:
