@@ -14,7 +14,6 @@ under traffic (lab/bench_rt.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import statistics
@@ -170,12 +169,8 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     log(f"booting a guest with {dev.name} on {NETWORKS[network_kind]}")
-    with contextlib.ExitStack() as stack:
-        network = stack.enter_context(LabNetwork()) if network_kind == "tap" else None
-        guest = stack.enter_context(Guest(devices=[dev.name], netdev=network or "user"))
-        bdf = guest.pci_address("nic0")
-        understudy.prepare(guest)
-        modules = understudy.module_chain(guest, dev.driver)
+    with understudy.nic_lab(dev.name, network=network_kind == "tap") as lab:
+        guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         daemon = understudy.Daemon(guest, bins)
         try:
             for i in range(runs):

@@ -21,7 +21,6 @@ absolute figures, and the tails most, are the emulator's (docs/performance.md,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import sys
@@ -114,12 +113,8 @@ def bench_rt(driver: str, runs: int, seconds: int, interval_us: int) -> dict:
     cases: dict[str, dict | None] = dict.fromkeys(CASES)
     load_mbps: dict[str, list[float]] = {c: [] for c in CASES if c.endswith("_load")}
     log(f"booting a guest with {dev.name}")
-    with contextlib.ExitStack() as stack:
-        network = stack.enter_context(LabNetwork())
-        guest = stack.enter_context(Guest(devices=[dev.name], netdev=network))
-        bdf = guest.pci_address("nic0")
-        understudy.prepare(guest)
-        modules = understudy.module_chain(guest, dev.driver)
+    with understudy.nic_lab(dev.name) as lab:
+        guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         daemon = understudy.Daemon(guest, bins)
         try:
             for i in range(runs):

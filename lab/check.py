@@ -13,7 +13,6 @@ device-owned writes are fatal by default, in permissive mode.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import statistics
@@ -58,12 +57,8 @@ def check(driver: str, gate: str, runs: int, megabytes: int, checkers: list[str]
     plain, checked, reports = [], [], []
     log(f"booting a guest with {dev.name}; {runs} runs of {megabytes} MiB each way, "
         f"unchecked and checked ({gate}; checkers: {','.join(checkers)})")
-    with contextlib.ExitStack() as stack:
-        network = stack.enter_context(LabNetwork())
-        guest = stack.enter_context(Guest(devices=[dev.name], netdev=network))
-        bdf = guest.pci_address("nic0")
-        understudy.prepare(guest)
-        modules = understudy.module_chain(guest, dev.driver)
+    with understudy.nic_lab(dev.name) as lab:
+        guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         daemon = understudy.Daemon(guest, bins, None, "--checker", str(bins["checker"]),
                                    env={"UNDERSTUDY_CHECKERS": ",".join(checkers),
                                         **({"UNDERSTUDY_CHECKER_FATAL": fatal} if fatal else {})})

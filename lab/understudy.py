@@ -11,10 +11,12 @@ lab/traffic.py; the demo, the benchmarks, the scenarios and the tests build on b
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import config, net
@@ -52,6 +54,27 @@ def build(release: bool = False) -> dict[str, Path]:
 def prepare(g: Guest) -> None:
     """The modules understudyd needs in the guest: VFIO and TAP."""
     g.run("modprobe vfio-pci && modprobe tun", check=True)
+
+
+@dataclass
+class NicLab:
+    """A guest with one NIC, ready for understudyd: its PCI address and its driver's module chain."""
+    guest: Guest
+    network: LabNetwork | None
+    bdf: str
+    modules: list[str]
+
+
+@contextlib.contextmanager
+def nic_lab(device: str, network: bool = True) -> Iterator[NicLab]:
+    """A guest with the lab NIC `device` on a LabNetwork (or, without `network`,
+    on slirp), VFIO and TAP loaded, as the benchmarks and `lab check` use it."""
+    with contextlib.ExitStack() as stack:
+        lab_network = stack.enter_context(LabNetwork()) if network else None
+        guest = stack.enter_context(Guest(devices=[device], netdev=lab_network or "user"))
+        prepare(guest)
+        yield NicLab(guest, lab_network, guest.pci_address("nic0"),
+                     module_chain(guest, guest.placed[0].device.driver))
 
 
 def module_path(g: Guest, name: str) -> str:
