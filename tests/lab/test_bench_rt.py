@@ -39,8 +39,9 @@ def test_rt_measures_the_four_cases_in_one_guest(lab_ready, no_leftover_qemu, tm
     report = json.loads(res.stdout)
     for name in CASES:
         case = report[name]
-        # a thread per vCPU, one wake-up a millisecond each, most of them on time
-        assert case["samples"] > 0.5 * 3000 * config.guest_defaults().cpus, (name, case["samples"])
+        # a thread per vCPU, one wake-up a millisecond asked; under load a TCG
+        # vCPU falls far behind (a late wake-up is one sample fewer), never to none
+        assert case["samples"] > 0.2 * 3000 * config.guest_defaults().cpus, (name, case["samples"])
         assert 0 < case["min_us"] <= case["avg_us"] <= case["max_us"], (name, case)
         assert case["p99_us"] is None or case["p99_us"] <= case["max_us"], (name, case)
     for name in ("kernel_load", "understudy_load"):
