@@ -19,6 +19,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -109,12 +110,39 @@ unsigned long long ddekit_now_ns(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+unsigned long long ddekit_clock_ns(enum ddekit_clock clock)
+{
+	static const clockid_t ids[] = {
+		[DDEKIT_CLOCK_REALTIME] = CLOCK_REALTIME,
+		[DDEKIT_CLOCK_BOOTTIME] = CLOCK_BOOTTIME,
+		[DDEKIT_CLOCK_TAI] = CLOCK_TAI,
+	};
+	struct timespec ts;
+
+	clock_gettime(ids[clock], &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
 void ddekit_spin_ns(unsigned long long ns)
 {
 	unsigned long long end = ddekit_now_ns() + ns;
 
 	while (ddekit_now_ns() < end)
 		__builtin_ia32_pause();
+}
+
+/* ---- randomness --------------------------------------------------------- */
+
+void ddekit_random(void *buf, unsigned long len)
+{
+	for (unsigned long done = 0; done < len;) {
+		ssize_t n = getrandom((char *)buf + done, len - done, 0);
+
+		if (n < 0 && errno != EINTR)
+			ddekit_panic("getrandom failed");
+		if (n > 0)
+			done += n;
+	}
 }
 
 /* ---- the CPU lock ------------------------------------------------------- */

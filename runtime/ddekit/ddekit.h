@@ -38,7 +38,15 @@ void ddekit_panic(const char *why) __attribute__((noreturn));
 /* ---- time ------------------------------------------------------------- */
 
 unsigned long long ddekit_now_ns(void);		/* CLOCK_MONOTONIC */
+/* The host's other clocks, for the kernel's ktime_get_real() and its offsets. */
+enum ddekit_clock { DDEKIT_CLOCK_REALTIME, DDEKIT_CLOCK_BOOTTIME, DDEKIT_CLOCK_TAI };
+unsigned long long ddekit_clock_ns(enum ddekit_clock clock);
 void ddekit_spin_ns(unsigned long long ns);	/* busy wait, keeps the CPU */
+
+/* ---- randomness --------------------------------------------------------- */
+
+/* Fills buf from the host's random source (getrandom()); dies if it cannot. */
+void ddekit_random(void *buf, unsigned long len);
 
 /* ---- the kernel "CPU" (docs/design.md §6) ---------------------------- */
 
