@@ -187,6 +187,7 @@ EXPORT_THUNK(r14);
 EXPORT_THUNK(r15);
 /* Static-call trampolines, see thunks.S for why they do what they do. */
 EXPORT_SYMBOL(__SCT__cond_resched);
+EXPORT_SYMBOL(__SCT__might_resched);
 void __SCT__preempt_schedule(void);
 EXPORT_SYMBOL(__SCT__preempt_schedule);
 
@@ -216,6 +217,7 @@ int us_boot(void)
 	ddekit_thread_set_data(boot);
 	install(boot);
 	us_update_jiffies();
+	us_cpuinfo_init();
 	err = us_pci_init();
 	if (!err) {
 		us_softirq_start();

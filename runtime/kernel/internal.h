@@ -103,9 +103,17 @@ void us_workqueue_start(void);
 void us_workqueue_park(void);
 int us_workqueue_join(u64 timeout_ns);
 
+/* cpuinfo.c: boot_cpu_data from CPUID. */
+void us_cpuinfo_init(void);
+
 /* pci.c */
 struct pci_dev;
 int us_pci_init(void);
+/* pcie.c: the PCI Express capability's offset and flags, its lock. */
+void us_pcie_init(struct pci_dev *dev);
+/* pm.c: the device's runtime PM state (active, runtime PM disabled). */
+struct device;
+void us_pm_init(struct device *dev);
 /* The process's PCI function (NULL without a device). */
 struct pci_dev *us_pci_dev(void);
 /*

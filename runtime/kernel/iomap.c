@@ -38,6 +38,13 @@ int pci_request_selected_regions(struct pci_dev *dev, int bars, const char *name
 }
 EXPORT_SYMBOL(pci_request_selected_regions);
 
+/* Exclusive too: no one else (no /dev/mem, no sysfs mapping) is in this process. */
+int pci_request_selected_regions_exclusive(struct pci_dev *dev, int bars, const char *name)
+{
+	return pci_request_selected_regions(dev, bars, name);
+}
+EXPORT_SYMBOL(pci_request_selected_regions_exclusive);
+
 int pci_request_regions(struct pci_dev *dev, const char *name)
 {
 	return pci_request_selected_regions(dev, (1 << PCI_STD_NUM_BARS) - 1, name);

@@ -445,3 +445,56 @@ int ethtool_op_get_ts_info(struct net_device *dev, struct ethtool_ts_info *info)
 	return 0;
 }
 EXPORT_SYMBOL(ethtool_op_get_ts_info);
+
+/* The device's counters as the stack reads them, plus the core's drops. */
+struct rtnl_link_stats64 *dev_get_stats(struct net_device *dev, struct rtnl_link_stats64 *storage)
+{
+	const struct net_device_ops *ops = dev->netdev_ops;
+	const struct net_device_core_stats __percpu *core = READ_ONCE(dev->core_stats);
+
+	if (ops->ndo_get_stats64) {
+		memset(storage, 0, sizeof(*storage));
+		ops->ndo_get_stats64(dev, storage);
+	} else if (ops->ndo_get_stats) {
+		netdev_stats_to_stats64(storage, ops->ndo_get_stats(dev));
+	} else {
+		netdev_stats_to_stats64(storage, &dev->stats);
+	}
+	if (core) {
+		/* The runtime has one CPU, 0 (docs/design.md §6). */
+		const struct net_device_core_stats *c = per_cpu_ptr(core, 0);
+
+		storage->rx_dropped += READ_ONCE(c->rx_dropped);
+		storage->tx_dropped += READ_ONCE(c->tx_dropped);
+		storage->rx_nohandler += READ_ONCE(c->rx_nohandler);
+		storage->rx_otherhost_dropped += READ_ONCE(c->rx_otherhost_dropped);
+	}
+	return storage;
+}
+EXPORT_SYMBOL(dev_get_stats);
+
+/* ndo_features_check for a device that takes whatever the stack offers. */
+netdev_features_t passthru_features_check(struct sk_buff *skb, struct net_device *dev,
+					  netdev_features_t features)
+{
+	return features;
+}
+EXPORT_SYMBOL(passthru_features_check);
+
+/*
+ * The RSS hash key: one random key per boot (here, per driver process),
+ * the same for every device and every caller, as the kernel's.
+ */
+void netdev_rss_key_fill(void *buffer, size_t len)
+{
+	static u8 key[NETDEV_RSS_KEY_LEN];
+	static bool filled;
+
+	BUG_ON(len > sizeof(key));
+	if (!filled) {
+		ddekit_random(key, sizeof(key));
+		filled = true;
+	}
+	memcpy(buffer, key, len);
+}
+EXPORT_SYMBOL(netdev_rss_key_fill);

@@ -14,6 +14,15 @@
 
 static struct pci_dev *the_pdev;
 static struct pci_bus the_bus;
+/*
+ * The device the function hangs off (the kernel's dev->parent, its bus's
+ * bridge): the host's upstream port, which is not the process's. It stands
+ * in for it, active with runtime PM disabled (the host keeps the link up
+ * while the function is assigned), for drivers that look at their parent's
+ * power state (e1000e's pm_runtime_suspended(dev->parent)).
+ */
+static struct device the_bridge;
+static char the_bridge_name[16];
 
 struct pci_dev *us_pci_dev(void)
 {
@@ -302,6 +311,10 @@ int us_pci_init(void)
 		return -EINVAL;
 	the_bus.number = bus;
 	INIT_LIST_HEAD(&the_bus.devices);
+	snprintf(the_bridge_name, sizeof(the_bridge_name), "pci%04x:%02x", domain, bus);
+	the_bridge.kobj.name = the_bridge_name;
+	us_pm_init(&the_bridge);
+	the_bus.bridge = &the_bridge;
 	pdev->bus = &the_bus;
 	pdev->devfn = PCI_DEVFN(slot, fn);
 	pci_read_config_word(pdev, PCI_VENDOR_ID, &pdev->vendor);
@@ -318,12 +331,15 @@ int us_pci_init(void)
 	/* Not 0: pci_channel_offline() would call the device gone (e1000's stats). */
 	pdev->error_state = pci_channel_io_normal;
 	pdev->pm_cap = pci_find_capability(pdev, PCI_CAP_ID_PM);
+	us_pcie_init(pdev);
+	us_pm_init(&pdev->dev);
 	/* A name for request_irq(); the interrupt itself is VFIO's INTx. */
 	pdev->irq = 16;
 	pdev->dma_mask = DMA_BIT_MASK(32);
 	pdev->dev.dma_mask = &pdev->dma_mask;
 	pdev->dev.coherent_dma_mask = DMA_BIT_MASK(32);
 	pdev->dev.bus = &pci_bus_type;
+	pdev->dev.parent = &the_bridge;
 	pdev->dev.kobj.name = kstrdup(ddekit_pci_name(), GFP_KERNEL);
 	/* What device_initialize() sets up for managed resources (devres.c). */
 	INIT_LIST_HEAD(&pdev->dev.devres_head);

@@ -52,6 +52,16 @@ __SCT__cond_resched:
 	ret
 
 /*
+ * might_resched(), inside might_sleep() of a kernel with dynamic
+ * preemption: the same voluntary point as cond_resched() (the kernel
+ * points both at __cond_resched), so the same answer.
+ */
+	.globl __SCT__might_resched
+__SCT__might_resched:
+	xorl %eax, %eax
+	ret
+
+/*
  * preempt_enable() calls this when the preempt count, whose NEED_RESCHED
  * bit is inverted, drops to zero. The runtime never requests a reschedule,
  * so the count never gets there; like the kernel's thunk it must preserve

@@ -12,7 +12,7 @@ import pytest
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
 SELFTESTS = ["percpu", "timers", "wakeups", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
-             "gso", "printk", "warn", "devres"]
+             "gso", "printk", "warn", "devres", "time", "platform"]
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +82,18 @@ def test_missing_imports_fail_the_load_with_the_complete_list(runtime_built, deb
     assert re.search(r"^  tried 6\.1\.0-\d+-amd64: .*igb\.ko: \d+ unresolved imports", res.stderr, re.M)
     missing = re.findall(r"^  missing: (\S+) \(", res.stderr, re.M)
     assert len(missing) == int(failed["problems"]) - 1 > 1   # and the summary line
-    assert "pcie_capability_read_word" in missing
+    assert "dca_remove_requester" in missing
     assert "INIT" not in res.stdout   # nothing ran
+
+
+def test_e1000e_imports_all_resolve_with_matching_crcs(runtime_built, debian_modules):
+    """Debian's e1000e.ko too: time, PCIe capability, runtime PM, MSI (refused), PTP (none)."""
+    res = subprocess.run([str(DRIVER), "--runtime", str(KERNEL_HALF), "--module",
+                          str(debian_modules / "kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert events(res.stdout, "INIT") == [{"module": "e1000e", "result": "0"}]
+    assert events(res.stdout, "PROBE") == []
 
 
 def test_e1000_imports_all_resolve_with_matching_crcs(runtime_built, debian_modules):

@@ -796,6 +796,8 @@ static int __init selftest_init(void)
 	run("printk", test_printk);
 	run("warn", test_warn);
 	run("devres", test_devres);
+	run("time", test_time);
+	run("platform", test_platform);
 	return failed ? -EINVAL : 0;
 }
 module_init(selftest_init);

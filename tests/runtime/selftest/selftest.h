@@ -33,5 +33,8 @@ void report(const char *fmt, ...) __printf(1, 2);
 
 /* devres.c */
 void test_devres(void);
+/* platform.c */
+void test_time(void);
+void test_platform(void);
 
 #endif /* UNDERSTUDY_SELFTEST_H */
