@@ -25,6 +25,7 @@ NET = "kernel/drivers/net"
 # lab device -> (driver name, module chain under lib/modules/<release>/, PCI id)
 DRIVERS = {
     "e1000": ("e1000", [f"{NET}/ethernet/intel/e1000/e1000.ko"], "8086:100e"),
+    "e1000e": ("e1000e", [f"{NET}/ethernet/intel/e1000e/e1000e.ko"], "8086:10d3"),
     "pcnet": ("pcnet32", [f"{NET}/mii.ko", f"{NET}/ethernet/amd/pcnet32.ko"], "1022:2000"),
     "rtl8139": ("8139cp", [f"{NET}/mii.ko", f"{NET}/ethernet/realtek/8139cp.ko"], "10ec:8139"),
     "i82559er": ("e100", [f"{NET}/mii.ko", f"{NET}/ethernet/intel/e100.ko"], "8086:1209"),
@@ -96,6 +97,11 @@ def test_open_brings_the_link_up(run):
         # (and its close, in remove, turns it off again).
         assert [e["on"] for e in events(out, "CARRIER")] == ["0", "1", "0"]
         assert "NIC Link is Up" in run["res"].err
+    if run["driver"] == "e1000e":
+        # The runtime has no MSI or MSI-X (runtime/kernel/msi.c): e1000e
+        # tries both, is refused, and runs on the legacy INTx line.
+        assert "Falling back to legacy interrupts" in run["res"].err, run["res"].err
+        assert "NIC Link is Up" in run["res"].err
 
 
 def test_arp_request_to_the_gateway_is_answered(run):
@@ -108,8 +114,12 @@ def test_arp_request_to_the_gateway_is_answered(run):
     assert int(end["irqs"]) > int(before["irqs"])
     assert int(end["rx_frames"]) > int(before["rx_frames"])
     # The sent skb was freed on TX completion (IRQ -> NAPI poll), the received
-    # one after delivery, and the RX ring was refilled: no skb leaked.
-    assert end["skbs_live"] == before["skbs_live"], (before, end)
+    # one after delivery, and the RX ring was refilled: no skb leaked. The
+    # 82574 (e1000e's FLAG2_DMA_BURST) writes TX descriptors back in bursts,
+    # which e1000e flushes from its timers: the sent skb may still wait for
+    # its completion here (the remove test sees every skb freed).
+    in_flight = 1 if run["driver"] == "e1000e" else 0
+    assert 0 <= int(end["skbs_live"]) - int(before["skbs_live"]) <= in_flight, (before, end)
 
 
 # How many managed resources (devm_*, dmam_*, pcim_*) each driver's probe

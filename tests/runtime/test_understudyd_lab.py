@@ -86,9 +86,9 @@ def test_guest_traffic_through_us0_and_the_driver_process(lab_ready, no_leftover
         # Statistics only where the driver has them (pcnet32 has none: EOPNOTSUPP, as in-kernel).
         info = cli("ethtool", "--driver-info", "--link", bdf)
         assert info.returncode == 0 and name in info.out, info.out + info.err
-        if name in ("e1000", "e100", "8139cp"):
+        if name in ("e1000", "e1000e", "e100", "8139cp"):
             stats = cli("ethtool", "--stats", bdf)
-            # e1000 and e100 call it rx_packets, 8139cp rx_ok: any counter > 0 will do.
+            # e1000, e1000e and e100 call it rx_packets, 8139cp rx_ok: any counter > 0 will do.
             counts = [int(v) for v in re.findall(r"^\s*\w+: (\d+)$", stats.out, re.M)]
             assert stats.returncode == 0 and max(counts) > 50, stats.out + stats.err
 
