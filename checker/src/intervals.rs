@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 /// Answers remembered; the oldest makes way.
-const RECENT: usize = 8;
+const RECENT: usize = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Answer<V> {
@@ -38,11 +38,14 @@ impl<V: Copy> Default for Intervals<V> {
 }
 
 impl<V: Copy + PartialEq> Intervals<V> {
-    /// The value of the interval overlapping [start, end), if any; with
-    /// `end` > `start`.
+    /// The value of the interval overlapping [start, end), if any. An empty
+    /// range overlaps the interval that holds `start` past its first byte
+    /// (a mapping of no bytes inside another); it is answered by the tree.
     pub fn overlapping(&mut self, start: u64, end: u64) -> Option<V> {
-        if let Some(a) = self.recent.iter().find(|a| start >= a.start && end <= a.end) {
-            return a.value;
+        if start < end {
+            if let Some(a) = self.recent.iter().find(|a| start >= a.start && end <= a.end) {
+                return a.value;
+            }
         }
         let before = self.by_start.range(..end).next_back();
         let answer = match before {
@@ -99,5 +102,9 @@ mod tests {
         iv.remove(0x2000);
         assert_eq!(iv.overlapping(0x2000, 0x2008), None);
         assert_eq!(iv.overlapping(0x0, 0x1000), None);
+        // Empty ranges: inside an interval, and at its end (remembered there as the interval).
+        assert_eq!(iv.overlapping(0x3000, 0x3100), Some(2));
+        assert_eq!(iv.overlapping(0x3080, 0x3080), Some(2));
+        assert_eq!(iv.overlapping(0x3100, 0x3100), None);
     }
 }
