@@ -194,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     from .bench import add_parser as add_bench
-    add_bench(sub)
+    from .bench_rt import add_parser as add_bench_rt
+    add_bench_rt(add_bench(sub))
     from .check import add_parser as add_check
     add_check(sub)
     from .coverage import add_parser as add_coverage
