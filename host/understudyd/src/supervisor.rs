@@ -232,7 +232,7 @@ impl Supervisor {
             checking,
         };
         let modules = s.succession.modules.clone();
-        if let Err(e) = s.send_startup(&modules) {
+        if let Err(e) = s.send_startup(&modules, true) {
             s.end_driver(&format!("could not send its first requests: {}", e.describe()), false);
             return Err("the driver process did not take its first requests".into());
         }
@@ -248,15 +248,17 @@ impl Supervisor {
         Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
     }
 
-    /// LOAD, HELLO and PROBE: the driver process loads and checks the
-    /// modules against the device's ids without touching the device (a
-    /// refusal names every import the runtime lacks), maps the shared memory
-    /// and probes the device.
-    fn send_startup(&mut self, modules: &[ModuleInfo]) -> Result<(), Fault> {
+    /// LOAD (unless `load` is false: the process did already), HELLO and
+    /// PROBE: the driver process loads and checks the modules against the
+    /// device's ids without touching the device (a refusal names every
+    /// import the runtime lacks), maps the shared memory and probes the device.
+    fn send_startup(&mut self, modules: &[ModuleInfo], load: bool) -> Result<(), Fault> {
         let paths: Vec<String> = modules.iter().map(|m| m.path.clone()).collect();
-        let ids = device::pci_ids(self.devices.address())
-            .map_err(|e| Fault::Io(format!("cannot read the device's PCI ids: {e}")))?;
-        self.send(Request::Load { modules: paths.clone(), ids }, Purpose::Startup)?;
+        if load {
+            let ids = device::pci_ids(self.devices.address())
+                .map_err(|e| Fault::Io(format!("cannot read the device's PCI ids: {e}")))?;
+            self.send(Request::Load { modules: paths.clone(), ids }, Purpose::Startup)?;
+        }
         self.send(Request::Hello(self.datapath.shm.geometry().hello()), Purpose::Startup)?;
         self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }

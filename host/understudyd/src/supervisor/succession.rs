@@ -366,8 +366,9 @@ impl Supervisor {
             .map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let modules = driver.modules.as_slice();
         let now = Instant::now();
-        let (link, kind) = match self.succession.loader.take() {
-            Some(loader) => (loader.link, StartKind::Probe),
+        // An update's process has LOADed already (loader.rs); any other is sent LOAD first.
+        let (link, kind, loaded) = match self.succession.loader.take() {
+            Some(loader) => (loader.link, StartKind::Probe, true),
             None => {
                 let forked = if template_fits { self.fork_from_template() } else { None };
                 let (spawned, kind) = match forked {
@@ -378,7 +379,7 @@ impl Supervisor {
                         (link::spawn(&self.spawn_options(), vfio, &self.datapath, modules)?, StartKind::Probe)
                     }
                 };
-                (DriverLink::new(spawned, self.detection, now)?, kind)
+                (DriverLink::new(spawned, self.detection, now)?, kind, false)
             }
         };
         let pid = link.pid();
@@ -386,7 +387,7 @@ impl Supervisor {
         self.update(|s| s.pid = Some(pid as u32));
         if kind == StartKind::Probe {
             // A broken control socket shows as the process's end in the run loop.
-            if let Err(fault) = self.send_startup(modules) {
+            if let Err(fault) = self.send_startup(modules, !loaded) {
                 error!("{}: the successor {pid} did not take its first requests: {}", self.label(), fault.describe());
             }
         }
