@@ -78,7 +78,7 @@ def coverage(abi: str) -> dict:
     log("building the runtime (make -C runtime)")
     subprocess.run(["make", "-s", "-C", str(RUNTIME)], check=True, stdout=subprocess.DEVNULL)
     if not half.exists():
-        raise LabError(f"{half} was not built", hint="is ABI {abi} among the runtime's halves (runtime/Makefile)?")
+        raise LabError(f"{half} was not built", hint=f"is ABI {abi} among the runtime's halves (runtime/Makefile)?")
     modules = {}
     found = chains(kernel.modules)
     for i, (name, files) in enumerate(sorted(found.items())):
