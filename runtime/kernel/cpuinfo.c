@@ -6,8 +6,10 @@
  * features such as X86_FEATURE_ART, which the kernel derives from its own
  * setup and calibration) stay clear: the runtime derives none of them, so
  * it claims none of them, and a driver takes the path for a CPU without.
+ * And the platform's: no confidential computing.
  */
 #include <linux/module.h>
+#include <linux/cc_platform.h>
 #include <asm/processor.h>
 #include <asm/cpufeature.h>
 
@@ -100,3 +102,15 @@ void us_cpuinfo_init(void)
 	c->x86_max_cores = 1;
 	c->initialized = 1;
 }
+
+/*
+ * Confidential computing (SEV, TDX): a driver process is an ordinary
+ * process, whatever the machine, so no attribute holds. x86's string port
+ * I/O helpers ask, inlined into modules such as ne2k-pci: a SEV guest must
+ * unroll `rep insw`, which its hypervisor cannot emulate.
+ */
+bool cc_platform_has(enum cc_attr attr)
+{
+	return false;
+}
+EXPORT_SYMBOL_GPL(cc_platform_has);

@@ -19,7 +19,6 @@
 #include <net/ip6_checksum.h>
 #include <linux/ctype.h>
 #include <linux/list.h>
-#include <linux/cc_platform.h>
 #include <linux/poison.h>
 #include <linux/refcount.h>
 #include <linux/scatterlist.h>
@@ -601,15 +600,3 @@ struct scatterlist *sg_next(struct scatterlist *sg)
 	return sg;
 }
 EXPORT_SYMBOL(sg_next);
-
-/*
- * Confidential computing (SEV, TDX): a driver process is an ordinary
- * process, whatever the machine, so no attribute holds. x86's string port
- * I/O helpers ask, inlined into modules such as ne2k-pci: a SEV guest must
- * unroll `rep insw`, which its hypervisor cannot emulate.
- */
-bool cc_platform_has(enum cc_attr attr)
-{
-	return false;
-}
-EXPORT_SYMBOL_GPL(cc_platform_has);
