@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#define US_PROTOCOL_VERSION 2u
+#define US_PROTOCOL_VERSION 3u
 
 /* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
 
@@ -35,25 +35,23 @@
 
 /* ---- rings ---------------------------------------------------------------- */
 
-/* The four rings, in this order, in the rings memfd. */
+/* The two rings, in this order, in the rings memfd. Received frames do not
+ * cross them: the driver writes them to its queue of the TAP. */
 enum us_ring_id {
 	US_RING_TX = 0,      /* host -> driver: frames to transmit    */
 	US_RING_TX_DONE = 1, /* driver -> host: transmitted buffers   */
-	US_RING_RX_FILL = 2, /* host -> driver: empty buffers         */
-	US_RING_RX = 3,      /* driver -> host: received frames       */
-	US_RING_COUNT = 4,
+	US_RING_COUNT = 2,
 };
 
 /*
  * One ring entry. A tx frame that does not fit one buffer (with
  * US_TX_TAILROOM to spare) continues in the buffers after `buf`: it occupies
- * us_tx_span() consecutive buffers, and its tx_done names the first. Every
- * other entry is one buffer.
+ * us_tx_span() consecutive buffers, and its tx_done names the first.
  */
 struct us_ring_entry {
 	uint32_t buf;         /* pool buffer index (a tx span's first) */
 	uint32_t len;         /* frame length in bytes */
-	uint16_t flags;       /* US_TX_* in tx, US_TX_DONE_* in tx_done, US_RX_* in rx */
+	uint16_t flags;       /* US_TX_* in tx, US_TX_DONE_* in tx_done */
 	uint16_t gso_size;    /* tx with a US_TX_GSO_* flag: TCP payload bytes per segment */
 	uint16_t csum_start;  /* tx with US_TX_CSUM: checksum the bytes from here to the end */
 	uint16_t csum_offset; /* ... and store it at csum_start + csum_offset */
@@ -68,7 +66,6 @@ struct us_ring_entry {
 #define US_TX_GSO_TCPV6 0x0004u /* the same over IPv6 */
 #define US_TX_GSO_ECN   0x0008u /* with GSO: the first segment carries TCP's CWR */
 #define US_TX_DONE_DROPPED 0x0001u
-#define US_RX_CSUM_VALID 0x0001u /* the device verified the frame's L4 checksum */
 
 /* Room a tx span leaves after its frame: the driver builds its skb in place,
  * skb_shared_info at the span's end (320 bytes on 6.1, checked at build). */
@@ -86,15 +83,14 @@ static inline uint32_t us_tx_span(uint32_t len, uint32_t buffer_size)
 #define US_OFFLOAD_TSO4    0x0002u /* US_TX_GSO_TCPV4 */
 #define US_OFFLOAD_TSO6    0x0004u /* US_TX_GSO_TCPV6 */
 #define US_OFFLOAD_TSO_ECN 0x0008u /* US_TX_GSO_ECN */
-#define US_OFFLOAD_RX_CSUM 0x0010u /* rx entries may carry US_RX_CSUM_VALID */
+#define US_OFFLOAD_RX_CSUM 0x0010u /* the device verifies received L4 checksums */
 
 /* Each counter on its own cache line: producer and consumer never share one.
  * Not packed (its layout has no padding anyway): the counters stay naturally
  * aligned, so &ring->head can be handed to __atomic builtins. */
 struct us_ring {
 	uint32_t head;             /* written by the producer */
-	uint32_t dropped;          /* producer: frames it had no buffer for (rx) */
-	uint8_t pad0[56];
+	uint8_t pad0[60];
 	uint32_t tail;             /* written by the consumer */
 	uint8_t pad1[60];
 	uint32_t consumer_waiting; /* consumer sets 1 before sleeping */

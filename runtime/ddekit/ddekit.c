@@ -535,15 +535,17 @@ void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
 	rx_handler = handler;
 }
 
-void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags)
+void ddekit_net_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
+		   unsigned int n)
 {
-	if (ddekit_rings_rx(frame, len, flags))
-		return;
-	if (rx_handler)
-		rx_handler(frame, len);
-}
+	static uint8_t frame[64 * 1024 + 64];
+	size_t len = 0;
 
-unsigned int ddekit_net_rx_room(void)
-{
-	return ddekit_rings_rx_room();
+	if (ddekit_tap_rx(meta, parts, n) || !rx_handler)
+		return;
+	for (unsigned int i = 0; i < n && len + parts[i].len <= sizeof(frame); i++) {
+		memcpy(frame + len, parts[i].base, parts[i].len);
+		len += parts[i].len;
+	}
+	rx_handler(frame, len);
 }

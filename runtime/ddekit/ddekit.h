@@ -218,8 +218,8 @@ enum { DDEKIT_TRACE_CONSTANTS(DDEKIT_TRACE_CONSTANT) };
  * an event line on stdout and, with a control socket, a protocol message.
  */
 /*
- * Offloads a driver takes (REGISTERED), what a tx frame asks of it, what a
- * received frame says, SET_RX_MODE's flags and the room a tx frame's span
+ * Offloads a driver takes (REGISTERED), what a tx frame asks of it,
+ * SET_RX_MODE's flags and the room a tx frame's span
  * leaves after it for skb_shared_info: the US_<name> of
  * include/understudy/protocol.h as DDEKIT_<name>. That header includes
  * <stdint.h>, which this one may not, so the values are repeated in this one
@@ -235,7 +235,6 @@ enum { DDEKIT_TRACE_CONSTANTS(DDEKIT_TRACE_CONSTANT) };
 	X(TX_GSO_TCPV4,		0x0002)	\
 	X(TX_GSO_TCPV6,		0x0004)	\
 	X(TX_GSO_ECN,		0x0008)	\
-	X(RX_CSUM_VALID,	0x0001)	\
 	X(RX_MODE_PROMISC,	0x0001)	\
 	X(RX_MODE_ALLMULTI,	0x0002)	\
 	X(TX_TAILROOM,		512)
@@ -275,15 +274,26 @@ struct ddekit_tx_frame {
 
 /*
  * A frame the stack above the driver received (netif_receive_skb,
- * napi_gro_receive, ...). Called with the CPU held; the frame is only valid
- * during the call.
+ * napi_gro_receive, ...), for the host's interface: its virtio_net_hdr,
+ * which the kernel half fills from <linux/virtio_net.h> (gro.c asserts the
+ * layout), and its bytes gathered from parts. Called with the CPU held; the
+ * parts are read during the call only.
  */
-void ddekit_net_rx(const void *frame, unsigned int len, unsigned int flags);
+struct ddekit_rx_meta {
+	unsigned char flags;
+	unsigned char gso_type;
+	unsigned short hdr_len;
+	unsigned short gso_size;
+	unsigned short csum_start;
+	unsigned short csum_offset;
+};
 
-/*
- * How many frames ddekit_net_rx can take now without dropping one: the
- * buffers the host has lent for receiving (UINT_MAX without host rings).
- */
-unsigned int ddekit_net_rx_room(void);
+struct ddekit_rx_part {
+	const void *base;
+	unsigned long len;
+};
+
+void ddekit_net_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
+		   unsigned int n);
 
 #endif /* UNDERSTUDY_DDEKIT_H */

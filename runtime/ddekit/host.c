@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The driver's side of the host connection (docs/protocol.md): messages on
- * the control socket, and the four sDDF-style rings in shared memory with
+ * the control socket, and the two sDDF-style rings in shared memory with
  * their kick/notify eventfds.
  *
  * Everything the kernel half reports (registration, carrier, TX queue
@@ -10,8 +10,8 @@
  *
  * Data path: a TX thread consumes the tx ring and hands each pool buffer to
  * the kernel half (zero copy); when the driver frees the skb the buffer goes
- * back on tx_done. Received frames are copied into buffers the host lent on
- * rx_fill and published on rx (the driver's RX buffers are its own).
+ * back on tx_done. Received frames go to the driver's queue of the host's
+ * TAP, written from where the NIC put them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,7 +23,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <linux/virtio_net.h>
 
 #include <understudy/protocol.h>
 
@@ -188,9 +191,9 @@ static void produce(struct us_ring *r, uint32_t buf, uint32_t len, uint16_t flag
 	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	uint64_t one = 1;
 
-	/* The host lends at most ring_size buffers, so tx_done and rx never fill. */
+	/* The host lends at most ring_size buffers, so tx_done never fills. */
 	if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) > rings.mask)
-		ddekit_panic("a completion ring is full: the host lent more than ring_size buffers");
+		ddekit_panic("tx_done is full: the host lent more than ring_size buffers");
 	r->entries[head & rings.mask] = (struct us_ring_entry){ .buf = buf, .len = len, .flags = flags };
 	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
 	/* Order the head store before reading the flag (the consumer re-checks). */
@@ -294,31 +297,46 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
 }
 
-/* Entries on rx_fill not yet taken: how many frames can go up to the host now. */
-unsigned int ddekit_rings_rx_room(void)
-{
-	struct us_ring *r = rings.ring[US_RING_RX_FILL];
+/* ---- the TAP ---------------------------------------------------------------- */
 
-	if (!rings.ready)
-		return UINT_MAX;
-	return __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) - __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+static int tap_fd = -1;
+
+int ddekit_setup_tap(int fd)
+{
+	tap_fd = fd;
+	return 0;
 }
 
-/* A received frame: into the next buffer the host lent on rx_fill. */
-bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags)
-{
-	struct us_ring_entry e;
+_Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
+	       "ddekit_rx_meta is the TAP's virtio_net_hdr");
 
-	if (!rings.ready)
+/* Every merge gro.c writes fits: a header and 64 segments, or an skb's head and frags. */
+#define TAP_MAX_PARTS 128
+
+/*
+ * One frame to the host's stack: the TAP runs it there in this thread, as a
+ * NIC's poll runs the kernel's stack. The stack may refuse it (the interface
+ * is down: EIO; no memory), which drops it, as a NIC drops a frame the stack
+ * has no room for; any other error means a header this process built wrong.
+ */
+bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
+		   unsigned int n)
+{
+	struct iovec iov[1 + TAP_MAX_PARTS];
+
+	if (tap_fd < 0)
 		return false;
-	if (len > rings.buffer_size || !consume(rings.ring[US_RING_RX_FILL], &e)) {
-		/* Counted where the host reads it (its status reports it). */
-		__atomic_fetch_add(&rings.ring[US_RING_RX]->dropped, 1, __ATOMIC_RELAXED);
-		return true;
+	if (n > TAP_MAX_PARTS)
+		ddekit_panic("a received frame of more parts than the TAP write takes");
+	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
+	for (unsigned int i = 0; i < n; i++)
+		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
+	if (writev(tap_fd, iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
+	    errno != EAGAIN) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "the TAP refused a received frame: %s", strerror(errno));
+		ddekit_panic(why);
 	}
-	if (e.buf >= rings.pool_buffers)
-		ddekit_panic("the host lent a bad rx_fill buffer");
-	memcpy(rings.pool + (uint64_t)e.buf * rings.buffer_size, frame, len);
-	produce(rings.ring[US_RING_RX], e.buf, len, flags & US_RX_CSUM_VALID);
 	return true;
 }

@@ -20,7 +20,7 @@ int ddekit_setup_device(int device_fd, const char *pci_name);
 int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size);
 /* GS base of every thread that runs kernel code; installs it in the caller. */
 int ddekit_setup_percpu(void *block);
-/* Who gets received frames (main's test harness or the rings). */
+/* Who gets received frames without the host's TAP (main's test harness). */
 void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len));
 /* Also called with every event line (main watches for CARRIER, ...). */
 void ddekit_setup_event_observer(void (*observer)(const char *line));
@@ -53,9 +53,16 @@ int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t le
 struct ddekit_tx_frame;
 int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
-/* Between ddekit's files: RX into the rings (false: no rings), log records. */
-bool ddekit_rings_rx(const void *frame, unsigned int len, unsigned int flags);
-unsigned int ddekit_rings_rx_room(void);
+/*
+ * The driver's queue of the host's TAP: received frames are written to it
+ * (docs/protocol.md, "Receiving").
+ */
+int ddekit_setup_tap(int tap_fd);
+/* Between ddekit's files: a received frame to the TAP (false: none), log records. */
+struct ddekit_rx_meta;
+struct ddekit_rx_part;
+bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
+		   unsigned int n);
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

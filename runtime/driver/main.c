@@ -11,7 +11,7 @@
  * Under the host daemon (docs/protocol.md; control.c):
  *
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
- *		--kick-fd N --notify-fd N [--runtime KO] [--symvers FILE]
+ *		--kick-fd N --notify-fd N [--tap-fd N] [--runtime KO] [--symvers FILE]
  *		[--trace-fd N --gate triage|permissive|stringent]
  *
  * the host's LOAD (live update), HELLO and PROBE name the modules, the
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
-	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE };
+	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -260,6 +260,7 @@ int main(int argc, char **argv)
 		{ "rings-fd", required_argument, NULL, OPT_RINGS_FD },
 		{ "kick-fd", required_argument, NULL, OPT_KICK_FD },
 		{ "notify-fd", required_argument, NULL, OPT_NOTIFY_FD },
+		{ "tap-fd", required_argument, NULL, OPT_TAP_FD },
 		{ "open", no_argument, NULL, OPT_OPEN },
 		{ "wait-carrier", required_argument, NULL, OPT_WAIT_CARRIER },
 		{ "arp", required_argument, NULL, OPT_ARP },
@@ -272,7 +273,7 @@ int main(int argc, char **argv)
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
-	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
+	int kick_fd = -1, notify_fd = -1, tap_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
 	double wait_carrier = 0;
@@ -302,6 +303,7 @@ int main(int argc, char **argv)
 		case OPT_RINGS_FD: rings_fd = number(optarg, "--rings-fd"); break;
 		case OPT_KICK_FD: kick_fd = number(optarg, "--kick-fd"); break;
 		case OPT_NOTIFY_FD: notify_fd = number(optarg, "--notify-fd"); break;
+		case OPT_TAP_FD: tap_fd = number(optarg, "--tap-fd"); break;
 		case OPT_OPEN: open_dev = true; break;
 		case OPT_WAIT_CARRIER: wait_carrier = strtod(optarg, NULL); break;
 		case OPT_ARP: {
@@ -349,6 +351,7 @@ int main(int argc, char **argv)
 			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");
 		if (n_modules || n_params || open_dev || arp || remove || wait_carrier > 0 || pci_address)
 			die("with --control-fd the host chooses modules and actions");
+		ddekit_setup_tap(tap_fd);
 		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
 				    runtime, symvers);
 	}

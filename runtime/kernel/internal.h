@@ -91,13 +91,12 @@ int us_softirq_join(u64 timeout_ns);
 void us_raise_net_rx(void);
 void us_softirq_on_irq_exit(void);
 
-/* napi.c: one NET_RX round, and what it left to do. */
-enum us_net_rx {
-	US_NET_RX_DONE,		/* every scheduled instance completed */
-	US_NET_RX_MORE,		/* a budget was used up: poll again soon */
-	US_NET_RX_NO_ROOM,	/* the host has lent too few buffers for a poll */
-};
-enum us_net_rx us_net_rx_action(void);
+/* napi.c: one NET_RX round; true if a budget was used up (poll again soon). */
+bool us_net_rx_action(void);
+struct sk_buff;
+/* gro.c: a received frame goes to the host, merged until the round's flush. */
+void us_gro_receive(struct sk_buff *skb);
+void us_gro_flush(void);
 
 void us_workqueue_start(void);
 void us_workqueue_park(void);
@@ -154,8 +153,6 @@ void us_net_wake_tx_waiter(void);
 int us_netdev_stop(struct net_device *dev);
 /* Reports the registered net_device to the host again (REGISTERED, carrier). */
 void us_net_announce(void);
-/* napi.c: a received frame to the host. */
-void us_net_deliver(struct sk_buff *skb);
 /* skb.c: an skb around host pool buffers (zero-copy TX). */
 struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room);
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * NAPI and receive for the driver process: the poll list and the NET_RX
- * round that polls it, and the frames a poll delivers, which go to the host
- * instead of the stack (docs/design.md §7).
+ * round that polls it, and the entry points of the frames a poll delivers,
+ * which go to the host's interface instead of a stack (gro.c).
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -12,7 +12,6 @@
 #include "internal.h"
 
 static LIST_HEAD(poll_list);
-static unsigned long rx_frames;
 
 void netif_napi_add_weight(struct net_device *dev, struct napi_struct *napi,
 			   int (*poll)(struct napi_struct *, int), int weight)
@@ -104,31 +103,26 @@ EXPORT_SYMBOL(napi_complete_done);
  * instances, an instance that used up its budget again at the back of the
  * list, until NET_RX_BUDGET frames or NET_RX_BUDGET_NS have gone by (the
  * kernel's netdev_budget and netdev_budget_usecs defaults), then returns so
- * that the caller lets the process's other threads have the CPU.
- *
- * An instance is polled only when the host has lent buffers for a whole
- * budget: a poll then never takes more frames from the NIC than can go up
- * to the host. When the host falls behind, the frames wait in the NIC's own
- * ring, and the NIC, not this process, holds back (or drops, where a real
- * one would) what comes next -- as in the kernel, where the stack above
- * runs in the poll and paces it. Dropping here instead cost host -> guest
- * TCP a retransmission per ~40 segments in the lab. The budget itself stays
- * the instance's weight, as the kernel's net_rx_action passes it. (Budgets cut
- * to the buffers on hand were dropped when e100 stalled with them; it stalls
- * with full budgets too, and in-kernel, when its ring runs out:
- * docs/performance.md §9.)
+ * that the caller lets the process's other threads have the CPU. The
+ * round's frames go to the host as they are polled, merged where GRO would
+ * merge them (gro.c), and the last merge when the round ends. Writing a
+ * frame to the TAP runs the host's stack on it in this thread, as the
+ * kernel's stack runs in the poll, so a host that falls behind slows the
+ * poll down and the frames wait in the NIC's own ring.
  */
 #define NET_RX_BUDGET		300
 #define NET_RX_BUDGET_NS	(2 * NSEC_PER_MSEC)
 
-enum us_net_rx us_net_rx_action(void)
+static bool in_net_rx;
+
+bool us_net_rx_action(void)
 {
 	u64 deadline = ddekit_now_ns() + NET_RX_BUDGET_NS;
 	int budget = NET_RX_BUDGET;
 	LIST_HEAD(list);
-	LIST_HEAD(no_room);
-	enum us_net_rx left;
+	bool more;
 
+	in_net_rx = true;
 	for (;;) {
 		struct napi_struct *n;
 		int work = 0;
@@ -140,11 +134,6 @@ enum us_net_rx us_net_rx_action(void)
 		}
 		n = list_first_entry(&list, struct napi_struct, poll_list);
 		list_del_init(&n->poll_list);
-		if (ddekit_net_rx_room() < n->weight && !napi_disable_pending(n)) {
-			/* Still scheduled: polled again once there is room. */
-			list_add_tail(&n->poll_list, &no_room);
-			continue;
-		}
 		if (test_bit(NAPI_STATE_SCHED, &n->state)) {
 			int outer = ddekit_trace_context(DDEKIT_CTX_SOFTIRQ, (unsigned long)n->poll);
 
@@ -163,26 +152,24 @@ enum us_net_rx us_net_rx_action(void)
 		else if (list_empty(&n->poll_list))
 			list_add_tail(&n->poll_list, &poll_list);
 	}
-	left = !list_empty(&no_room) ? US_NET_RX_NO_ROOM :
-	       !list_empty(&list) || !list_empty(&poll_list) ? US_NET_RX_MORE : US_NET_RX_DONE;
+	us_gro_flush();
+	in_net_rx = false;
+	more = !list_empty(&list) || !list_empty(&poll_list);
 	list_splice_tail_init(&list, &poll_list);
-	list_splice_tail_init(&no_room, &poll_list);
-	return left;
+	return more;
 }
 
 /* ---- receive ------------------------------------------------------------- */
 
-/* Hands a received frame (from its MAC header on) to the host, then frees it. */
-void us_net_deliver(struct sk_buff *skb)
+/*
+ * A received frame (from its MAC header on) for the host: merged within a
+ * NET_RX round, written at once outside one.
+ */
+static void us_net_deliver(struct sk_buff *skb)
 {
-	static u8 frame[ETH_FRAME_LEN + VLAN_HLEN + 64 * 1024];
-	unsigned int mac_len = skb->data - skb_mac_header(skb);
-	unsigned int len = skb->len + mac_len;
-	unsigned int flags = skb->ip_summed == CHECKSUM_UNNECESSARY ? DDEKIT_RX_CSUM_VALID : 0;
-
 	if (!skb_mac_header_was_set(skb))
 		us_panic("received sk_buff %px without eth_type_trans()", skb);
-	if (unlikely(len < ETH_HLEN)) {
+	if (unlikely(skb->data - skb_mac_header(skb) + skb->len < ETH_HLEN)) {
 		/*
 		 * A runt the NIC reported as good (QEMU's i82559er does, under
 		 * load, with a length of 0): eth_type_trans() could not pull a
@@ -192,25 +179,10 @@ void us_net_deliver(struct sk_buff *skb)
 		kfree_skb_reason(skb, SKB_DROP_REASON_PKT_TOO_SMALL);
 		return;
 	}
-	if (!skb_is_nonlinear(skb)) {
-		rx_frames++;
-		ddekit_net_rx(skb_mac_header(skb), len, flags);
-	} else if (len <= sizeof(frame)) {
-		/* Paged data: gathered into one buffer first. */
-		memcpy(frame, skb_mac_header(skb), mac_len);
-		if (!skb_copy_bits(skb, 0, frame + mac_len, skb->len)) {
-			rx_frames++;
-			ddekit_net_rx(frame, len, flags);
-		}
-	}
-	consume_skb(skb);
+	us_gro_receive(skb);
+	if (!in_net_rx)
+		us_gro_flush();
 }
-
-unsigned long us_rx_frames(void)
-{
-	return rx_frames;
-}
-EXPORT_SYMBOL_GPL(us_rx_frames);
 
 gro_result_t napi_gro_receive(struct napi_struct *napi, struct sk_buff *skb)
 {

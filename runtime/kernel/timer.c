@@ -20,21 +20,12 @@ static struct task_struct *softirq_task;
 static unsigned long softirq_thread_handle;
 static bool softirq_parking;
 static bool net_rx_raised;
-static enum us_net_rx net_rx_left;
 /*
  * Until when the softirq thread sleeps (0 while it runs): a timer due
  * sooner wakes it; and whether timers changed since it last ran them.
  */
 static u64 softirq_sleeps_until;
 static bool timers_changed;
-
-/*
- * How long the softirq thread waits before it polls again when the host
- * has lent too few receive buffers for a poll: the host reaps the rx ring
- * and lends again within a batch, and until then the frames wait in the
- * NIC's ring.
- */
-#define NET_RX_ROOM_POLL_NS	(100 * NSEC_PER_USEC)
 
 void init_timer_key(struct timer_list *timer, void (*func)(struct timer_list *),
 		    unsigned int flags, const char *name, struct lock_class_key *key)
@@ -230,8 +221,7 @@ void us_softirq_on_irq_exit(void)
 		return;
 	net_rx_raised = false;
 	__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
-	net_rx_left = us_net_rx_action();
-	if (net_rx_left != US_NET_RX_DONE)
+	if (us_net_rx_action())
 		us_raise_net_rx();
 	__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 }
@@ -283,23 +273,20 @@ static void softirq_thread(void *unused)
 		if (net_rx_raised) {
 			net_rx_raised = false;
 			__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
-			net_rx_left = us_net_rx_action();
-			net_rx_raised |= net_rx_left != US_NET_RX_DONE;
+			net_rx_raised |= us_net_rx_action();
 			__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 		}
 		if (net_rx_raised) {
 			/*
-			 * Budget used up (let other threads run, then poll again)
-			 * or no room. A deadline already past still sleeps until
+			 * Budget used up: let other threads run, then poll again.
+			 * A deadline already past still sleeps until
 			 * the timer interrupt that expires it (356 us on average in
 			 * the lab): a nap that lets frames gather in the NIC's ring.
 			 * A yield without it polled more often for fewer frames,
 			 * with three times the interrupts, and received less
 			 * (docs/notes/bench-net-history.md, "the softirq's nap").
 			 */
-			u64 now = ddekit_now_ns();
-
-			us_wait(net_rx_left == US_NET_RX_NO_ROOM ? now + NET_RX_ROOM_POLL_NS : now);
+			us_wait(ddekit_now_ns());
 			continue;
 		}
 		if (timers_changed)	/* by NET_RX: next_timer may be late */

@@ -6,11 +6,18 @@
  * that the daemon survives, stops the device and reports why.
  *
  *   sigkill-mid-transfer  waits until it holds a tx buffer, then SIGKILLs itself
- *   bad-rx-index          publishes an rx entry whose buffer is outside the pool
+ *   bad-tx-done           completes a buffer outside the pool on tx_done
  *   bad-message           sends CARRIER with on = 7
  *   garbage-message       sends random bytes as a control message
- *   echo                  behaves: returns every transmitted frame as a received
- *                         one (a loopback NIC), so the data path can be tested
+ *   echo                  behaves: writes every transmitted frame to its queue of
+ *                         the TAP as a received one (a loopback NIC), so the
+ *                         data path can be tested
+ *   tap-garbage           first abuses its queue of the TAP: attaches it (so
+ *                         the stack would send it frames), writes frames no
+ *                         NIC receives (a bare virtio_net_hdr, GSO on a runt,
+ *                         headers longer than the frame, a 64 KiB frame of
+ *                         zeros) once OPEN is answered, and records
+ *                         "GARBAGE_TAKEN n"; then behaves as echo
  *   obedient              behaves, drops every frame it is given (a NIC without a
  *                         cable: completions flagged dropped), receives none
  *   tx-hole               answers every request but never completes a frame it
@@ -49,11 +56,17 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <net/if.h>
+#include <linux/if_tun.h>
 #include <linux/vfio.h>
+#include <linux/virtio_net.h>
 
 #include <understudy/protocol.h>
 
 static int control_fd = -1, device_fd = -1, rings_fd = -1, notify_fd = -1, kick_fd = -1, arena_fd = -1;
+static int tap_fd = -1;
+static bool opened;	/* OPEN was answered: the TAP is up and takes frames */
 
 static void die(const char *what)
 {
@@ -222,6 +235,7 @@ static void *control_loop(void *unused)
 		switch (h.type) {
 		case US_MSG_OPEN:
 			record("OPEN");
+			__atomic_store_n(&opened, true, __ATOMIC_RELEASE);
 			reply(h.seq, status, NULL, 0);
 			if (!status)
 				send_msg(US_MSG_CARRIER, 0, &on, 1);
@@ -312,9 +326,6 @@ static struct us_ring *ring(void *base, struct us_hello *hello, int i)
 static uint32_t acquire(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static void release(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
-/* Polls (a stand-in need not sleep properly): each tx frame is copied into an
- * rx_fill buffer and published on rx, its tx buffer returned on tx_done. */
-/* Completes every frame it is given as dropped. */
 /* A WARN as the runtime reports one: where, then the text. */
 static void send_warn(int n)
 {
@@ -352,35 +363,72 @@ static void drop_all(void *rings, struct us_hello *hello)
 	}
 }
 
+/* Polls (a stand-in need not sleep properly): each tx frame is written to
+ * the TAP, its tx buffer returned on tx_done. */
 static void echo(void *rings, struct us_hello *hello)
 {
 	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
-	struct us_ring *fill = ring(rings, hello, US_RING_RX_FILL), *rx = ring(rings, hello, US_RING_RX);
 	uint32_t mask = hello->ring_size - 1, bs = hello->buffer_size;
 	char *arena = mmap(NULL, hello->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
 	if (arena == MAP_FAILED)
 		die("mmap arena");
 	for (;;) {
-		if (acquire(&tx->head) == tx->tail || acquire(&fill->head) == fill->tail) {
+		if (acquire(&tx->head) == tx->tail) {
 			usleep(1000);
 			continue;
 		}
 		struct us_ring_entry t = tx->entries[tx->tail & mask];
-		struct us_ring_entry f = fill->entries[fill->tail & mask];
-		release(&fill->tail, fill->tail + 1);
 		release(&tx->tail, tx->tail + 1);
-		memcpy(arena + (size_t)f.buf * bs, arena + (size_t)t.buf * bs, t.len);
-		rx->entries[rx->head & mask] = (struct us_ring_entry){ .buf = f.buf, .len = t.len };
-		release(&rx->head, rx->head + 1);
+		struct virtio_net_hdr none = { 0 };
+		struct iovec iov[2] = { { &none, sizeof none }, { arena + (size_t)t.buf * bs, t.len } };
+		if (writev(tap_fd, iov, 2) < 0)
+			die("write TAP");
 		done->entries[done->head & mask] = (struct us_ring_entry){ .buf = t.buf, .len = t.len };
 		release(&done->head, done->head + 1);
-		if (__atomic_exchange_n(&rx->consumer_waiting, 0, __ATOMIC_ACQ_REL) |
-		    __atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
+		if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
 			uint64_t one = 1;
 			if (write(notify_fd, &one, 8) != 8)
 				die("notify");
 		}
 	}
+}
+
+/* What a driver could do to the host's stack through its queue of the TAP:
+ * every write the kernel takes or refuses, none of it may hurt the host. */
+static void tap_garbage(void)
+{
+	static unsigned char zeros[65536];
+	struct ifreq attach = { .ifr_flags = IFF_ATTACH_QUEUE };
+	struct virtio_net_hdr gso_runt = { .flags = VIRTIO_NET_HDR_F_NEEDS_CSUM,
+					   .gso_type = VIRTIO_NET_HDR_GSO_TCPV4, .gso_size = 1,
+					   .hdr_len = 54, .csum_start = 34, .csum_offset = 16 };
+	struct virtio_net_hdr long_headers = { .hdr_len = 60000, .csum_start = 60000,
+					       .flags = VIRTIO_NET_HDR_F_NEEDS_CSUM };
+	struct virtio_net_hdr none = { 0 };
+	unsigned char runt[20] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0, 0x12, 0x34, 0x56,
+				   0x08, 0x00, 0x45 };
+	struct { struct virtio_net_hdr *hdr; void *frame; size_t len; } writes[] = {
+		{ &none, NULL, 0 },
+		{ &gso_runt, runt, sizeof runt },
+		{ &long_headers, runt, sizeof runt },
+		{ &none, zeros, sizeof zeros },
+	};
+
+	while (!__atomic_load_n(&opened, __ATOMIC_ACQUIRE))
+		usleep(10000);
+	if (ioctl(tap_fd, TUNSETQUEUE, &attach) < 0)
+		fprintf(stderr, "hostile-driver: attaching the TAP queue: %s\n", strerror(errno));
+	size_t taken = 0;
+
+	for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+		struct iovec iov[2] = { { writes[i].hdr, sizeof(struct virtio_net_hdr) },
+					{ writes[i].frame, writes[i].len } };
+		ssize_t n = writev(tap_fd, iov, writes[i].len ? 2 : 1);
+
+		fprintf(stderr, "hostile-driver: garbage write %zu: %s\n", i, n < 0 ? strerror(errno) : "taken");
+		taken += n >= 0;
+	}
+	record("GARBAGE_TAKEN %zu", taken);
 }
 
 int main(int argc, char **argv)
@@ -393,10 +441,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--notify-fd")) notify_fd = fd;
 		else if (!strcmp(argv[i], "--kick-fd")) kick_fd = fd;
 		else if (!strcmp(argv[i], "--arena-fd")) arena_fd = fd;
+		else if (!strcmp(argv[i], "--tap-fd")) tap_fd = fd;
 	}
 	const char *mode = getenv("UNDERSTUDY_TEST_DRIVER_MODE");
 	remote_dir = getenv("UNDERSTUDY_TEST_DRIVER_DIR");
-	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || kick_fd < 0 || arena_fd < 0 || !mode) {
+	if (control_fd < 0 || device_fd < 0 || rings_fd < 0 || notify_fd < 0 || kick_fd < 0 || arena_fd < 0 ||
+	    tap_fd < 0 || !mode) {
 		fprintf(stderr, "hostile-driver: needs the daemon's fds and UNDERSTUDY_TEST_DRIVER_MODE\n");
 		return 2;
 	}
@@ -459,10 +509,10 @@ int main(int argc, char **argv)
 			usleep(10000);
 		fprintf(stderr, "hostile-driver: holding tx buffer %u, killing myself\n", tx->entries[0].buf);
 		raise(SIGKILL);
-	} else if (!strcmp(mode, "bad-rx-index")) {
-		struct us_ring *rx = ring(rings, &hello, US_RING_RX);
-		rx->entries[0] = (struct us_ring_entry){ .buf = 0xdead, .len = 60, .flags = 0 };
-		__atomic_store_n(&rx->head, 1, __ATOMIC_RELEASE);
+	} else if (!strcmp(mode, "bad-tx-done")) {
+		struct us_ring *done = ring(rings, &hello, US_RING_TX_DONE);
+		done->entries[0] = (struct us_ring_entry){ .buf = 0xdead, .len = 60, .flags = 0 };
+		__atomic_store_n(&done->head, 1, __ATOMIC_RELEASE);
 		uint64_t one = 1;
 		if (write(notify_fd, &one, 8) != 8)
 			die("notify");
@@ -476,6 +526,9 @@ int main(int argc, char **argv)
 		if (send(control_fd, junk, sizeof junk, MSG_NOSIGNAL) < 0)
 			die("send");
 	} else if (!strcmp(mode, "echo")) {
+		echo(rings, &hello);
+	} else if (!strcmp(mode, "tap-garbage")) {
+		tap_garbage();
 		echo(rings, &hello);
 	} else if (!strcmp(mode, "log-flood")) {
 		for (int i = 0; i < 1000; i++) {

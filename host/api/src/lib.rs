@@ -96,10 +96,12 @@ pub struct Counters {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub tx_dropped: u64,
+    /// Received: the interface's own counts (the kernel's statistics of the
+    /// TAP, which the driver process writes received frames to; a frame
+    /// it merged from several segments counts once).
     pub rx_packets: u64,
     pub rx_bytes: u64,
-    /// Received frames that did not reach the interface: the driver had no
-    /// buffer from the host for them, or the TAP's queue was full.
+    /// Frames the driver wrote that the stack dropped.
     pub rx_dropped: u64,
 }
 

@@ -31,7 +31,7 @@ macro_rules! protocol_constants {
 }
 
 protocol_constants! {
-    PROTOCOL_VERSION: u32 = 2;
+    PROTOCOL_VERSION: u32 = 3;
 
     ARENA_SIZE: u64 = 64 << 20;
     ARENA_IOVA: u64 = 0x1000_0000;
@@ -41,16 +41,13 @@ protocol_constants! {
 
     RING_TX: usize = 0;
     RING_TX_DONE: usize = 1;
-    RING_RX_FILL: usize = 2;
-    RING_RX: usize = 3;
-    RING_COUNT: usize = 4;
+    RING_COUNT: usize = 2;
 
     TX_CSUM: u16 = 0x0001;
     TX_GSO_TCPV4: u16 = 0x0002;
     TX_GSO_TCPV6: u16 = 0x0004;
     TX_GSO_ECN: u16 = 0x0008;
     TX_DONE_DROPPED: u16 = 0x0001;
-    RX_CSUM_VALID: u16 = 0x0001;
     TX_TAILROOM: u32 = 512;
     TX_MAX_FRAME: u32 = 65536 + 18;
 
@@ -217,7 +214,7 @@ wire_structs! {
 
     /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
     pub struct RingHeader as us_ring {
-        pub head: u32, pub dropped: u32, pub pad0: [u8; 56],
+        pub head: u32, pub pad0: [u8; 60],
         pub tail: u32, pub pad1: [u8; 60],
         pub consumer_waiting: u32, pub pad2: [u8; 60],
         ..entries: [RingEntry],

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The shared memory of docs/protocol.md: the DMA arena with its packet pool,
-//! and the four rings, from the host's side.
+//! and the two rings, from the host's side.
 //!
 //! The driver process is untrusted: every index, length and flag it writes
 //! is checked here, and a violation comes back as [`ShmError::Violation`]
@@ -12,15 +12,12 @@ mod ring;
 use std::collections::VecDeque;
 
 use understudy_protocol::{
-    ring_stride, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_RX, RING_RX_FILL, RING_TX,
-    RING_TX_DONE, RX_CSUM_VALID, TX_DONE_DROPPED, TX_MAX_FRAME, TX_TAILROOM,
+    ring_stride, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_TX, RING_TX_DONE, TX_DONE_DROPPED,
+    TX_MAX_FRAME, TX_TAILROOM,
 };
 
 pub use region::SharedRegion;
 pub use ring::{Consumer, Producer, Rings, RING_NAMES};
-
-/// The smallest frame a driver may report: an Ethernet header.
-pub const MIN_RX_FRAME: u32 = 14;
 
 /// At most this many frames longer than a buffer (GSO frames) in flight at
 /// once. Each takes a slot of `tx_span(TX_MAX_FRAME)` consecutive buffers
@@ -102,13 +99,12 @@ impl Geometry {
     }
 }
 
-/// Who holds a pool buffer. The host lends buffers through `tx` and `rx_fill`
-/// and must get each back exactly once, through the matching ring.
+/// Who holds a pool buffer. The host lends buffers through `tx` and must
+/// get each back exactly once, through `tx_done`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
     Host,
     DriverTx,
-    DriverRxFill,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,46 +134,25 @@ pub struct TxFrame {
     pub offload: TxOffload,
 }
 
-/// A received frame: `len` bytes at the start of buffer `buf`, which the
-/// host holds (`rx_buffer`) until it gives it back with `put_free`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RxFrame {
-    pub buf: u32,
-    pub len: u32,
-    /// The device checked the L4 checksum (`US_RX_CSUM_VALID`).
-    pub csum_valid: bool,
-}
-
-/// Counts for `status`: how many buffers the driver holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Lent {
-    pub tx: u32,
-    pub rx_fill: u32,
-}
-
 pub struct SharedMemory {
     geometry: Geometry,
     arena: SharedRegion,
     rings: Rings,
     owners: Vec<Owner>,
-    /// Free single buffers, `[0, slots_start)`: rx_fill and frames that fit one.
+    /// Free single buffers, `[0, slots_start)`: frames that fit one.
     free: Vec<u32>,
     /// Free span slots (their first buffer), `[slots_start, pool_buffers)`.
     free_slots: Vec<u32>,
     slots_start: u32,
     tx: Producer,
-    rx_fill: Producer,
     tx_done: Consumer,
-    rx: Consumer,
-    /// Buffers lent through tx / rx_fill and not yet returned. Each stays at
-    /// most ring_size, so whatever the driver does with what it holds, its
-    /// tx_done and rx always have room for every buffer it can return.
-    lent: Lent,
+    /// Frames lent through tx and not yet returned. At most ring_size, so
+    /// whatever the driver does with what it holds, its tx_done always has
+    /// room for every buffer it can return.
+    lent: u32,
     /// The frames lent through `tx` and not yet completed, oldest first: what
     /// a restarted driver must send again (and nothing it already completed).
     tx_in_flight: VecDeque<TxFrame>,
-    /// The driver's `rx` drop count when last read (`take_rx_dropped`).
-    rx_dropped_seen: u32,
 }
 
 impl SharedMemory {
@@ -204,12 +179,9 @@ impl SharedMemory {
             free_slots: (0..slots).rev().map(|i| slots_start + i * slot).collect(),
             slots_start,
             tx: Producer::new(RING_TX),
-            rx_fill: Producer::new(RING_RX_FILL),
             tx_done: Consumer::new(RING_TX_DONE),
-            rx: Consumer::new(RING_RX),
-            lent: Lent::default(),
+            lent: 0,
             tx_in_flight: VecDeque::new(),
-            rx_dropped_seen: 0,
         }
     }
 
@@ -225,7 +197,8 @@ impl SharedMemory {
         &self.rings
     }
 
-    pub fn lent(&self) -> Lent {
+    /// Frames the driver holds for transmission.
+    pub fn lent(&self) -> u32 {
         self.lent
     }
 
@@ -257,7 +230,7 @@ impl SharedMemory {
         if large { self.free_slots.pop() } else { self.free.pop() }
     }
 
-    /// Gives back what `take_free` or `take_rx` returned, or a completed frame's buffers.
+    /// Gives back what `take_free` returned, or a completed frame's buffers.
     pub fn put_free(&mut self, buf: u32) {
         debug_assert_eq!(self.owners[buf as usize], Owner::Host);
         if buf >= self.slots_start { self.free_slots.push(buf) } else { self.free.push(buf) }
@@ -297,17 +270,17 @@ impl SharedMemory {
     /// stack's queue) instead of having them dropped here.
     pub fn can_send(&mut self, large: bool) -> Result<bool, ShmError> {
         let room = if large { !self.free_slots.is_empty() } else { !self.free.is_empty() };
-        Ok(room && self.tx.space(&self.rings)? > 0 && self.lent.tx < self.geometry.ring_size)
+        Ok(room && self.tx.space(&self.rings)? > 0 && self.lent < self.geometry.ring_size)
     }
 
     /// Whether the host should ask to be woken for transmit completions:
     /// once the driver holds half of what it may, or all the slots while
     /// `large` frames are read. Below that the completions wait for the next
-    /// wakeup the host has anyway (a frame from the TAP, a received frame),
+    /// wakeup the host has anyway (a frame from the TAP),
     /// which saves the driver an eventfd write and the host a wakeup per
     /// completion batch (sDDF: signal only when the consumer asked).
     pub fn tx_done_urgent(&self, large: bool) -> bool {
-        self.lent.tx >= self.geometry.ring_size / 2 || (large && self.free_slots.is_empty())
+        self.lent >= self.geometry.ring_size / 2 || (large && self.free_slots.is_empty())
     }
 
     /// Lends `frame` (its bytes in the buffers from `frame.buf`, taken with
@@ -315,7 +288,7 @@ impl SharedMemory {
     /// ring is full or the driver already holds ring_size tx frames (the
     /// buffers stay the host's), `Ok(true)` when sent.
     pub fn send(&mut self, frame: TxFrame) -> Result<bool, ShmError> {
-        if self.tx.space(&self.rings)? == 0 || self.lent.tx >= self.geometry.ring_size {
+        if self.tx.space(&self.rings)? == 0 || self.lent >= self.geometry.ring_size {
             return Ok(false);
         }
         let span = tx_span(frame.len, self.geometry.buffer_size);
@@ -323,78 +296,46 @@ impl SharedMemory {
         for b in frame.buf..frame.buf + span {
             self.owners[b as usize] = Owner::DriverTx;
         }
-        self.lent.tx += 1;
+        self.lent += 1;
         self.tx_in_flight.push_back(frame);
         let TxOffload { flags, gso_size, csum_start, csum_offset } = frame.offload;
         self.tx.push(&self.rings, RingEntry { buf: frame.buf, len: frame.len, flags, gso_size, csum_start, csum_offset });
         Ok(true)
     }
 
-    /// Lends free buffers through `rx_fill` until the ring is full, the
-    /// driver holds ring_size of them, or only `keep_for_tx` free buffers
-    /// remain. Returns how many were lent.
-    pub fn fill_rx(&mut self, keep_for_tx: usize) -> Result<u32, ShmError> {
-        let mut space = self.rx_fill.space(&self.rings)?.min(self.geometry.ring_size - self.lent.rx_fill);
-        let mut lent = 0;
-        while space > 0 && self.free.len() > keep_for_tx {
-            let buf = self.free.pop().expect("checked non-empty");
-            self.owners[buf as usize] = Owner::DriverRxFill;
-            self.lent.rx_fill += 1;
-            self.rx_fill.push(&self.rings, RingEntry { buf, ..Default::default() });
-            space -= 1;
-            lent += 1;
-        }
-        Ok(lent)
-    }
-
-    /// Whether the driver asked to be woken for `tx` or `rx_fill` and either
-    /// has entries it has not been told of (and clears the request).
+    /// Whether the driver asked to be woken for `tx` and has entries it
+    /// has not been told of (and clears the request).
     pub fn driver_wants_kick(&mut self) -> bool {
-        // Both flags are taken: one eventfd covers both rings the driver consumes.
-        let tx = self.tx.take_wakeup(&self.rings);
-        let fill = self.rx_fill.take_wakeup(&self.rings);
-        tx || fill
+        self.tx.take_wakeup(&self.rings)
     }
 
-    /// Takes a buffer back through `ring` after checking the driver held it
-    /// for that ring: a completed frame's buffers are free again, a received
-    /// frame's buffer is the caller's.
-    fn reclaim(&mut self, ring: usize, entry: RingEntry, expected: Owner) -> Result<(), ShmError> {
-        let name = RING_NAMES[ring];
+    /// Takes a completed frame's buffers back after checking the driver
+    /// held them for `tx`: they are free again.
+    fn reclaim(&mut self, entry: RingEntry) -> Result<(), ShmError> {
         let (buf, len) = (entry.buf, entry.len);
-        let violation = |what: String| Err(ShmError::Violation(format!("{name} ring: {what}")));
+        let violation = |what: String| Err(ShmError::Violation(format!("tx_done ring: {what}")));
         if buf >= self.geometry.pool_buffers {
             return violation(format!("buffer {buf} is outside the pool of {}", self.geometry.pool_buffers));
         }
         let owner = self.owners[buf as usize];
-        if owner != expected {
-            return violation(format!("buffer {buf} was not lent through {} (it is {owner:?})",
-                                     if expected == Owner::DriverTx { "tx" } else { "rx_fill" }));
+        if owner != Owner::DriverTx {
+            return violation(format!("buffer {buf} was not lent through tx (it is {owner:?})"));
         }
         if len > self.geometry.buffer_size {
             return violation(format!("length {len} of buffer {buf} exceeds the buffer size {}", self.geometry.buffer_size));
         }
-        match expected {
-            Owner::DriverTx => {
-                // Drivers complete in order almost always, so this is the
-                // front; a driver may also complete out of order (at most
-                // ring_size entries to look through).
-                let Some(at) = self.tx_in_flight.iter().position(|t| t.buf == buf) else {
-                    return violation(format!("buffer {buf} is inside a frame, not its first buffer"));
-                };
-                let frame = self.tx_in_flight.remove(at).expect("found");
-                for b in buf..buf + tx_span(frame.len, self.geometry.buffer_size) {
-                    self.owners[b as usize] = Owner::Host;
-                }
-                self.lent.tx -= 1;
-                self.put_free(buf);
-            }
-            _ => {
-                // Held, not free: the caller frees it once it has read the frame.
-                self.owners[buf as usize] = Owner::Host;
-                self.lent.rx_fill -= 1;
-            }
+        // Drivers complete in order almost always, so this is the front; a
+        // driver may also complete out of order (at most ring_size entries
+        // to look through).
+        let Some(at) = self.tx_in_flight.iter().position(|t| t.buf == buf) else {
+            return violation(format!("buffer {buf} is inside a frame, not its first buffer"));
+        };
+        let frame = self.tx_in_flight.remove(at).expect("found");
+        for b in buf..buf + tx_span(frame.len, self.geometry.buffer_size) {
+            self.owners[b as usize] = Owner::Host;
         }
+        self.lent -= 1;
+        self.put_free(buf);
         Ok(())
     }
 
@@ -405,60 +346,19 @@ impl SharedMemory {
         if flags & !TX_DONE_DROPPED != 0 {
             return Err(ShmError::Violation(format!("tx_done ring: reserved flags {flags:#x} set on buffer {}", { entry.buf })));
         }
-        self.reclaim(RING_TX_DONE, entry, Owner::DriverTx)?;
+        self.reclaim(entry)?;
         Ok(Some(TxDone { buf: entry.buf, dropped: flags & TX_DONE_DROPPED != 0 }))
     }
 
-    /// The next received frame. Its buffer is back in the host's hands but not
-    /// free: the host reads the frame where it lies (`rx_buffer`), then frees
-    /// it (`put_free`).
-    pub fn take_rx(&mut self) -> Result<Option<RxFrame>, ShmError> {
-        let Some(entry) = self.rx.pop(&self.rings)? else { return Ok(None) };
-        let (buf, len, flags) = (entry.buf, entry.len, entry.flags);
-        if flags & !RX_CSUM_VALID != 0 {
-            return Err(ShmError::Violation(format!("rx ring: reserved flags {flags:#x} set on buffer {buf}")));
-        }
-        if len < MIN_RX_FRAME {
-            return Err(ShmError::Violation(format!("rx ring: frame of {len} bytes in buffer {buf} is shorter than an Ethernet header")));
-        }
-        self.reclaim(RING_RX, entry, Owner::DriverRxFill)?;
-        Ok(Some(RxFrame { buf, len, csum_valid: flags & RX_CSUM_VALID != 0 }))
-    }
-
-    /// The bytes of a buffer `take_rx` returned and `put_free` has not.
-    ///
-    /// The driver no longer holds it, but nothing stops a broken one from
-    /// writing it still: the bytes are values read from a peer. A reader that
-    /// decides anything on them (a length, an offset) copies them first and
-    /// decides on its copy; bytes it only passes on (a payload to the TAP)
-    /// it may pass from here.
-    pub fn rx_buffer(&self, buf: u32) -> &[u8] {
-        assert_eq!(self.owners[buf as usize], Owner::Host, "buffer {buf} is lent to the driver");
-        // SAFETY: in bounds (a pool buffer), and no &mut to a buffer the host
-        // holds outlives the call that made it (`host_buffer`'s caller reads
-        // a frame into a buffer it took with `take_free`, never one of these).
-        unsafe { self.arena.slice(self.buffer_offset(buf), self.geometry.buffer_size as usize) }
-    }
-
-    /// Frames the driver received but had no `rx_fill` buffer for, since the
-    /// last call. Only reported, never trusted: a driver can write any count.
-    pub fn take_rx_dropped(&mut self) -> u64 {
-        let now = self.rings.dropped(RING_RX).load(std::sync::atomic::Ordering::Relaxed);
-        let new = now.wrapping_sub(self.rx_dropped_seen);
-        self.rx_dropped_seen = now;
-        new as u64
-    }
-
     /// Before sleeping on the driver's eventfd: asks to be woken for
-    /// received frames, and for transmit completions if `tx_done` (see
-    /// `tx_done_urgent`); true if the rings asked for are still empty.
+    /// transmit completions if `tx_done` (see `tx_done_urgent`); true if
+    /// there are none to take (or none were asked for).
     pub fn prepare_to_sleep(&self, tx_done: bool) -> bool {
-        let rx = self.rx.prepare_to_sleep(&self.rings);
         if !tx_done {
             self.tx_done.no_wakeup(&self.rings);
-            return rx;
+            return true;
         }
-        self.tx_done.prepare_to_sleep(&self.rings) && rx
+        self.tx_done.prepare_to_sleep(&self.rings)
     }
 
     /// After the driver is gone: every buffer is the host's again and the
@@ -475,18 +375,14 @@ impl SharedMemory {
         self.free = (0..self.slots_start).rev().filter(|&b| !held[b as usize]).collect();
         self.free_slots = (self.slots_start..self.geometry.pool_buffers).step_by(slot as usize).rev()
             .filter(|&b| !held[b as usize]).collect();
-        self.lent = Lent::default();
-        self.rx_dropped_seen = 0;
+        self.lent = 0;
         for ring in 0..RING_COUNT {
-            for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.dropped(ring),
-                            self.rings.consumer_waiting(ring)] {
+            for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {
                 counter.store(0, std::sync::atomic::Ordering::SeqCst);
             }
         }
         self.tx = Producer::new(RING_TX);
-        self.rx_fill = Producer::new(RING_RX_FILL);
         self.tx_done = Consumer::new(RING_TX_DONE);
-        self.rx = Consumer::new(RING_RX);
         uncompleted
     }
 }

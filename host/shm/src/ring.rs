@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The four SPSC rings of docs/protocol.md, seen from the host.
+//! The two SPSC rings of docs/protocol.md, seen from the host.
 //!
-//! The host produces `tx` and `rx_fill` and consumes `tx_done` and `rx`. What
+//! The host produces `tx` and consumes `tx_done`. What
 //! it reads back from shared memory (the driver's `head` on rings it consumes,
 //! the driver's `tail` on rings it produces) is checked before use; the host's
 //! own counters are kept in host memory, never re-read from the ring.
@@ -14,11 +14,10 @@ use crate::region::SharedRegion;
 use crate::ShmError;
 
 const HEAD: usize = 0;
-const DROPPED: usize = 4;
 const TAIL: usize = 64;
 const WAITING: usize = 128;
 
-pub const RING_NAMES: [&str; RING_COUNT] = ["tx", "tx_done", "rx_fill", "rx"];
+pub const RING_NAMES: [&str; RING_COUNT] = ["tx", "tx_done"];
 
 pub struct Rings {
     region: SharedRegion,
@@ -65,11 +64,6 @@ impl Rings {
         self.counter(ring, TAIL)
     }
 
-    /// The producer's count of frames it had no buffer for (the driver's, on `rx`).
-    pub fn dropped(&self, ring: usize) -> &AtomicU32 {
-        self.counter(ring, DROPPED)
-    }
-
     pub fn consumer_waiting(&self, ring: usize) -> &AtomicU32 {
         self.counter(ring, WAITING)
     }
@@ -90,7 +84,7 @@ impl Rings {
     }
 }
 
-/// The host's end of a ring it produces (`tx`, `rx_fill`).
+/// The host's end of a ring it produces (`tx`).
 pub struct Producer {
     ring: usize,
     head: u32,
@@ -151,7 +145,7 @@ impl Producer {
     }
 }
 
-/// The host's end of a ring it consumes (`tx_done`, `rx`).
+/// The host's end of a ring it consumes (`tx_done`).
 pub struct Consumer {
     ring: usize,
     tail: u32,

@@ -8,7 +8,6 @@
 
 mod announce;
 mod check;
-mod coalesce;
 mod config;
 mod ethtool_job;
 mod fd;

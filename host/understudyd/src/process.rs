@@ -21,6 +21,9 @@ pub struct DriverFds<'a> {
     pub rings: BorrowedFd<'a>,
     pub kick: BorrowedFd<'a>,
     pub notify: BorrowedFd<'a>,
+    /// The driver's queue of the TAP (`--tap-fd`), detached before the
+    /// process starts; a prober has none.
+    pub tap: Option<BorrowedFd<'a>>,
     /// A checked driver's trace region and gate (`--trace-fd N --gate MODE`).
     pub trace: Option<(BorrowedFd<'a>, GateMode)>,
 }
@@ -68,6 +71,12 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
         cmd.arg(opt).arg(fd.to_string());
     }
     let mut inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
+    if let Some(queue) = fds.tap {
+        // A predecessor may have attached it, to be sent frames.
+        crate::tap::detach_driver_queue(queue)?;
+        cmd.arg("--tap-fd").arg(queue.as_raw_fd().to_string());
+        inherited.push(queue.as_raw_fd());
+    }
     if let Some((region, gate)) = fds.trace {
         cmd.arg("--trace-fd").arg(region.as_raw_fd().to_string()).arg("--gate").arg(gate.name());
         inherited.push(region.as_raw_fd());

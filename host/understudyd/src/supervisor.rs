@@ -156,12 +156,13 @@ impl Supervisor {
         let shm = SharedMemory::create(setup.geometry).map_err(|e| e.to_string())?;
         let g = setup.geometry;
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
-        let datapath = Datapath::new(shm, label.clone())?;
+        let interface = Interface::create(&setup.ifname, label.clone())?;
+        let tap_queue = interface.tap.driver_queue().map_err(|e| format!("{}: {e}", setup.ifname))?;
+        let datapath = Datapath::new(shm, Some(tap_queue), label.clone())?;
         let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
         let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection,
                             check: checking.as_ref() };
         let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
-        let interface = Interface::create(&setup.ifname, label.clone())?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
         if let Some(p) = &setup.placement {
             p.place_daemon_thread().map_err(|e| format!("cannot keep the device's thread off CPU {}: {e}", p.cpu))?;
@@ -352,8 +353,7 @@ impl Supervisor {
             if outcome.is_ok() && ready(control) {
                 outcome = self.handle_control();
             }
-            let without_rx_buffers = open && self.datapath.without_rx_buffers();
-            if outcome.is_ok() && (ready(notify) || ready(tap) || without_rx_buffers) {
+            if outcome.is_ok() && (ready(notify) || ready(tap)) {
                 if ready(notify) {
                     self.datapath.drain_notify();
                 }
@@ -526,20 +526,18 @@ impl Supervisor {
                 link.tx_progress.progressed(now);
             }
         }
-        // A frame went through the driver: one it received, or one it sent (a
-        // dropped one is not: a driver without link drops them).
-        if moved.counters.rx_packets + moved.sent > 0 {
+        // A frame went through the driver: one it sent (a dropped one is not:
+        // a driver without link drops them). Received frames go straight to
+        // the TAP, unseen (docs/protocol.md, "Receiving").
+        if moved.sent > 0 {
             self.frame_passed(now);
         }
-        let (c, pool_free) = (moved.counters, self.datapath.shm.free_count());
+        let pool_free = self.datapath.shm.free_count();
         self.update(|s| {
             s.pool_free = pool_free;
-            s.counters.tx_packets += c.tx_packets;
-            s.counters.tx_bytes += c.tx_bytes;
-            s.counters.tx_dropped += c.tx_dropped;
-            s.counters.rx_packets += c.rx_packets;
-            s.counters.rx_bytes += c.rx_bytes;
-            s.counters.rx_dropped += c.rx_dropped;
+            s.counters.tx_packets += moved.tx_packets;
+            s.counters.tx_bytes += moved.tx_bytes;
+            s.counters.tx_dropped += moved.tx_dropped;
         });
         Ok(())
     }

@@ -11,47 +11,47 @@
 //! into segments (GSO), and the header's fields go into the tx ring entry
 //! (docs/protocol.md), so the driver's own TSO and checksum offload do the
 //! work, or the driver process's runtime does it in software where the
-//! driver has none (it takes them all). Received frames the device
-//! checksummed are written with VIRTIO_NET_HDR_F_DATA_VALID, so the stack
-//! does not check them again, and TCP segments merged by coalesce.rs as one
-//! GSO frame. The TAP's own
-//! MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
+//! driver has none (it takes them all).
+//!
+//! Received frames never pass the daemon: the TAP has several queues
+//! (IFF_MULTI_QUEUE), and the driver process writes them to its own,
+//! detached so that the stack sends it nothing (docs/protocol.md,
+//! "Receiving"); the daemon's queue is the only one the stack sends to.
+//!
+//! The TAP's own MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
 //! and has no ioctl to change them, so an MTU outside the driver's range is
 //! undone by the daemon after the fact (see shadow.rs).
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN, TX_CSUM, TX_GSO_ECN,
                           TX_GSO_TCPV4, TX_GSO_TCPV6};
 use understudy_shm::TxOffload;
 
-use crate::coalesce::{RxMeta, MAX_SEGMENTS};
-
-/// The most parts a received frame is written from: a merge's headers and
-/// its segments' payloads.
-pub const MAX_FRAME_PARTS: usize = 1 + MAX_SEGMENTS;
-
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
+const TUNSETQUEUE: libc::c_ulong = 0x4004_54d9; // _IOW('T', 217, int)
+const TUNSETSTEERINGEBPF: libc::c_ulong = 0x8004_54e0; // _IOR('T', 224, int)
 const TUNSETCARRIER: libc::c_ulong = 0x4004_54e2; // _IOW('T', 226, int), Linux >= 5.0
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+const IFF_DETACH_QUEUE: libc::c_short = 0x0400;
+/// Every queue of the TAP is opened with the same flags.
+const TAP_FLAGS: libc::c_short = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0; // _IOW('T', 208, unsigned int)
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
 const TUN_F_TSO_ECN: libc::c_uint = 0x08;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
-const VIRTIO_NET_HDR_F_DATA_VALID: u8 = 2;
 const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
 const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
-/// Where TCP's checksum sits in its header.
-const TCP_CSUM_OFFSET: u16 = 16;
 const ARPHRD_ETHER: u16 = 1;
 
 /// `struct virtio_net_hdr` (10 bytes, the TAP's default size), native endian.
@@ -134,22 +134,99 @@ fn ioctl<T>(fd: BorrowedFd, request: libc::c_ulong, arg: *mut T) -> io::Result<(
 
 pub struct Tap {
     file: File,
+    /// The driver process's queue, for received frames only: detached, so
+    /// the stack sends it nothing, and kept here across driver processes.
+    driver_queue: File,
     name: String,
+}
+
+/// Opens a queue of the TAP `name`, creating the interface with the first.
+fn open_queue(name: &str) -> io::Result<File> {
+    let mut req = IfReq::new(name)?;
+    let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/net/tun")
+        .map_err(|e| io::Error::new(e.kind(), format!("open /dev/net/tun: {e} (modprobe tun)")))?;
+    req.data[..2].copy_from_slice(&TAP_FLAGS.to_ne_bytes());
+    ioctl(file.as_fd(), TUNSETIFF, &mut req).map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
+    Ok(file)
+}
+
+/// `struct bpf_insn`: opcode, registers (dst low nibble, src high), offset, immediate.
+#[repr(C)]
+struct BpfInsn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// The part of `union bpf_attr` BPF_PROG_LOAD reads, zero-padded as the kernel wants.
+#[repr(C)]
+#[derive(Default)]
+struct BpfProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    rest: [u64; 12],
+}
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
+
+/// Every frame the stack sends goes to the daemon's queue, the only one
+/// attached: a steering program that answers queue 0. Without one, the TAP
+/// steers a flow to the queue its received frames were last written to,
+/// and that is the driver's, detached, where the frames (the guest's ACKs
+/// of a transfer it receives) were dropped; the flow table's work per
+/// frame is spared too.
+fn steer_to_daemon_queue(tap: BorrowedFd) -> io::Result<()> {
+    // r0 = 0; exit
+    let insns = [BpfInsn { code: 0xb7, regs: 0, off: 0, imm: 0 }, BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 }];
+    let license = b"GPL\0";
+    let attr = BpfProgLoad {
+        prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: BPF_PROG_LOAD reads `attr` and the memory it points to; the result is a new fd we own.
+    let prog = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const BpfProgLoad, std::mem::size_of::<BpfProgLoad>()) };
+    if prog < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("loading the TAP's steering program (bpf): {e}")));
+    }
+    // SAFETY: `prog` was just returned to us.
+    let prog = unsafe { OwnedFd::from_raw_fd(prog as RawFd) };
+    let mut fd = prog.as_raw_fd();
+    ioctl(tap, TUNSETSTEERINGEBPF, &mut fd).map_err(|e| io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")))
+}
+
+/// Detaches the driver's queue `fd` from the TAP: the stack sends it no
+/// frames, yet writes to it still reach the stack. One already detached
+/// stays so (the kernel answers EINVAL).
+pub fn detach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
+    req.data[..2].copy_from_slice(&IFF_DETACH_QUEUE.to_ne_bytes());
+    match ioctl(fd, TUNSETQUEUE, &mut req) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        result => result.map_err(|e| io::Error::new(e.kind(), format!("TUNSETQUEUE detach: {e}"))),
+    }
 }
 
 impl Tap {
     /// Creates the interface `name`; fails if one of that name exists.
     pub fn create(name: &str) -> io::Result<Tap> {
-        let mut req = IfReq::new(name)?;
+        IfReq::new(name)?;
         if std::path::Path::new("/sys/class/net").join(name).exists() {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("an interface named {name} already exists")));
         }
-        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open("/dev/net/tun")
-            .map_err(|e| io::Error::new(e.kind(), format!("open /dev/net/tun: {e} (modprobe tun)")))?;
-        req.data[..2].copy_from_slice(&(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR).to_ne_bytes());
-        ioctl(file.as_fd(), TUNSETIFF, &mut req).map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
-        let tap = Tap { file, name: name.to_string() };
+        let file = open_queue(name)?;
+        let driver_queue = open_queue(name)?;
+        detach_driver_queue(driver_queue.as_fd())?;
+        steer_to_daemon_queue(file.as_fd())?;
+        let tap = Tap { file, driver_queue, name: name.to_string() };
         // No carrier until the driver reports one.
         tap.set_carrier(false)?;
         Ok(tap)
@@ -157,6 +234,11 @@ impl Tap {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Another fd of the driver's queue, for a driver process to inherit.
+    pub fn driver_queue(&self) -> io::Result<OwnedFd> {
+        Ok(self.driver_queue.try_clone()?.into())
     }
 
     pub fn set_carrier(&self, on: bool) -> io::Result<()> {
@@ -230,38 +312,6 @@ impl Tap {
         }
         let frame = (n as usize).saturating_sub(std::mem::size_of::<VnetHdr>());
         Ok(Some((frame, hdr.tx_offload())))
-    }
-
-    /// Hands one received frame to the stack, gathered from `parts` (at
-    /// most `MAX_FRAME_PARTS`), with what it needs to know (a checksum the
-    /// device checked; merged segments). A full queue drops it, as a NIC would.
-    pub fn write_frame(&self, parts: &[&[u8]], meta: RxMeta) -> io::Result<bool> {
-        assert!(parts.len() <= MAX_FRAME_PARTS, "a frame of {} parts", parts.len());
-        let mut hdr = match meta {
-            RxMeta::Plain { csum_valid } => {
-                VnetHdr { flags: if csum_valid { VIRTIO_NET_HDR_F_DATA_VALID } else { 0 }, ..Default::default() }
-            }
-            RxMeta::Tcp4 { gso_size, csum_start, hdr_len, .. } => VnetHdr {
-                flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-                gso_type: VIRTIO_NET_HDR_GSO_TCPV4,
-                hdr_len,
-                gso_size,
-                csum_start,
-                csum_offset: TCP_CSUM_OFFSET,
-            },
-        };
-        let hdr_bytes = hdr.as_bytes_mut();
-        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 1 + MAX_FRAME_PARTS];
-        iov[0] = libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() };
-        for (v, part) in iov[1..].iter_mut().zip(parts) {
-            *v = libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() };
-        }
-        // SAFETY: the iovecs point to live memory; writev only reads it.
-        if unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 1 + parts.len() as libc::c_int) } < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(false) } else { Err(e) };
-        }
-        Ok(true)
     }
 }
 

@@ -1,31 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The frames' path between the TAP and the driver: the shared pool and its
-//! rings (docs/protocol.md), the eventfds that signal them, and the
-//! coalescer that merges received TCP segments for the TAP. It outlives
-//! driver processes: a successor gets the same pool and rings, emptied.
+//! rings for transmission (docs/protocol.md), the eventfds that signal them,
+//! and the driver's own queue of the TAP, which its received frames go to.
+//! It outlives driver processes: a successor gets the same pool and rings,
+//! emptied, and the same queue.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use log::{info, warn};
-use understudy_api::Counters;
 use understudy_protocol::{OFFLOAD_TSO4, OFFLOAD_TSO6};
-use understudy_shm::{RxFrame, SharedMemory, ShmError, TxFrame};
+use understudy_shm::{SharedMemory, ShmError, TxFrame};
 
 use super::Fault;
-use crate::coalesce::{Coalescer, Frame, RxMeta, MAX_SEGMENTS};
 use crate::fd;
 use crate::shadow::offload_names;
-use crate::tap::{Tap, MAX_FRAME_PARTS};
+use crate::tap::Tap;
 
-/// Free buffers kept back from `rx_fill` so the stack can always transmit.
-const KEEP_FOR_TX: usize = 512;
-/// Received frames taken between two refills of `rx_fill`. The driver polls
-/// its NIC only with room for a whole NAPI budget (at most 64 frames); with
-/// the buffers lent back only once the rx ring was empty, it sat idle, its
-/// NIC's ring filling, for as long as the host took to merge and write the
-/// batch (e1000 host → guest TCP 967 → 1056 and 934 → 1083 Mbit/s, medians
-/// of 4 A/B runs each, docs/notes/bench-net-history.md, "What limits receive: the first look").
-const RX_REFILL_EVERY: usize = 64;
 const ETH_HLEN: usize = 14;
 /// The longest Ethernet header: with one VLAN tag.
 const VLAN_ETH_HLEN: usize = 18;
@@ -36,42 +26,39 @@ pub struct Datapath {
     kick: OwnedFd,
     /// Driver → host.
     notify: OwnedFd,
+    /// The driver's queue of the TAP, which its received frames go to; a
+    /// prober's datapath has none.
+    tap_queue: Option<OwnedFd>,
     /// The driver stopped its transmit queue (TX_QUEUE).
     pub tx_stopped: bool,
     /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
     offloads: u32,
-    /// Received TCP segments merged into GSO frames for the TAP (LRO), named
-    /// by their pool buffers.
-    coalescer: Coalescer<u32>,
-    /// Received frames taken from the ring, to be written.
-    rx_batch: Vec<RxFrame>,
-    /// Buffers of received frames the TAP has taken, to be freed.
-    rx_written: Vec<u32>,
     /// Log lines' prefix: the device.
     pub label: String,
 }
 
-/// What one `move_frames` moved: the counters for `status`, the transmit
+/// What one `move_frames` moved: the transmit counters for `status`, the
 /// completions (the driver made progress) and those it did not drop.
 #[derive(Default)]
 pub struct Moved {
-    pub counters: Counters,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Frames the TAP gave that could not go, and those the driver dropped.
+    pub tx_dropped: u64,
     pub completed: u64,
     pub sent: u64,
 }
 
 impl Datapath {
-    pub fn new(shm: SharedMemory, label: String) -> Result<Self, String> {
+    pub fn new(shm: SharedMemory, tap_queue: Option<OwnedFd>, label: String) -> Result<Self, String> {
         let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
         Ok(Datapath {
             shm,
             kick,
             notify,
+            tap_queue,
             tx_stopped: false,
             offloads: 0,
-            coalescer: Coalescer::default(),
-            rx_batch: Vec::with_capacity(RX_REFILL_EVERY),
-            rx_written: Vec::with_capacity(RX_REFILL_EVERY + MAX_SEGMENTS),
             label,
         })
     }
@@ -84,12 +71,16 @@ impl Datapath {
         self.notify.as_fd()
     }
 
+    pub fn tap_queue(&self) -> Option<BorrowedFd<'_>> {
+        self.tap_queue.as_ref().map(|q| q.as_fd())
+    }
+
     /// The driver's signal, once poll has seen it (a read of an unsignalled eventfd blocks).
     pub fn drain_notify(&self) {
         fd::drain(self.notify.as_fd());
     }
 
-    /// Wakes the driver's consumer of `tx` and `rx_fill`.
+    /// Wakes the driver's consumer of `tx`.
     pub fn kick(&self) {
         fd::signal(self.kick.as_fd());
     }
@@ -101,21 +92,13 @@ impl Datapath {
         !self.tx_stopped && self.shm.can_send(self.large(mtu)).unwrap_or(true)
     }
 
-    /// The driver is open and holds no receive buffers: just opened, or
-    /// reopened by a handover's replay. They are lent now, not when the
-    /// first frame moves: an interface that sends nothing would receive
-    /// nothing, and the driver would poll for the buffers meanwhile.
-    pub fn without_rx_buffers(&self) -> bool {
-        self.shm.lent().rx_fill == 0
-    }
-
-    /// Buffers the driver holds for transmission.
+    /// Frames the driver holds for transmission.
     pub fn tx_held(&self) -> u32 {
-        self.shm.lent().tx
+        self.shm.lent()
     }
 
-    /// New frames from the TAP (if `tap_ready`); completions and received
-    /// frames from the driver; refills; one kick if the driver asked for one.
+    /// New frames from the TAP (if `tap_ready`); completions from the
+    /// driver; one kick if the driver asked for one.
     /// The TAP goes first so that the wakeups asked for before sleeping
     /// reflect how many buffers the driver holds after it. Completions are
     /// asked for when the driver holds many buffers, or if `want_tx_done`.
@@ -133,22 +116,20 @@ impl Datapath {
                         break;
                     }
                 }
-                let Some(frame) = self.read_tap_frame(tap, large, &mut moved.counters)? else { break };
+                let Some(frame) = self.read_tap_frame(tap, large, &mut moved.tx_dropped)? else { break };
                 if !self.shm.send(frame).map_err(violation)? {
                     // Not expected after can_send; dropped, as a NIC's full queue would.
                     self.shm.put_free(frame.buf);
-                    moved.counters.tx_dropped += 1;
+                    moved.tx_dropped += 1;
                     break;
                 }
-                moved.counters.tx_packets += 1;
-                moved.counters.tx_bytes += frame.len as u64;
+                moved.tx_packets += 1;
+                moved.tx_bytes += frame.len as u64;
             }
         }
         loop {
             self.reap_tx_done(&mut moved)?;
-            let got = self.receive_frames(tap, &mut moved.counters)?;
-            let want = self.shm.tx_done_urgent(large) || want_tx_done;
-            if !got && self.shm.prepare_to_sleep(want) {
+            if self.shm.prepare_to_sleep(self.shm.tx_done_urgent(large) || want_tx_done) {
                 break;
             }
         }
@@ -156,58 +137,6 @@ impl Datapath {
             self.kick();
         }
         Ok(moved)
-    }
-
-    /// Takes what the driver received and writes it to the TAP, merged where
-    /// the coalescer can, straight from the pool: a batch of frames at a time,
-    /// then the buffers written are freed and `rx_fill` is topped up. Returns
-    /// whether there was any.
-    fn receive_frames(&mut self, tap: &Tap, counters: &mut Counters) -> Result<bool, Fault> {
-        let violation = |e: ShmError| Fault::Violation(e.to_string());
-        let mut got = false;
-        loop {
-            self.rx_batch.clear();
-            while self.rx_batch.len() < RX_REFILL_EVERY {
-                let Some(rx) = self.shm.take_rx().map_err(violation)? else { break };
-                self.rx_batch.push(rx);
-            }
-            let last = self.rx_batch.len() < RX_REFILL_EVERY;
-            got |= !self.rx_batch.is_empty();
-            // A full TAP queue drops a frame, and its segments are not
-            // counted as received.
-            let mut undelivered = 0u64;
-            let (shm, written) = (&self.shm, &mut self.rx_written);
-            let mut write = |f: Frame<u32>, meta: RxMeta| -> Result<(), Fault> {
-                let mut parts: [&[u8]; MAX_FRAME_PARTS] = [&[]; MAX_FRAME_PARTS];
-                parts[0] = f.head;
-                for (part, p) in parts[1..].iter_mut().zip(f.pieces) {
-                    *part = &shm.rx_buffer(p.from)[p.start..p.start + p.len];
-                }
-                if !tap.write_frame(&parts[..1 + f.pieces.len()], meta).map_err(|e| Fault::Io(format!("TAP write: {e}")))? {
-                    undelivered += f.pieces.len() as u64;
-                }
-                written.extend(f.pieces.iter().map(|p| p.from));
-                Ok(())
-            };
-            for rx in &self.rx_batch {
-                counters.rx_packets += 1;
-                counters.rx_bytes += rx.len as u64;
-                self.coalescer.push(&shm.rx_buffer(rx.buf)[..rx.len as usize], rx.buf, rx.csum_valid, &mut write)?;
-            }
-            if last {
-                self.coalescer.flush(&mut write)?;
-            }
-            counters.rx_packets -= undelivered;
-            counters.rx_dropped += undelivered;
-            for buf in self.rx_written.drain(..) {
-                self.shm.put_free(buf);
-            }
-            self.shm.fill_rx(KEEP_FOR_TX).map_err(violation)?;
-            if last {
-                counters.rx_dropped += self.shm.take_rx_dropped();
-                return Ok(got);
-            }
-        }
     }
 
     /// The TAP leaves to the driver the offloads it takes (REGISTERED's).
@@ -238,7 +167,7 @@ impl Datapath {
     /// GSO frames), or `None` if the TAP has none. A frame that cannot go
     /// (cut short, or an offload the driver was not offered) is counted as
     /// dropped and the next one read.
-    fn read_tap_frame(&mut self, tap: &Tap, large: bool, counters: &mut Counters) -> Result<Option<TxFrame>, Fault> {
+    fn read_tap_frame(&mut self, tap: &Tap, large: bool, dropped: &mut u64) -> Result<Option<TxFrame>, Fault> {
         loop {
             let Some(buf) = self.shm.take_free(large) else { return Ok(None) };
             let capacity = self.shm.capacity(large);
@@ -259,7 +188,7 @@ impl Datapath {
                     warn!("{}: dropped a {len}-byte frame from {}: {}", self.label, tap.name(),
                           refused.err().unwrap_or_else(|| "longer than a buffer holds".into()));
                     self.shm.put_free(buf);
-                    counters.tx_dropped += 1;
+                    *dropped += 1;
                     continue;
                 }
             };
@@ -271,7 +200,7 @@ impl Datapath {
     /// Takes the driver's transmit completions.
     fn reap_tx_done(&mut self, moved: &mut Moved) -> Result<(), Fault> {
         while let Some(done) = self.shm.reap_tx_done().map_err(|e| Fault::Violation(e.to_string()))? {
-            moved.counters.tx_dropped += done.dropped as u64;
+            moved.tx_dropped += done.dropped as u64;
             moved.completed += 1;
             moved.sent += !done.dropped as u64;
         }
@@ -279,12 +208,9 @@ impl Datapath {
     }
 
     /// The driver is gone: every buffer is the host's again. Returns the
-    /// frames it took and never completed, oldest first; the frames a fault
-    /// left unwritten to the TAP are dropped (their buffers were just reclaimed).
+    /// frames it took and never completed, oldest first.
     pub fn reclaim(&mut self) -> Vec<TxFrame> {
         let uncompleted = self.shm.reclaim_all();
-        self.coalescer.discard();
-        self.rx_written.clear();
         self.tx_stopped = false;
         uncompleted
     }

@@ -12,6 +12,7 @@ use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, G
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
+use super::interface::received;
 use super::Supervisor;
 use crate::check::CheckLog;
 use crate::handover::Driver;
@@ -122,7 +123,14 @@ impl Requester {
 
 impl Handle {
     pub fn status(&self) -> DeviceStatus {
-        let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut st = {
+            let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            // Once the interface is gone its last counts stay.
+            if let Ok((packets, bytes, dropped)) = received(&shared.ifname) {
+                (shared.counters.rx_packets, shared.counters.rx_bytes, shared.counters.rx_dropped) = (packets, bytes, dropped);
+            }
+            shared.clone()
+        };
         st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
         st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.pid));
         st

@@ -156,3 +156,15 @@ impl Interface {
         self.carrier_held_until = Some(now + CARRIER_HOLD);
     }
 }
+
+/// What the interface `ifname` received, by the kernel's statistics of the
+/// TAP: packets, bytes and drops. The driver process writes received frames
+/// to the TAP itself, so these are the only counts the daemon can trust.
+pub fn received(ifname: &str) -> std::io::Result<(u64, u64, u64)> {
+    let read = |counter: &str| -> std::io::Result<u64> {
+        let path = format!("/sys/class/net/{ifname}/statistics/{counter}");
+        let text = std::fs::read_to_string(&path)?;
+        text.trim().parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{path}: {e}")))
+    };
+    Ok((read("rx_packets")?, read("rx_bytes")?, read("rx_dropped")?))
+}

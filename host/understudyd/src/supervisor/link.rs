@@ -74,6 +74,7 @@ pub fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleI
         rings: datapath.shm.rings().region().as_fd(),
         kick: datapath.kick_fd(),
         notify: datapath.notify_fd(),
+        tap: datapath.tap_queue(),
         trace: region.as_ref().zip(spawn.check).map(|(r, c)| (r.as_fd(), c.mode)),
     }, spawn.placement)
     .map_err(|e| e.to_string())?;
