@@ -144,16 +144,33 @@ int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
 void *ddekit_pci_bar_map(int bar);
 
 /*
- * Legacy INTx through VFIO: an eventfd (returned by attach) the kernel
- * signals on each interrupt; VFIO masks the line until ddekit_irq_unmask().
- * detach stops the signalling and wakes the waiter once more, so it can see
- * it was detached; the waiter then closes the eventfd.
+ * Interrupts through VFIO (docs/design.md §3): the legacy INTx line, or the
+ * function's MSI or MSI-X vectors. Each source delivers through eventfds,
+ * one per line or vector, that the kernel signals on each interrupt.
  */
-int ddekit_irq_attach(void);
+enum ddekit_irq_source { DDEKIT_IRQ_INTX, DDEKIT_IRQ_MSI, DDEKIT_IRQ_MSIX };
+/* The most message-signalled vectors the runtime enables for one function. */
+#define DDEKIT_IRQ_MAX_VECTORS	32
+/* How many vectors VFIO offers for source (its capability's size); 0: none. */
+int ddekit_irq_vectors(enum ddekit_irq_source source);
+/*
+ * Enables MSI or MSI-X vectors [0, count) with no eventfd attached yet;
+ * 0 or -errno. Disabling takes every vector of source away again.
+ */
+int ddekit_irq_enable_vectors(enum ddekit_irq_source source, unsigned int count);
+void ddekit_irq_disable_vectors(enum ddekit_irq_source source);
+/*
+ * An eventfd for the INTx line (vector 0), which this enables, or for an
+ * enabled MSI/MSI-X vector. VFIO masks INTx when it fires, until
+ * ddekit_irq_unmask(); message-signalled vectors are never masked. detach
+ * stops the signalling and wakes the waiter once more, so it can see it was
+ * detached; the waiter then closes the eventfd.
+ */
+int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector);
 /* Blocks (without the CPU) until an interrupt or the detach wake-up. */
 int ddekit_irq_wait(int eventfd);
 void ddekit_irq_unmask(void);
-void ddekit_irq_detach(int eventfd);
+void ddekit_irq_detach(enum ddekit_irq_source source, unsigned int vector, int eventfd);
 void ddekit_irq_close(int eventfd);
 
 /* ---- checking (docs/checking.md) --------------------------------------- */

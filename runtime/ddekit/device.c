@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ddekit's PCI function: the VFIO device fd and what it gives the kernel
- * half -- config space, the BARs (mapped, or granted as ports), and INTx
- * through an eventfd.
+ * half -- config space, the BARs (mapped, or granted as ports), and its
+ * interrupts (INTx, MSI, MSI-X) through eventfds.
  *
  * Built with -mincoming-stack-boundary=3 (see ddekit.h). Only the uapi
  * <linux/vfio.h> is included, never a kernel-internal header.
@@ -12,6 +12,7 @@
 #include <linux/vfio.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/io.h>
 #include <sys/ioctl.h>
@@ -163,37 +164,84 @@ void ddekit_setup_device_memory_observer(void (*observer)(void *addr, size_t siz
 	device_memory_observer = observer;
 }
 
-/* ---- INTx --------------------------------------------------------------- */
+/* ---- interrupts: INTx, MSI, MSI-X ---------------------------------------- */
 
-static int set_irqs(uint32_t flags, uint32_t count, int32_t eventfd)
+static const uint32_t irq_index[] = {
+	[DDEKIT_IRQ_INTX] = VFIO_PCI_INTX_IRQ_INDEX,
+	[DDEKIT_IRQ_MSI] = VFIO_PCI_MSI_IRQ_INDEX,
+	[DDEKIT_IRQ_MSIX] = VFIO_PCI_MSIX_IRQ_INDEX,
+};
+
+/* VFIO_DEVICE_SET_IRQS on vectors [start, start + count); fds: one each, or NULL for DATA_NONE. */
+static int set_irqs(enum ddekit_irq_source source, uint32_t flags, unsigned int start,
+		    unsigned int count, const int32_t *fds)
 {
 	struct {
 		struct vfio_irq_set set;
-		int32_t fd;
+		int32_t fds[DDEKIT_IRQ_MAX_VECTORS];
 	} req = {
 		.set = {
-			.argsz = sizeof(struct vfio_irq_set) + (count ? sizeof(int32_t) : 0),
+			.argsz = sizeof(struct vfio_irq_set) + (fds ? count * sizeof(int32_t) : 0),
 			.flags = flags,
-			.index = VFIO_PCI_INTX_IRQ_INDEX,
-			.start = 0,
+			.index = irq_index[source],
+			.start = start,
 			.count = count,
 		},
-		.fd = eventfd,
 	};
 
+	if (fds) {
+		if (count > DDEKIT_IRQ_MAX_VECTORS)
+			return -EINVAL;
+		memcpy(req.fds, fds, count * sizeof(int32_t));
+	}
 	return ioctl(device.fd, VFIO_DEVICE_SET_IRQS, &req) ? -errno : 0;
 }
 
-int ddekit_irq_attach(void)
+int ddekit_irq_vectors(enum ddekit_irq_source source)
 {
-	int fd, err;
+	struct vfio_irq_info info = { .argsz = sizeof(info), .index = irq_index[source] };
+
+	if (device.fd < 0 || ioctl(device.fd, VFIO_DEVICE_GET_IRQ_INFO, &info) ||
+	    !(info.flags & VFIO_IRQ_INFO_EVENTFD))
+		return 0;
+	return info.count;
+}
+
+/*
+ * VFIO allocates the host's vectors when a trigger is first set on the
+ * index, for as many as that call names; an fd of -1 enables a vector
+ * without an eventfd, which request_irq() attaches later.
+ */
+int ddekit_irq_enable_vectors(enum ddekit_irq_source source, unsigned int count)
+{
+	int32_t none[DDEKIT_IRQ_MAX_VECTORS];
+
+	if (device.fd < 0)
+		return -ENODEV;
+	if (source == DDEKIT_IRQ_INTX || !count || count > DDEKIT_IRQ_MAX_VECTORS)
+		return -EINVAL;
+	for (unsigned int i = 0; i < count; i++)
+		none[i] = -1;
+	return set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 0, count, none);
+}
+
+void ddekit_irq_disable_vectors(enum ddekit_irq_source source)
+{
+	/* DATA_NONE with count 0 tears down every vector of the index. */
+	set_irqs(source, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, NULL);
+}
+
+int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector)
+{
+	int32_t fd;
+	int err;
 
 	if (device.fd < 0)
 		return -ENODEV;
 	fd = eventfd(0, EFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	err = set_irqs(VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 1, fd);
+	err = set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, vector, 1, &fd);
 	if (err) {
 		close(fd);
 		return err;
@@ -216,14 +264,18 @@ int ddekit_irq_wait(int fd)
 void ddekit_irq_unmask(void)
 {
 	/* VFIO masked the level-triggered line when it fired. */
-	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, 1, -1);
+	set_irqs(DDEKIT_IRQ_INTX, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, 0, 1, NULL);
 }
 
-void ddekit_irq_detach(int fd)
+void ddekit_irq_detach(enum ddekit_irq_source source, unsigned int vector, int fd)
 {
+	const int32_t none = -1;
 	uint64_t one = 1;
 
-	set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, -1);
+	if (source == DDEKIT_IRQ_INTX)
+		set_irqs(source, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, NULL);
+	else	/* the vector stays enabled, without an eventfd */
+		set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, vector, 1, &none);
 	if (write(fd, &one, sizeof(one)) != sizeof(one))
 		ddekit_panic("cannot wake the IRQ thread");
 }

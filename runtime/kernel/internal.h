@@ -128,8 +128,24 @@ int us_pci_resume(void);
 struct device;
 int devres_release_all(struct device *dev);
 
-/* irq.c: whether the driver holds its interrupt line. */
+/*
+ * irq.c and msi.c: the irq numbers a driver gets. The INTx line is
+ * pci_dev.irq; message-signalled vector v (its MSI-X table entry, or its
+ * MSI message) is US_MSI_FIRST_IRQ + v.
+ */
+#define US_INTX_IRQ		16
+#define US_MSI_FIRST_IRQ	32
+#define US_NR_IRQS		(US_MSI_FIRST_IRQ + DDEKIT_IRQ_MAX_VECTORS)
+/* irq.c: whether the driver holds any interrupt line or vector. */
 bool us_irq_held(void);
+/* irq.c: whether a handler is requested on a message-signalled vector. */
+bool us_irq_vectors_requested(void);
+/*
+ * msi.c: the enabled vector irq stands for and its source (DDEKIT_IRQ_MSI
+ * or _MSIX), or -EINVAL; whether any vector is enabled.
+ */
+int us_msi_vector(unsigned int irq, unsigned int *vector);
+bool us_msi_enabled(void);
 
 /*
  * dma.c: coherent memory, traced as site's (the module's caller) for the

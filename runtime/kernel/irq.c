@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Interrupts: the function's legacy INTx line, delivered by VFIO through an
- * eventfd. An IRQ thread waits on it without the CPU, takes the CPU, runs
- * the handler in hard-IRQ context (HARDIRQ_OFFSET in the preempt count),
- * then the NET_RX softirq it raised (irq_exit()), and unmasks the line,
- * which VFIO masked when it fired.
+ * Interrupts: the function's legacy INTx line or its MSI/MSI-X vectors
+ * (msi.c), each delivered by VFIO through an eventfd. Every requested line
+ * has its IRQ thread, which waits on the eventfd without the CPU, takes the
+ * CPU, runs the handler in hard-IRQ context (HARDIRQ_OFFSET in the preempt
+ * count), then the NET_RX softirq it raised (irq_exit()). INTx is level
+ * triggered: VFIO masked it when it fired, and the thread unmasks it. A
+ * message-signalled vector is an edge, never masked: one that arrives while
+ * its handler runs is counted in the eventfd and handled next.
  *
  * While another thread holds the CPU no handler can run, which is exactly
  * local_irq_disable() on a uniprocessor; disable_irq() additionally keeps
@@ -19,6 +22,8 @@
 
 struct us_irq {
 	unsigned int irq;
+	enum ddekit_irq_source source;
+	unsigned int vector;
 	irq_handler_t handler;
 	irq_handler_t thread_fn;
 	void *dev_id;
@@ -29,8 +34,8 @@ struct us_irq {
 	unsigned long count;
 };
 
-/* One line per process: the one PCI function's INTx. */
-static struct us_irq *line;
+/* The requested lines by irq number: INTx and the message-signalled vectors. */
+static struct us_irq *lines[US_NR_IRQS];
 
 /* The primary handler of a threaded-only request: wake the thread. */
 static irqreturn_t irq_default_primary_handler(int irq, void *dev_id)
@@ -65,7 +70,8 @@ static void irq_thread(void *arg)
 		if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
 			desc->thread_fn(desc->irq, desc->dev_id);
 		us_cpu_leave();
-		ddekit_irq_unmask();
+		if (desc->source == DDEKIT_IRQ_INTX)
+			ddekit_irq_unmask();
 	}
 	ddekit_irq_close(desc->eventfd);
 	us_cpu_enter();
@@ -73,13 +79,33 @@ static void irq_thread(void *arg)
 	us_cpu_leave();
 }
 
+/*
+ * What VFIO delivers irq from: an enabled MSI/MSI-X vector, or the INTx
+ * line. Any other number has no interrupt behind it, as an irq without a
+ * descriptor in the kernel.
+ */
+static int line_source(unsigned int irq, unsigned int *vector)
+{
+	int source = us_msi_vector(irq, vector);
+
+	if (source >= 0)
+		return source;
+	*vector = 0;
+	return irq == US_INTX_IRQ ? DDEKIT_IRQ_INTX : -EINVAL;
+}
+
 int request_threaded_irq(unsigned int irq, irq_handler_t handler, irq_handler_t thread_fn,
 			 unsigned long flags, const char *name, void *dev_id)
 {
 	struct us_irq *desc;
+	char thread_name[16];
+	unsigned int vector;
+	int source = line_source(irq, &vector);
 	int err;
 
-	if (line)
+	if (source < 0)
+		return source;
+	if (lines[irq])
 		return -EBUSY;	/* IRQF_SHARED has nobody to share with */
 	if (!handler) {
 		if (!thread_fn)
@@ -90,41 +116,53 @@ int request_threaded_irq(unsigned int irq, irq_handler_t handler, irq_handler_t 
 	if (!desc)
 		return -ENOMEM;
 	desc->irq = irq;
+	desc->source = source;
+	desc->vector = vector;
 	desc->handler = handler;
 	desc->thread_fn = thread_fn;
 	desc->dev_id = dev_id;
 	desc->name = name;
 	desc->disable_depth = flags & IRQF_NO_AUTOEN ? 1 : 0;
-	desc->eventfd = ddekit_irq_attach();
+	desc->eventfd = ddekit_irq_attach(source, vector);
 	if (desc->eventfd < 0) {
 		err = desc->eventfd;
 		kfree(desc);
 		return err;
 	}
-	err = ddekit_thread_create(irq_thread, desc, "irq");
+	snprintf(thread_name, sizeof(thread_name), "irq/%u", irq);
+	err = ddekit_thread_create(irq_thread, desc, thread_name);
 	if (err) {
-		ddekit_irq_detach(desc->eventfd);
+		ddekit_irq_detach(source, vector, desc->eventfd);
 		ddekit_irq_close(desc->eventfd);
 		kfree(desc);
 		return err;
 	}
-	line = desc;
+	lines[irq] = desc;
 	return 0;
 }
 EXPORT_SYMBOL(request_threaded_irq);
 
+/*
+ * IRQ_FREED tells how many interrupts the line took while it was
+ * requested: which of a driver's vectors carried its traffic.
+ */
 const void *free_irq(unsigned int irq, void *dev_id)
 {
+	struct us_irq *desc = irq < US_NR_IRQS ? lines[irq] : NULL;
 	const char *name;
+	char event[96];
 
-	if (!line || line->dev_id != dev_id) {
+	if (!desc || desc->dev_id != dev_id) {
 		WARN(1, "free_irq(%u): not requested with this dev_id\n", irq);
 		return NULL;
 	}
-	name = line->name;
-	line->freed = true;
-	ddekit_irq_detach(line->eventfd);	/* the IRQ thread frees the descriptor */
-	line = NULL;
+	snprintf(event, sizeof(event), "IRQ_FREED irq=%u handled=%lu name=%s",
+		 irq, desc->count, desc->name);
+	ddekit_event(event);
+	name = desc->name;
+	desc->freed = true;
+	ddekit_irq_detach(desc->source, desc->vector, desc->eventfd);	/* the IRQ thread frees desc */
+	lines[irq] = NULL;
 	us_wake();
 	return name;
 }
@@ -132,9 +170,9 @@ EXPORT_SYMBOL(free_irq);
 
 static struct us_irq *lookup(unsigned int irq)
 {
-	if (!line || line->irq != irq)
+	if (irq >= US_NR_IRQS || !lines[irq])
 		us_panic("irq %u was never requested", irq);
-	return line;
+	return lines[irq];
 }
 
 void disable_irq_nosync(unsigned int irq)
@@ -199,12 +237,31 @@ EXPORT_SYMBOL(probe_irq_off);
 
 bool us_irq_held(void)
 {
-	return line && !line->freed;
+	for (unsigned int irq = 0; irq < US_NR_IRQS; irq++) {
+		if (lines[irq])
+			return true;
+	}
+	return false;
 }
 
-/* Count of handled interrupts, for the driver's main and the tests. */
+bool us_irq_vectors_requested(void)
+{
+	for (unsigned int irq = US_MSI_FIRST_IRQ; irq < US_NR_IRQS; irq++) {
+		if (lines[irq])
+			return true;
+	}
+	return false;
+}
+
+/* Count of handled interrupts on every line, for the driver's main and the tests. */
 unsigned long us_irq_count(void)
 {
-	return line ? line->count : 0;
+	unsigned long count = 0;
+
+	for (unsigned int irq = 0; irq < US_NR_IRQS; irq++) {
+		if (lines[irq])
+			count += lines[irq]->count;
+	}
+	return count;
 }
 EXPORT_SYMBOL_GPL(us_irq_count);

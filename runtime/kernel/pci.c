@@ -333,8 +333,11 @@ int us_pci_init(void)
 	pdev->pm_cap = pci_find_capability(pdev, PCI_CAP_ID_PM);
 	us_pcie_init(pdev);
 	us_pm_init(&pdev->dev);
-	/* A name for request_irq(); the interrupt itself is VFIO's INTx. */
-	pdev->irq = 16;
+	/* A name for request_irq(); the interrupt itself is VFIO's INTx (irq.c). */
+	pdev->irq = US_INTX_IRQ;
+	/* What MSI and MSI-X look for, as the PCI core's pci_msi_init() finds them. */
+	pdev->msi_cap = pci_find_capability(pdev, PCI_CAP_ID_MSI);
+	pdev->msix_cap = pci_find_capability(pdev, PCI_CAP_ID_MSIX);
 	pdev->dma_mask = DMA_BIT_MASK(32);
 	pdev->dev.dma_mask = &pdev->dma_mask;
 	pdev->dev.coherent_dma_mask = DMA_BIT_MASK(32);

@@ -23,7 +23,12 @@
  * Ends the softirq and workqueue threads. Refused (and nothing stopped)
  * when the state is not one a fresh process can start from: the driver
  * holds its interrupt, its net_device is open, or it has no resume
- * callback to bring a reset device back.
+ * callback to bring a reset device back. Or it has MSI or MSI-X vectors
+ * enabled (e1000e does at probe): the daemon's stop takes them from the
+ * device, while the driver's state says they are there, and a driver whose
+ * resume enables them again (e1000e's does, after its suspend disabled
+ * them) would find them enabled -- a resume no kernel would run it into
+ * (docs/design.md §13).
  */
 int us_template_park(void)
 {
@@ -34,7 +39,7 @@ int us_template_park(void)
 	dev = us_first_netdev();
 	if (!dev)
 		err = -ENODEV;
-	else if (netif_running(dev) || us_irq_held())
+	else if (netif_running(dev) || us_irq_held() || us_msi_enabled())
 		err = -EBUSY;
 	else if (!us_pci_can_resume())
 		err = -EOPNOTSUPP;

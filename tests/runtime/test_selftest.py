@@ -87,7 +87,7 @@ def test_missing_imports_fail_the_load_with_the_complete_list(runtime_built, deb
 
 
 @pytest.mark.parametrize("module, banner", [
-    # e1000e needs time, PCIe capability, runtime PM, MSI (refused) and PTP (none) too.
+    # e1000e needs time, PCIe capability, runtime PM, MSI and MSI-X, and PTP (none) too.
     ("e1000/e1000", "Intel(R) PRO/1000 Network Driver"),
     ("e1000e/e1000e", "Intel(R) PRO/1000 Network Driver"),
 ])

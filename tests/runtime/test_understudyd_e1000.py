@@ -65,7 +65,7 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         # the CPU; the task threads, transmission among them, keep the default.
         driver_nice = thread_nice(g, opened["pid"])
         print("driver threads' nice", driver_nice)
-        assert driver_nice["irq"] == driver_nice["ksoftirqd/0"] == -10, driver_nice
+        assert driver_nice["irq/16"] == driver_nice["ksoftirqd/0"] == -10, driver_nice   # INTx: irq 16
         assert driver_nice["understudy-driv"] == driver_nice["kworker/0"] == driver_nice["understudy-tx"] == 0, \
             driver_nice
 

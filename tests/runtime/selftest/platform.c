@@ -9,6 +9,7 @@
  * and run in the lab (e1000e, tests/runtime/test_nic_lab.py).
  */
 #include <linux/device.h>
+#include <linux/interrupt.h>
 #include <linux/ktime.h>
 #include <linux/netdevice.h>
 #include <linux/pci.h>
@@ -73,6 +74,11 @@ void test_time(void)
 	CHECK(ktime_get_clocktai_ns() >= real);
 }
 
+static irqreturn_t unclaimed(int irq, void *dev_id)
+{
+	return IRQ_NONE;
+}
+
 void test_platform(void)
 {
 	static struct device dev;	/* static: too big for the stack */
@@ -89,12 +95,28 @@ void test_platform(void)
 	CHECK(!boot_cpu_has(X86_FEATURE_ART));
 	CHECK(boot_cpu_data.x86_clflush_size >= 32 && cache_line_size() >= 32);
 
-	/* No message-signalled interrupts: refused as on a system without MSI. */
+	/*
+	 * A function without the MSI and MSI-X capabilities: refused as the PCI
+	 * core refuses it, so the driver falls back to its legacy line, which
+	 * pci_alloc_irq_vectors gives when one vector will do. (VFIO's vectors
+	 * run in the lab: e1000e, tests/runtime/test_nic_lab.py.)
+	 */
 	CHECK(pci_enable_msi(&pdev) == -EINVAL);
 	CHECK(pci_enable_msix_range(&pdev, entries, 1, 3) == -EINVAL);
+	CHECK(pci_enable_msix_range(&pdev, entries, 3, 1) == -ERANGE);
+	CHECK(pci_alloc_irq_vectors(&pdev, 1, 3, PCI_IRQ_LEGACY) == -ENOSPC);	/* no line */
+	pdev.irq = 16;
+	CHECK(pci_alloc_irq_vectors(&pdev, 2, 3, PCI_IRQ_ALL_TYPES) == -EINVAL);
+	CHECK(pci_alloc_irq_vectors(&pdev, 1, 3, PCI_IRQ_ALL_TYPES | PCI_IRQ_AFFINITY) == 1);
+	CHECK(pci_irq_vector(&pdev, 0) == 16 && pci_irq_vector(&pdev, 1) == -EINVAL);
 	CHECK(!pdev.msi_enabled && !pdev.msix_enabled);
+	pci_free_irq_vectors(&pdev);
 	pci_disable_msix(&pdev);
 	pci_disable_msi(&pdev);
+	/* No vector is enabled, so none can be requested; an unknown irq has no line. */
+	CHECK(request_irq(32, unclaimed, 0, "none", &pdev) == -EINVAL);
+	CHECK(request_irq(5, unclaimed, 0, "none", &pdev) == -EINVAL);
+	CHECK(irq_set_affinity_hint(16, NULL) == 0);	/* one CPU: nothing to move */
 	/* Not a PCI Express function: the capability's registers read as 0. */
 	CHECK(pcie_capability_read_word(&pdev, PCI_EXP_LNKCTL, &v) == 0 && v == 0);
 
