@@ -218,7 +218,7 @@ pub fn detach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
 impl Tap {
     /// Creates the interface `name`; fails if one of that name exists.
     pub fn create(name: &str) -> io::Result<Tap> {
-        IfReq::new(name)?;
+        IfReq::new(name)?; // a name the kernel takes, checked before anything is created
         if std::path::Path::new("/sys/class/net").join(name).exists() {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("an interface named {name} already exists")));
         }
