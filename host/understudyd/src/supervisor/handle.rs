@@ -66,6 +66,8 @@ pub(super) type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
 /// What the rest of the daemon holds for a device.
 pub struct Handle {
     status: Arc<Mutex<DeviceStatus>>,
+    /// The interface, whose kernel statistics are the received counts.
+    ifname: String,
     /// What a checked device's checkers found.
     check: Option<Arc<Mutex<CheckLog>>>,
     started: Instant,
@@ -123,10 +125,12 @@ impl Requester {
 
 impl Handle {
     pub fn status(&self) -> DeviceStatus {
+        // Read without the lock the device's thread updates the status under.
+        let rx = received(&self.ifname);
         let mut st = {
             let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
             // Once the interface is gone its last counts stay.
-            if let Ok((packets, bytes, dropped)) = received(&shared.ifname) {
+            if let Ok((packets, bytes, dropped)) = rx {
                 (shared.counters.rx_packets, shared.counters.rx_bytes, shared.counters.rx_dropped) = (packets, bytes, dropped);
             }
             shared.clone()
@@ -163,6 +167,7 @@ impl Handle {
 pub fn start(setup: Setup) -> Result<Handle, String> {
     let (tx, rx) = mpsc::channel();
     let name = format!("dev-{}", setup.device);
+    let ifname = setup.ifname.clone();
     let thread = std::thread::Builder::new()
         .name(name)
         .spawn(move || match Supervisor::new(setup) {
@@ -181,7 +186,7 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
     match rx.recv() {
         Ok(Ok((status, check, stop, commands, wake))) => {
             let requester = Requester { commands, wake: Arc::new(wake) };
-            Ok(Handle { status, check, started: Instant::now(), stop, requester, thread: Some(thread) })
+            Ok(Handle { status, ifname, check, started: Instant::now(), stop, requester, thread: Some(thread) })
         }
         Ok(Err(e)) => {
             let _ = thread.join();
