@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#define US_PROTOCOL_VERSION 3u
+#define US_PROTOCOL_VERSION 4u
 
 /* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
 
@@ -35,8 +35,10 @@
 
 /* ---- rings ---------------------------------------------------------------- */
 
-/* The two rings, in this order, in the rings memfd. Received frames do not
- * cross them: the driver writes them to its queue of the TAP. */
+/* The two rings, in this order, in the rings memfd, then the TAP's state.
+ * The stack's frames reach the driver through its queue of the TAP, not the
+ * rings, and it writes received ones there: the rings carry only what the
+ * host itself sends (a predecessor's frames, announcements). */
 enum us_ring_id {
 	US_RING_TX = 0,      /* host -> driver: frames to transmit    */
 	US_RING_TX_DONE = 1, /* driver -> host: transmitted buffers   */
@@ -111,6 +113,53 @@ static inline uint64_t us_ring_stride(uint32_t ring_size)
 	return (bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1);
 }
 
+/* ---- the TAP's state: after the rings in the rings memfd ------------------ */
+
+/*
+ * A frame the driver read from its queue of the TAP and has not yet sent
+ * (or dropped): where it lies in the arena, for the host to give a successor
+ * if this driver dies. Written before the frame goes to the driver's
+ * kernel half, `seq` last; `seq` set to 0 once it is done.
+ */
+struct us_held {
+	uint64_t seq;         /* 0: the slot is free; else the order frames were read in, from 1 */
+	uint32_t offset;      /* the frame's first byte, from the arena's start */
+	uint32_t len;         /* frame length in bytes */
+	uint16_t flags;       /* US_TX_*, as a tx entry's, from the TAP's virtio_net_hdr */
+	uint16_t gso_size;
+	uint16_t csum_start;
+	uint16_t csum_offset;
+} __attribute__((packed));
+
+struct us_tap_state {
+	uint32_t gate;           /* host: 1 while the driver may read its queue of the TAP */
+	uint8_t pad0[60];
+	uint32_t taken;          /* driver: frames read from the TAP (free-running) */
+	uint32_t sent;           /* driver: of those, sent ... */
+	uint32_t dropped;        /* ... and dropped */
+	uint8_t pad1[52];
+	uint32_t host_waiting;   /* host sets 1: signal notify at the next completion */
+	uint8_t pad2[60];
+	struct us_held held[];   /* ring_size of them */
+};
+
+#define US_HELD_OFFSET 192u
+_Static_assert(sizeof(struct us_tap_state) == US_HELD_OFFSET, "TAP state layout");
+_Static_assert(sizeof(struct us_held) == 24, "held frame layout");
+
+/* Where the TAP's state starts in the rings memfd, and the memfd's size. */
+static inline uint64_t us_tap_state_offset(uint32_t ring_size)
+{
+	return US_RING_COUNT * us_ring_stride(ring_size);
+}
+
+static inline uint64_t us_rings_size(uint32_t ring_size)
+{
+	uint64_t bytes = US_HELD_OFFSET + (uint64_t)ring_size * sizeof(struct us_held);
+
+	return us_tap_state_offset(ring_size) + ((bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1));
+}
+
 /* ---- control messages (SOCK_SEQPACKET, one message per packet) ------------ */
 
 enum us_msg_type {
@@ -133,7 +182,7 @@ enum us_msg_type {
 	US_MSG_REPLY = 64,
 	US_MSG_REGISTERED = 65,
 	US_MSG_CARRIER = 66,
-	US_MSG_TX_QUEUE = 67,
+	/* 67 was TX_QUEUE (protocol 3): the driver reads the TAP itself now */
 	US_MSG_LOG = 68,
 	US_MSG_WARN = 69,
 };
@@ -291,10 +340,6 @@ struct us_registered {
 
 struct us_carrier {
 	uint8_t on;
-} __attribute__((packed));
-
-struct us_tx_queue {
-	uint8_t stopped;
 } __attribute__((packed));
 
 /* Followed by the text (<= US_TEXT_MAX bytes, no NUL needed). */

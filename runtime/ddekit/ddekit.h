@@ -254,7 +254,8 @@ enum { DDEKIT_TRACE_CONSTANTS(DDEKIT_TRACE_CONSTANT) };
 	X(TX_GSO_ECN,		0x0008)	\
 	X(RX_MODE_PROMISC,	0x0001)	\
 	X(RX_MODE_ALLMULTI,	0x0002)	\
-	X(TX_TAILROOM,		512)
+	X(TX_TAILROOM,		512)	\
+	X(TX_MAX_FRAME,		65554)
 
 #define DDEKIT_PROTOCOL_CONSTANT(name, value) DDEKIT_##name = value,
 enum { DDEKIT_PROTOCOL_CONSTANTS(DDEKIT_PROTOCOL_CONSTANT) };
@@ -267,7 +268,6 @@ void ddekit_net_registered(const char *name, const char *driver, const char *ver
 			   unsigned int offloads, unsigned int n_tx_queues,
 			   unsigned int n_rx_queues, int carrier);
 void ddekit_net_carrier(const char *name, int on);
-void ddekit_net_tx_queue(int stopped);
 /* A frame handed over with us_net_xmit_buffers() is done with (sent or not). */
 void ddekit_net_tx_done(unsigned long cookie, int dropped);
 
@@ -279,15 +279,28 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped);
 #define DDEKIT_TX_BATCH 32
 
 struct ddekit_tx_frame {
-	void *buffer;		/* host pool buffers, the frame at their start */
+	void *buffer;		/* the frame at its start: pool buffers, or a TAP frame's block */
 	unsigned int len;
-	unsigned int room;	/* bytes from buffer on the skb may use (the span) */
+	unsigned int room;	/* bytes from buffer the skb may use (a pool frame's span) */
 	unsigned short flags;	/* DDEKIT_TX_* */
 	unsigned short gso_size;
 	unsigned short csum_start;
 	unsigned short csum_offset;
 	int status;		/* out: 0 the driver took it, else -errno (dropped) */
 };
+
+/*
+ * The stack's frames, from the driver's queue of the host's TAP
+ * (docs/protocol.md, "Sending"), with the CPU held: the next one into
+ * buffer (at most size bytes), its length and offloads into f; 0 if the TAP
+ * has none, the host's gate is closed or every record of a held frame is in
+ * use. ddekit_tap_hold(f) then records it where it stays (f->buffer, a
+ * block of the arena), and ddekit_tap_done(f->buffer, dropped) ends the
+ * record once the driver is done with it.
+ */
+int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f);
+void ddekit_tap_hold(const struct ddekit_tx_frame *f);
+void ddekit_tap_done(const void *buffer, int dropped);
 
 /*
  * A frame the stack above the driver received (netif_receive_skb,

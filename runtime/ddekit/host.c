@@ -8,10 +8,11 @@
  * state, log records) becomes an event line on stdout, for people and
  * tests, and, once a control socket is set up, a protocol message.
  *
- * Data path: a TX thread consumes the tx ring and hands each pool buffer to
- * the kernel half (zero copy); when the driver frees the skb the buffer goes
- * back on tx_done. Received frames go to the driver's queue of the host's
- * TAP, written from where the NIC put them.
+ * Data path: a TX thread sends what the tx ring holds, each pool buffer
+ * handed to the kernel half (zero copy; when the driver frees the skb the
+ * buffer goes back on tx_done), then what the driver's queue of the host's
+ * TAP holds (tap.c). Received frames go to that queue too, written from
+ * where the NIC put them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,12 +22,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
-
-#include <linux/virtio_net.h>
 
 #include <understudy/protocol.h>
 
@@ -132,13 +131,6 @@ void ddekit_net_carrier(const char *name, int on)
 	ddekit_send_message(US_MSG_CARRIER, 0, &c, sizeof(c), NULL, 0);
 }
 
-void ddekit_net_tx_queue(int stopped)
-{
-	struct us_tx_queue q = { .stopped = !!stopped };
-
-	ddekit_send_message(US_MSG_TX_QUEUE, 0, &q, sizeof(q), NULL, 0);
-}
-
 void ddekit_host_log(int level, const char *text, unsigned long len)
 {
 	struct us_log log = { .level = level };
@@ -167,12 +159,18 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 	uint64_t stride = us_ring_stride(ring_size);
 
 	ddekit_arena(&arena, &iova, &arena_size, &pool_size);
-	if (!ring_size || (ring_size & (ring_size - 1)) || rings_size < US_RING_COUNT * stride ||
+	int err;
+
+	if (!ring_size || (ring_size & (ring_size - 1)) || rings_size < us_rings_size(ring_size) ||
 	    (uint64_t)pool_buffers * buffer_size != pool_size || !arena)
 		return -EINVAL;
 	va = mmap(NULL, rings_size, PROT_READ | PROT_WRITE, MAP_SHARED, rings_fd, 0);
 	if (va == MAP_FAILED)
 		return -errno;
+	err = ddekit_setup_tap_state((struct us_tap_state *)((uint8_t *)va + us_tap_state_offset(ring_size)),
+				     ring_size, notify_fd);
+	if (err)
+		return err;
 	for (int i = 0; i < US_RING_COUNT; i++)
 		rings.ring[i] = (struct us_ring *)((uint8_t *)va + i * stride);
 	rings.mask = ring_size - 1;
@@ -220,17 +218,30 @@ static bool consume(struct us_ring *r, struct us_ring_entry *e)
 	return true;
 }
 
-/* Blocks on the kick eventfd until r has an entry (sDDF's wait protocol). */
-static void wait_for_entries(struct us_ring *r)
+/*
+ * Blocks until there is something to send: the host kicks (an entry on r,
+ * or its gate opened), the TAP has a frame, or a record of a held frame is
+ * free again. The tx ring's part is sDDF's wait protocol.
+ */
+static void wait_for_frames(struct us_ring *r)
 {
+	struct pollfd fds[3] = { { .fd = rings.kick_fd, .events = POLLIN } };
+	int tap_fds[2];
 	uint64_t count;
 
 	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
 		return;
-	if (read(rings.kick_fd, &count, sizeof(count)) < 0 && errno != EINTR)
+	ddekit_tap_wait_fds(tap_fds);
+	for (int i = 0; i < 2; i++)
+		fds[1 + i] = (struct pollfd){ .fd = tap_fds[i], .events = POLLIN };
+	if (poll(fds, 3, -1) < 0 && errno != EINTR)
+		ddekit_panic("cannot wait for frames (poll)");
+	if (fds[0].revents && read(rings.kick_fd, &count, sizeof(count)) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for the host (kick eventfd)");
+	if (fds[2].revents)
+		ddekit_tap_woken();
 }
 
 void ddekit_net_tx_done(unsigned long cookie, int dropped)
@@ -247,11 +258,13 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped)
 }
 
 static void (*xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n);
+static unsigned int (*xmit_tap)(void);
 
 /*
- * Takes what the tx ring holds, up to a batch, and hands it to the kernel
- * half in one call: one CPU entry and one doorbell for the batch instead of
- * one each per frame.
+ * The host's frames first (a predecessor's go before the TAP's new ones),
+ * up to a batch, handed to the kernel half in one call: one CPU entry and
+ * one doorbell for the batch instead of one each per frame; then a batch
+ * from the TAP (us_net_xmit_tap reads and sends it).
  */
 static void tx_thread(void *unused)
 {
@@ -278,65 +291,24 @@ static void tx_thread(void *unused)
 				.csum_offset = e.csum_offset,
 			};
 		}
-		if (!n) {
-			wait_for_entries(tx);
+		if (n) {
+			xmit_buffers(batch, n);
+			for (unsigned int i = 0; i < n; i++)
+				if (batch[i].status)
+					ddekit_net_tx_done((unsigned long)batch[i].buffer, 1);
 			continue;
 		}
-		xmit_buffers(batch, n);
-		for (unsigned int i = 0; i < n; i++)
-			if (batch[i].status)
-				ddekit_net_tx_done((unsigned long)batch[i].buffer, 1);
+		if (!xmit_tap())
+			wait_for_frames(tx);
 	}
 }
 
-int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n))
+int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n),
+		    unsigned int (*from_tap)(void))
 {
 	if (!rings.ready)
 		return -EINVAL;
 	xmit_buffers = xmit;
+	xmit_tap = from_tap;
 	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
-}
-
-/* ---- the TAP ---------------------------------------------------------------- */
-
-static int tap_fd = -1;
-
-int ddekit_setup_tap(int fd)
-{
-	tap_fd = fd;
-	return 0;
-}
-
-_Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
-	       "ddekit_rx_meta is the TAP's virtio_net_hdr");
-
-/* Every merge gro.c writes fits: a header and 64 segments, or an skb's head and frags. */
-#define TAP_MAX_PARTS 128
-
-/*
- * One frame to the host's stack: the TAP runs it there in this thread, as a
- * NIC's poll runs the kernel's stack. The stack may refuse it (the interface
- * is down: EIO; no memory), which drops it, as a NIC drops a frame the stack
- * has no room for; any other error means a header this process built wrong.
- */
-bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
-		   unsigned int n)
-{
-	struct iovec iov[1 + TAP_MAX_PARTS];
-
-	if (tap_fd < 0)
-		return false;
-	if (n > TAP_MAX_PARTS)
-		ddekit_panic("a received frame of more parts than the TAP write takes");
-	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
-	for (unsigned int i = 0; i < n; i++)
-		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
-	if (writev(tap_fd, iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
-	    errno != EAGAIN) {
-		char why[96];
-
-		snprintf(why, sizeof(why), "the TAP refused a received frame: %s", strerror(errno));
-		ddekit_panic(why);
-	}
-	return true;
 }

@@ -49,16 +49,27 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 /* One message: header, body, then tail (may be NULL). */
 int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t len,
 			const void *tail, size_t tail_len);
-/* Starts the thread that feeds the tx ring's frames to xmit, in batches (zero copy). */
+/*
+ * Starts the thread that sends: the tx ring's frames through xmit, in
+ * batches (zero copy), then the TAP's through from_tap (which returns how
+ * many it read).
+ */
 struct ddekit_tx_frame;
-int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n));
+int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n),
+		    unsigned int (*from_tap)(void));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /*
- * The driver's queue of the host's TAP: received frames are written to it
- * (docs/protocol.md, "Receiving").
+ * The driver's queue of the host's TAP: the stack's frames are read from
+ * it, received frames written to it (docs/protocol.md, "Sending", "Receiving").
  */
 int ddekit_setup_tap(int tap_fd);
-/* Between ddekit's files: a received frame to the TAP (false: none), log records. */
+/* Between ddekit's files: the TAP's state in the rings memfd (tap.c), ... */
+struct us_tap_state;
+int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int notify_fd);
+/* ... the two fds the TX thread also waits on (-1: not now), and after it woke, ... */
+int ddekit_tap_wait_fds(int *fds);
+void ddekit_tap_woken(void);
+/* ... a received frame to the TAP (false: none), log records. */
 struct ddekit_rx_meta;
 struct ddekit_rx_part;
 bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,

@@ -186,7 +186,7 @@ static int open_device(struct session *s)
 	int err;
 
 	if (!s->tx_started) {
-		err = ddekit_start_tx(kernel.net_xmit_buffers);
+		err = ddekit_start_tx(kernel.net_xmit_buffers, kernel.net_xmit_tap);
 		if (err)
 			return err;
 		s->tx_started = true;

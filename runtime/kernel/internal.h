@@ -162,15 +162,15 @@ struct net_device;
 struct sk_buff;
 struct net_device *us_first_netdev(void);
 struct netdev_queue;
-void us_net_tx_queue_check(struct netdev_queue *txq);
 /* Waits (the TX thread) until txq may be used or the link is gone. */
 void us_net_wait_tx_queue(struct net_device *dev, struct netdev_queue *txq);
 void us_net_wake_tx_waiter(void);
 int us_netdev_stop(struct net_device *dev);
 /* Reports the registered net_device to the host again (REGISTERED, carrier). */
 void us_net_announce(void);
-/* skb.c: an skb around host pool buffers (zero-copy TX). */
-struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room);
+/* skb.c: an skb around a tx frame at the start of its buffer, and freeing one unsent. */
+struct sk_buff *us_build_tx_skb(void *buffer, unsigned int len, unsigned int room);
+void us_free_unsent_skb(struct sk_buff *skb);
 
 /* gso.c: whether features cover the checksum a CHECKSUM_PARTIAL skb leaves to the device. */
 bool us_csum_covered(netdev_features_t features, const struct sk_buff *skb);

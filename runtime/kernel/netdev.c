@@ -298,30 +298,11 @@ void us_net_wake_tx_waiter(void)
 	us_wake_task(tx_waiter);
 }
 
-/*
- * Whether the host was told the queue stopped. The driver stops it inline
- * (netif_stop_queue), so us_net_xmit_buffers() notices after each frame;
- * waking goes through here.
- */
-static bool tx_stopped_reported;
-
-void us_net_tx_queue_check(struct netdev_queue *txq)
-{
-	bool stopped = netif_xmit_stopped(txq);
-
-	if (stopped != tx_stopped_reported) {
-		tx_stopped_reported = stopped;
-		ddekit_net_tx_queue(stopped);
-	}
-}
-
 /* The TX thread waits for this (us_net_wait_tx_queue) when the queue is stopped. */
 void netif_tx_wake_queue(struct netdev_queue *dev_queue)
 {
-	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state)) {
-		us_net_tx_queue_check(dev_queue);
+	if (test_and_clear_bit(__QUEUE_STATE_DRV_XOFF, &dev_queue->state))
 		us_net_wake_tx_waiter();
-	}
 }
 EXPORT_SYMBOL(netif_tx_wake_queue);
 

@@ -65,11 +65,12 @@ struct sk_buff *__alloc_skb(unsigned int size, gfp_t gfp_mask, int flags, int no
 EXPORT_SYMBOL(__alloc_skb);
 
 /*
- * An skb around host pool buffers holding a frame at their start (zero-copy
- * TX): no headroom, skb_shared_info at the end of the `room` bytes (the
- * frame's span, which leaves DDEKIT_TX_TAILROOM for it).
+ * An skb around a frame at the start of `buffer` (host pool buffers, or a
+ * block a TAP frame was read into), sent from there: no headroom,
+ * skb_shared_info at the end of the `room` bytes, which leave
+ * DDEKIT_TX_TAILROOM for it.
  */
-struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int room)
+struct sk_buff *us_build_tx_skb(void *buffer, unsigned int len, unsigned int room)
 {
 	struct sk_buff *skb = kmalloc(sizeof(*skb), GFP_ATOMIC);
 
@@ -84,6 +85,18 @@ struct sk_buff *us_build_pool_skb(void *buffer, unsigned int len, unsigned int r
 	}
 	__skb_put(skb, len);
 	return skb;
+}
+
+/*
+ * Frees an skb us_build_tx_skb() made that the driver never took, but not
+ * its buffer: the caller, which owns that, reports the frame dropped.
+ */
+void us_free_unsent_skb(struct sk_buff *skb)
+{
+	if (skb_shinfo(skb)->nr_frags || skb_shinfo(skb)->frag_list)
+		us_panic("an unsent tx skb %px grew fragments", skb);
+	kfree(skb);
+	live_skbs--;
 }
 
 struct sk_buff *build_skb(void *data, unsigned int frag_size)

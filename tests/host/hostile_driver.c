@@ -5,23 +5,28 @@
  * misbehaves the way UNDERSTUDY_TEST_DRIVER_MODE says, so the tests can check
  * that the daemon survives, stops the device and reports why.
  *
- *   sigkill-mid-transfer  waits until it holds a tx buffer, then SIGKILLs itself
+ *   sigkill-mid-transfer  waits until it holds a frame from the TAP, then SIGKILLs itself
+ *   forged-records        once the gate opens, records frames it never read
+ *                         (in the pool, past the arena, longer than a frame)
+ *                         as held, then SIGKILLs itself
  *   bad-tx-done           completes a buffer outside the pool on tx_done
  *   bad-message           sends CARRIER with on = 7
  *   garbage-message       sends random bytes as a control message
- *   echo                  behaves: writes every transmitted frame to its queue of
- *                         the TAP as a received one (a loopback NIC), so the
+ *   echo                  behaves: writes every frame it reads from its queue of
+ *                         the TAP (or is given on the tx ring) back to that
+ *                         queue as a received one (a loopback NIC), so the
  *                         data path can be tested
- *   tap-garbage           first abuses its queue of the TAP: attaches it (so
- *                         the stack would send it frames), writes frames no
- *                         NIC receives (a bare virtio_net_hdr, GSO on a runt,
- *                         headers longer than the frame, a 64 KiB frame of
- *                         zeros) once OPEN is answered, and records
+ *   tap-garbage           first abuses its queue of the TAP once OPEN is
+ *                         answered: detaches it (the stack's frames then go
+ *                         to the daemon's queue, which nobody reads), writes
+ *                         frames no NIC receives (a bare virtio_net_hdr, GSO
+ *                         on a runt, headers longer than the frame, a 64 KiB
+ *                         frame of zeros), attaches it again and records
  *                         "GARBAGE_TAKEN n"; then behaves as echo
- *   obedient              behaves, drops every frame it is given (a NIC without a
- *                         cable: completions flagged dropped), receives none
- *   tx-hole               answers every request but never completes a frame it
- *                         was given to send (a stuck transmitter)
+ *   obedient              behaves, drops every frame (a NIC without a cable:
+ *                         counted or completed as dropped), receives none
+ *   tx-hole               answers every request but never finishes a frame it
+ *                         read from the TAP (a stuck transmitter)
  *   log-flood             sends 1000 LOG lines at once ("flood line N")
  *   warn-storm            sends 5 WARNs 600 ms apart (scattered), waits 1.5 s,
  *                         then 5 at once (a storm)
@@ -337,60 +342,116 @@ static void send_warn(int n)
 	send_msg(US_MSG_WARN, 0, body, sizeof w + len);
 }
 
-static void drop_all(void *rings, struct us_hello *hello)
+static struct us_tap_state *tap_state(void *rings, struct us_hello *hello)
 {
-	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
-	uint32_t mask = hello->ring_size - 1;
+	return (struct us_tap_state *)((char *)rings + us_tap_state_offset(hello->ring_size));
+}
 
-	for (;;) {
-		if (acquire(&tx->head) == tx->tail) {
-			/* The rings' wait protocol: ask for a kick, re-check, sleep on it. */
-			uint64_t count;
-			__atomic_store_n(&tx->consumer_waiting, 1, __ATOMIC_SEQ_CST);
-			if (acquire(&tx->head) == tx->tail && read(kick_fd, &count, 8) != 8)
-				die("kick");
-			continue;
-		}
-		struct us_ring_entry t = tx->entries[tx->tail & mask];
-		release(&tx->tail, tx->tail + 1);
-		done->entries[done->head & mask] = (struct us_ring_entry){ .buf = t.buf, .flags = US_TX_DONE_DROPPED };
-		release(&done->head, done->head + 1);
-		if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
-			uint64_t one = 1;
-			if (write(notify_fd, &one, 8) != 8)
-				die("notify");
-		}
+static uint64_t next_seq = 1;
+
+/* The next frame from the TAP, if the gate is open and there is one: read
+ * to the arena's runtime part, recorded as held in record 0; -1 if none. */
+static ssize_t take_tap_frame(struct us_tap_state *st, char *arena, struct us_hello *hello)
+{
+	struct virtio_net_hdr h;
+	struct iovec iov[2] = { { &h, sizeof h }, { arena + hello->pool_size, 65536 } };
+
+	if (!__atomic_load_n(&st->gate, __ATOMIC_ACQUIRE))
+		return -1;
+	ssize_t n = readv(tap_fd, iov, 2);
+	if (n < 0 && errno == EAGAIN)
+		return -1;
+	if (n < (ssize_t)sizeof h)
+		die("read TAP");
+	n -= sizeof h;
+	st->held[0] = (struct us_held){ .offset = hello->pool_size, .len = n };
+	__atomic_store_n(&st->held[0].seq, next_seq++, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&st->taken, 1, __ATOMIC_RELEASE);
+	return n;
+}
+
+/* Record 0's frame is done with: counted, and the host told if it waits. */
+static void tap_frame_done(struct us_tap_state *st, bool dropped)
+{
+	__atomic_store_n(&st->held[0].seq, 0, __ATOMIC_RELEASE);
+	__atomic_add_fetch(dropped ? &st->dropped : &st->sent, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&st->host_waiting, 0, __ATOMIC_ACQ_REL)) {
+		uint64_t one = 1;
+		if (write(notify_fd, &one, 8) != 8)
+			die("notify");
 	}
 }
 
-/* Polls (a stand-in need not sleep properly): each tx frame is written to
- * the TAP, its tx buffer returned on tx_done. */
-static void echo(void *rings, struct us_hello *hello)
+static void complete_tx(struct us_ring *done, uint32_t mask, uint32_t buf, uint16_t flags)
 {
-	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
-	uint32_t mask = hello->ring_size - 1, bs = hello->buffer_size;
+	done->entries[done->head & mask] = (struct us_ring_entry){ .buf = buf, .flags = flags };
+	release(&done->head, done->head + 1);
+	if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
+		uint64_t one = 1;
+		if (write(notify_fd, &one, 8) != 8)
+			die("notify");
+	}
+}
+
+static char *map_arena(struct us_hello *hello)
+{
 	char *arena = mmap(NULL, hello->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
 	if (arena == MAP_FAILED)
 		die("mmap arena");
+	return arena;
+}
+
+/* Polls (a stand-in need not sleep properly) the tx ring and the TAP; each
+ * frame is written back to the TAP if `loop`, else dropped. */
+static void serve(void *rings, struct us_hello *hello, bool loop)
+{
+	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
+	struct us_tap_state *st = tap_state(rings, hello);
+	uint32_t mask = hello->ring_size - 1, bs = hello->buffer_size;
+	char *arena = map_arena(hello);
+	struct virtio_net_hdr none = { 0 };
+
 	for (;;) {
-		if (acquire(&tx->head) == tx->tail) {
+		if (acquire(&tx->head) != tx->tail) {
+			struct us_ring_entry t = tx->entries[tx->tail & mask];
+			release(&tx->tail, tx->tail + 1);
+			struct iovec iov[2] = { { &none, sizeof none }, { arena + (size_t)t.buf * bs, t.len } };
+			if (loop && writev(tap_fd, iov, 2) < 0)
+				die("write TAP");
+			complete_tx(done, mask, t.buf, loop ? 0 : US_TX_DONE_DROPPED);
+			continue;
+		}
+		ssize_t n = take_tap_frame(st, arena, hello);
+		if (n < 0) {
 			usleep(1000);
 			continue;
 		}
-		struct us_ring_entry t = tx->entries[tx->tail & mask];
-		release(&tx->tail, tx->tail + 1);
-		struct virtio_net_hdr none = { 0 };
-		struct iovec iov[2] = { { &none, sizeof none }, { arena + (size_t)t.buf * bs, t.len } };
-		if (writev(tap_fd, iov, 2) < 0)
+		struct iovec iov[2] = { { &none, sizeof none }, { arena + hello->pool_size, n } };
+		if (loop && writev(tap_fd, iov, 2) < 0)
 			die("write TAP");
-		done->entries[done->head & mask] = (struct us_ring_entry){ .buf = t.buf, .len = t.len };
-		release(&done->head, done->head + 1);
-		if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
-			uint64_t one = 1;
-			if (write(notify_fd, &one, 8) != 8)
-				die("notify");
-		}
+		tap_frame_done(st, !loop);
 	}
+}
+
+/* Records that name no frame this driver read, for the host to refuse after its death. */
+static void forge_records(void *rings, struct us_hello *hello)
+{
+	struct us_tap_state *st = tap_state(rings, hello);
+	struct us_held forged[] = {
+		{ .offset = 0, .len = 60 },				/* the pool, the host's */
+		{ .offset = hello->arena_size - 4, .len = 100 },	/* past the arena */
+		{ .offset = hello->pool_size, .len = 70000 },		/* longer than a frame */
+	};
+
+	while (!__atomic_load_n(&st->gate, __ATOMIC_ACQUIRE))
+		usleep(10000);
+	for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+		st->held[i] = forged[i];
+		__atomic_store_n(&st->held[i].seq, next_seq++, __ATOMIC_RELEASE);
+	}
+	st->taken = 3;
+	fprintf(stderr, "hostile-driver: forged 3 records, killing myself\n");
+	raise(SIGKILL);
 }
 
 /* What a driver could do to the host's stack through its queue of the TAP:
@@ -398,7 +459,7 @@ static void echo(void *rings, struct us_hello *hello)
 static void tap_garbage(void)
 {
 	static unsigned char zeros[65536];
-	struct ifreq attach = { .ifr_flags = IFF_ATTACH_QUEUE };
+	struct ifreq detach = { .ifr_flags = IFF_DETACH_QUEUE }, attach = { .ifr_flags = IFF_ATTACH_QUEUE };
 	struct virtio_net_hdr gso_runt = { .flags = VIRTIO_NET_HDR_F_NEEDS_CSUM,
 					   .gso_type = VIRTIO_NET_HDR_GSO_TCPV4, .gso_size = 1,
 					   .hdr_len = 54, .csum_start = 34, .csum_offset = 16 };
@@ -416,8 +477,8 @@ static void tap_garbage(void)
 
 	while (!__atomic_load_n(&opened, __ATOMIC_ACQUIRE))
 		usleep(10000);
-	if (ioctl(tap_fd, TUNSETQUEUE, &attach) < 0)
-		fprintf(stderr, "hostile-driver: attaching the TAP queue: %s\n", strerror(errno));
+	if (ioctl(tap_fd, TUNSETQUEUE, &detach) < 0)
+		die("detaching the TAP queue");
 	size_t taken = 0;
 
 	for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
@@ -428,6 +489,8 @@ static void tap_garbage(void)
 		fprintf(stderr, "hostile-driver: garbage write %zu: %s\n", i, n < 0 ? strerror(errno) : "taken");
 		taken += n >= 0;
 	}
+	if (ioctl(tap_fd, TUNSETQUEUE, &attach) < 0)
+		die("attaching the TAP queue again");
 	record("GARBAGE_TAKEN %zu", taken);
 }
 
@@ -504,11 +567,14 @@ int main(int argc, char **argv)
 	fprintf(stderr, "hostile-driver: running, mode %s\n", mode);
 
 	if (!strcmp(mode, "sigkill-mid-transfer")) {
-		struct us_ring *tx = ring(rings, &hello, US_RING_TX);
-		while (__atomic_load_n(&tx->head, __ATOMIC_ACQUIRE) == tx->tail)
+		char *arena = map_arena(&hello);
+		ssize_t len;
+		while ((len = take_tap_frame(tap_state(rings, &hello), arena, &hello)) < 0)
 			usleep(10000);
-		fprintf(stderr, "hostile-driver: holding tx buffer %u, killing myself\n", tx->entries[0].buf);
+		fprintf(stderr, "hostile-driver: holding a %zd-byte frame from the TAP, killing myself\n", len);
 		raise(SIGKILL);
+	} else if (!strcmp(mode, "forged-records")) {
+		forge_records(rings, &hello);
 	} else if (!strcmp(mode, "bad-tx-done")) {
 		struct us_ring *done = ring(rings, &hello, US_RING_TX_DONE);
 		done->entries[0] = (struct us_ring_entry){ .buf = 0xdead, .len = 60, .flags = 0 };
@@ -526,10 +592,10 @@ int main(int argc, char **argv)
 		if (send(control_fd, junk, sizeof junk, MSG_NOSIGNAL) < 0)
 			die("send");
 	} else if (!strcmp(mode, "echo")) {
-		echo(rings, &hello);
+		serve(rings, &hello, true);
 	} else if (!strcmp(mode, "tap-garbage")) {
 		tap_garbage();
-		echo(rings, &hello);
+		serve(rings, &hello, true);
 	} else if (!strcmp(mode, "log-flood")) {
 		for (int i = 0; i < 1000; i++) {
 			unsigned char body[sizeof(struct us_log) + 32];
@@ -547,9 +613,12 @@ int main(int argc, char **argv)
 			send_warn(i);
 		}
 	} else if (!strcmp(mode, "obedient")) {
-		drop_all(rings, &hello);
+		serve(rings, &hello, false);
 	} else if (!strcmp(mode, "tx-hole")) {
-		/* the control thread answers; the tx ring is never consumed */
+		/* the control thread answers; the frame read is never finished */
+		char *arena = map_arena(&hello);
+		while (take_tap_frame(tap_state(rings, &hello), arena, &hello) < 0)
+			usleep(10000);
 	} else {
 		fprintf(stderr, "hostile-driver: unknown mode %s\n", mode);
 		return 2;

@@ -79,8 +79,8 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
         assert not interface_exists(g, "us9") and d.status()[bdf]["state"] == "registered"
 
         # Setting us0 up opens the driver; traffic into us0 (IPv6 starts at
-        # once, the ping adds to it) reaches the tx ring; the stand-in dies
-        # holding the buffer, by its own hand.
+        # once, the ping adds to it) reaches its queue of the TAP; the
+        # stand-in reads a frame and dies holding it, by its own hand.
         g.run("ip link set us0 up && ip addr add 192.0.2.1/24 dev us0", check=True)
         g.run("ping -c 1 -W 1 192.0.2.2")
         dead = d.wait_state(bdf, "dead")
@@ -94,9 +94,23 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
         res = d.cli("stop", bdf)
         assert res.returncode == 0, res.err
         assert not interface_exists(g, "us0") and d.status() == {}
-        d.stop()
+        log = d.stop()
+        assert "were refused" not in log, "an honest record of a held frame is taken back"
 
-        # A stuck transmitter: its control loop answers, the frames it was given never complete.
+        # Records of frames it never read are the driver's word: after its
+        # death each is checked and refused, and the daemon serves on.
+        d = Daemon(g, bins, "forged-records")
+        assert d.cli("run", "--device", bdf, "--module", ko).returncode == 0
+        d.wait_state(bdf, "registered")
+        g.run("ip link set us0 up", check=True)
+        dead = d.wait_state(bdf, "dead")
+        assert "killed by signal 9" in dead["death"], dead
+        assert interface_exists(g, "us0") and d.alive()
+        log = d.stop()
+        assert "3 record(s) of frames the driver held were refused" in log, log
+        assert "are not in the driver's memory" in log and "length 70000 is not a frame's" in log, log
+
+        # A stuck transmitter: its control loop answers, the frame it read is never finished.
         d = Daemon(g, bins, "tx-hole", "--tx-timeout-ms", "500")
         assert d.cli("run", "--device", bdf, "--module", ko).returncode == 0
         d.wait_state(bdf, "registered")
@@ -160,13 +174,12 @@ def test_without_an_iommu_run_is_refused_and_leaves_nothing(lab_ready, no_leftov
 
 
 @pytest.mark.parametrize("mode", ["echo", "tap-garbage"])
-def test_frames_go_out_through_the_rings_and_come_back_through_the_tap(mode, lab_ready, no_leftover_qemu,
-                                                                        host_binaries):
-    """With a stand-in that loops every transmitted frame back through its
-    queue of the TAP, what the stack sends on us0 comes back as received
-    frames. One that first abuses that queue (attaching it, writing frames
-    no NIC receives) harms neither the guest's kernel nor the daemon, and
-    is still sent no frame: the stack sends only to the daemon's queue."""
+def test_frames_go_out_and_come_back_through_the_drivers_queue_of_the_tap(mode, lab_ready, no_leftover_qemu,
+                                                                          host_binaries):
+    """With a stand-in that loops every frame it reads from its queue of the
+    TAP back to that queue, what the stack sends on us0 comes back as
+    received frames. One that first abuses that queue (detaching it, writing
+    frames no NIC receives) harms neither the guest's kernel nor the daemon."""
     bins = host_binaries
     with Guest(devices=["e1000"]) as g:
         bdf = g.pci_address("nic0")

@@ -31,7 +31,7 @@ macro_rules! protocol_constants {
 }
 
 protocol_constants! {
-    PROTOCOL_VERSION: u32 = 3;
+    PROTOCOL_VERSION: u32 = 4;
 
     ARENA_SIZE: u64 = 64 << 20;
     ARENA_IOVA: u64 = 0x1000_0000;
@@ -57,6 +57,7 @@ protocol_constants! {
     OFFLOAD_TSO_ECN: u32 = 0x0008;
     OFFLOAD_RX_CSUM: u32 = 0x0010;
     RING_ENTRIES_OFFSET: usize = 192;
+    HELD_OFFSET: usize = 192;
     PAGE_SIZE: u64 = 4096;
 
     MSG_HELLO: u16 = 1;
@@ -74,7 +75,6 @@ protocol_constants! {
     MSG_REPLY: u16 = 64;
     MSG_REGISTERED: u16 = 65;
     MSG_CARRIER: u16 = 66;
-    MSG_TX_QUEUE: u16 = 67;
     MSG_LOG: u16 = 68;
     MSG_WARN: u16 = 69;
 
@@ -106,6 +106,18 @@ protocol_constants! {
 pub const fn ring_stride(ring_size: u32) -> u64 {
     let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<RingEntry>() as u64;
     (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// Where the TAP's state starts in the rings memfd (`us_tap_state_offset`).
+pub const fn tap_state_offset(ring_size: u32) -> u64 {
+    RING_COUNT as u64 * ring_stride(ring_size)
+}
+
+/// The rings memfd's size: the rings, then the TAP's state with a held
+/// frame's record per ring entry, in whole pages (`us_rings_size`).
+pub const fn rings_size(ring_size: u32) -> u64 {
+    let bytes = HELD_OFFSET as u64 + ring_size as u64 * size_of::<Held>() as u64;
+    tap_state_offset(ring_size) + ((bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1))
 }
 
 /// Consecutive pool buffers a `len`-byte tx frame occupies (`us_tx_span`):
@@ -220,6 +232,20 @@ wire_structs! {
         ..entries: [RingEntry],
     }
 
+    /// A frame the driver read from the TAP and has not yet sent (docs/protocol.md, "Sending").
+    pub struct Held as us_held {
+        pub seq: u64, pub offset: u32, pub len: u32, pub flags: u16,
+        pub gso_size: u16, pub csum_start: u16, pub csum_offset: u16,
+    }
+
+    /// The TAP's state; `HELD_OFFSET` bytes, the held frames follow.
+    pub struct TapState as us_tap_state {
+        pub gate: u32, pub pad0: [u8; 60],
+        pub taken: u32, pub sent: u32, pub dropped: u32, pub pad1: [u8; 52],
+        pub host_waiting: u32, pub pad2: [u8; 60],
+        ..held: [Held],
+    }
+
     pub struct MsgHeader as us_msg_header { pub type_: u16, pub flags: u16, pub seq: u32, }
 
     pub struct Hello as us_hello {
@@ -273,7 +299,6 @@ wire_structs! {
     }
 
     pub struct Carrier as us_carrier { pub on: u8, }
-    pub struct TxQueue as us_tx_queue { pub stopped: u8, }
     pub struct Log as us_log { pub level: u32, }
     pub struct Warn as us_warn { pub line: u32, pub file: [u8; 128], }
 }
@@ -305,7 +330,6 @@ pub enum DriverMessage {
     Reply { seq: u32, status: i32, data: Vec<u8> },
     Registered(RegisteredInfo),
     Carrier(bool),
-    TxQueue { stopped: bool },
     Log { level: u32, text: String },
     Warn { file: String, line: u32, text: String },
 }
@@ -424,9 +448,6 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             }))
         }
         MSG_CARRIER => Ok(DriverMessage::Carrier(boolean("carrier.on", exact::<Carrier>(type_, body)?.on)?)),
-        MSG_TX_QUEUE => Ok(DriverMessage::TxQueue {
-            stopped: boolean("tx_queue.stopped", exact::<TxQueue>(type_, body)?.stopped)?,
-        }),
         MSG_LOG => {
             let (log, text) = with_tail::<Log>(type_, body, TEXT_MAX)?;
             if log.level > 7 {
@@ -606,6 +627,8 @@ mod tests {
         assert_eq!(ring_stride(512), 12288);
         assert_eq!(ring_stride(128), 4096);
         assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
+        assert_eq!(size_of::<TapState>(), HELD_OFFSET);
+        assert_eq!(rings_size(512), 2 * 12288 + 16384);
     }
 
     #[test]
@@ -702,7 +725,7 @@ mod tests {
             let mut m: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             // Steer half of the inputs to valid types so the bodies get exercised.
             if len >= 8 && rng.next() & 1 == 0 {
-                let t = [MSG_REPLY, MSG_REGISTERED, MSG_CARRIER, MSG_TX_QUEUE, MSG_LOG, MSG_WARN][(rng.next() % 6) as usize];
+                let t = [MSG_REPLY, MSG_REGISTERED, MSG_CARRIER, MSG_LOG, MSG_WARN][(rng.next() % 5) as usize];
                 m[..2].copy_from_slice(&t.to_le_bytes());
                 m[2] = 0;
                 m[3] = 0;

@@ -38,6 +38,11 @@ fn function_samples() -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
             ("us_ring_stride(US_RING_SIZE)", ring_stride(RING_SIZE)),
             ("us_ring_stride(100)", ring_stride(100)),
         ]),
+        ("us_tap_state_offset", vec![("us_tap_state_offset(US_RING_SIZE)", tap_state_offset(RING_SIZE))]),
+        ("us_rings_size", vec![
+            ("us_rings_size(US_RING_SIZE)", rings_size(RING_SIZE)),
+            ("us_rings_size(128)", rings_size(128)),
+        ]),
     ]
 }
 

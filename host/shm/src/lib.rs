@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The shared memory of docs/protocol.md: the DMA arena with its packet pool,
-//! and the two rings, from the host's side.
+//! the two rings and the TAP's state, from the host's side.
 //!
 //! The driver process is untrusted: every index, length and flag it writes
 //! is checked here, and a violation comes back as [`ShmError::Violation`]
@@ -8,16 +8,18 @@
 
 mod region;
 mod ring;
+mod tap_state;
 
 use std::collections::VecDeque;
 
 use understudy_protocol::{
-    ring_stride, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_TX, RING_TX_DONE, TX_DONE_DROPPED,
+    rings_size, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_TX, RING_TX_DONE, TX_DONE_DROPPED,
     TX_MAX_FRAME, TX_TAILROOM,
 };
 
 pub use region::SharedRegion;
 pub use ring::{Consumer, Producer, Rings, RING_NAMES};
+pub use tap_state::{Reclaimed, TapCounts};
 
 /// At most this many frames longer than a buffer (GSO frames) in flight at
 /// once. Each takes a slot of `tx_span(TX_MAX_FRAME)` consecutive buffers
@@ -61,7 +63,7 @@ impl Geometry {
     }
 
     pub fn rings_size(&self) -> u64 {
-        RING_COUNT as u64 * ring_stride(self.ring_size)
+        rings_size(self.ring_size)
     }
 
     fn check(&self) -> Result<(), ShmError> {

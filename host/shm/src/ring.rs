@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The two SPSC rings of docs/protocol.md, seen from the host.
+//! The two SPSC rings of docs/protocol.md, seen from the host (the rings
+//! memfd also holds the TAP's state after them: tap_state.rs).
 //!
 //! The host produces `tx` and consumes `tx_done`. What
 //! it reads back from shared memory (the driver's `head` on rings it consumes,
@@ -8,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use understudy_protocol::{ring_stride, RingEntry, Wire, RING_COUNT, RING_ENTRIES_OFFSET};
+use understudy_protocol::{ring_stride, rings_size, RingEntry, Wire, RING_COUNT, RING_ENTRIES_OFFSET};
 
 use crate::region::SharedRegion;
 use crate::ShmError;
@@ -29,14 +30,14 @@ impl Rings {
         if !ring_size.is_power_of_two() {
             return Err(ShmError::Geometry(format!("ring size {ring_size} is not a power of two")));
         }
-        let len = RING_COUNT * ring_stride(ring_size) as usize;
+        let len = rings_size(ring_size) as usize;
         Ok(Rings { region: SharedRegion::create(c"understudy-rings", len)?, ring_size })
     }
 
     /// Wraps an existing mapping (tests map the same memfd a second time to
     /// play the driver).
     pub fn from_region(region: SharedRegion, ring_size: u32) -> Self {
-        assert!(region.len() >= RING_COUNT * ring_stride(ring_size) as usize);
+        assert!(region.len() >= rings_size(ring_size) as usize);
         Rings { region, ring_size }
     }
 

@@ -21,8 +21,8 @@ pub struct DriverFds<'a> {
     pub rings: BorrowedFd<'a>,
     pub kick: BorrowedFd<'a>,
     pub notify: BorrowedFd<'a>,
-    /// The driver's queue of the TAP (`--tap-fd`), detached before the
-    /// process starts; a prober has none.
+    /// The driver's queue of the TAP (`--tap-fd`), attached again before
+    /// the process starts; a prober has none.
     pub tap: Option<BorrowedFd<'a>>,
     /// A checked driver's trace region and gate (`--trace-fd N --gate MODE`).
     pub trace: Option<(BorrowedFd<'a>, GateMode)>,
@@ -72,8 +72,8 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
     }
     let mut inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
     if let Some(queue) = fds.tap {
-        // A predecessor may have attached it, to be sent frames.
-        crate::tap::detach_driver_queue(queue)?;
+        // A predecessor may have detached it.
+        crate::tap::attach_driver_queue(queue)?;
         cmd.arg("--tap-fd").arg(queue.as_raw_fd().to_string());
         inherited.push(queue.as_raw_fd());
     }

@@ -156,9 +156,8 @@ impl Supervisor {
         let shm = SharedMemory::create(setup.geometry).map_err(|e| e.to_string())?;
         let g = setup.geometry;
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
-        let interface = Interface::create(&setup.ifname, label.clone())?;
-        let tap_queue = interface.tap.driver_queue().map_err(|e| format!("{}: {e}", setup.ifname))?;
-        let datapath = Datapath::new(shm, Some(tap_queue), label.clone())?;
+        let mut interface = Interface::create(&setup.ifname, label.clone())?;
+        let datapath = Datapath::new(shm, interface.tap.take_driver_queue(), label.clone())?;
         let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
         let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection,
                             check: checking.as_ref() };
@@ -283,7 +282,7 @@ impl Supervisor {
             // While a successor starts, replays and waits for its link, the
             // TAP's frames wait: the predecessor's go first.
             let replaying = self.succession.holds_frames();
-            let want_tap = self.link.is_some() && open && !replaying && self.datapath.takes_frames(self.interface.mtu());
+            self.datapath.set_gate(self.link.is_some() && open && !replaying);
             let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd()),
                                fd::readable(self.interface.netlink_fd())];
             // The kernel's requests for devices back: the serving one's, then the standbys'.
@@ -302,9 +301,6 @@ impl Supervisor {
                 fds.push(fd::readable(self.datapath.notify_fd()));
                 // poll(2) skips a negative fd: an unchecked driver has no checker.
                 fds.push(link.checker_fd().map_or(libc::pollfd { fd: -1, events: 0, revents: 0 }, fd::readable));
-                if want_tap {
-                    fds.push(fd::readable(&self.interface.tap));
-                }
             }
             let timeout = self.poll_timeout(Instant::now());
             // SAFETY: fds is a valid array of pollfd.
@@ -341,7 +337,7 @@ impl Supervisor {
                 self.retry_if_due(Instant::now());
                 continue;
             }
-            let (exited, control, notify, checker, tap) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3, driver_at + 4);
+            let (exited, control, notify, checker) = (driver_at, driver_at + 1, driver_at + 2, driver_at + 3);
             if ready(exited) {
                 self.driver_exited();
                 continue;
@@ -353,11 +349,9 @@ impl Supervisor {
             if outcome.is_ok() && ready(control) {
                 outcome = self.handle_control();
             }
-            if outcome.is_ok() && (ready(notify) || ready(tap)) {
-                if ready(notify) {
-                    self.datapath.drain_notify();
-                }
-                outcome = self.move_frames(ready(tap));
+            if outcome.is_ok() && ready(notify) {
+                self.datapath.drain_notify();
+                outcome = self.move_frames();
             }
             if outcome.is_ok() {
                 outcome = self.on_timers(Instant::now());
@@ -435,7 +429,7 @@ impl Supervisor {
         let tx_timeout = self.detection.tx;
         if link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout).is_some() {
             // Completions wake the daemon only when it asked for them: reap before judging.
-            self.move_frames(false)?;
+            self.move_frames()?;
             let link = self.link.as_mut().expect("timers run for a driver");
             if let Some(hung) = link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout) {
                 return Err(link.hung(hung, now));
@@ -507,10 +501,9 @@ impl Supervisor {
         }
     }
 
-    /// Frames between the TAP and the driver (datapath.rs), then what they
-    /// say: the driver's progress, the first frame through a successor, the
-    /// counters in `status`.
-    fn move_frames(&mut self, tap_ready: bool) -> Result<(), Fault> {
+    /// The driver's progress with its frames (datapath.rs), and what it
+    /// says: the first frame through a successor, the drops in `status`.
+    fn move_frames(&mut self) -> Result<(), Fault> {
         let now = Instant::now();
         if self.datapath.tx_held() == 0 {
             if let Some(link) = self.link.as_mut() {
@@ -518,8 +511,8 @@ impl Supervisor {
             }
         }
         // A handover wants the first frame through its successor as soon as it passes.
-        let want_tx_done = self.succession.awaits_first_frame();
-        let moved = self.datapath.move_frames(&self.interface.tap, tap_ready, self.interface.mtu(), want_tx_done)?;
+        let want_progress = self.succession.awaits_first_frame();
+        let moved = self.datapath.move_frames(want_progress)?;
         let now = Instant::now();
         if moved.completed > 0 {
             if let Some(link) = self.link.as_mut() {
@@ -535,9 +528,7 @@ impl Supervisor {
         let pool_free = self.datapath.shm.free_count();
         self.update(|s| {
             s.pool_free = pool_free;
-            s.counters.tx_packets += moved.tx_packets;
-            s.counters.tx_bytes += moved.tx_bytes;
-            s.counters.tx_dropped += moved.tx_dropped;
+            s.counters.tx_dropped += moved.dropped;
         });
         Ok(())
     }

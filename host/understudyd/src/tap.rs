@@ -3,20 +3,22 @@
 //! device's whole life (not a persistent TAP): a driver restart never makes the
 //! interface disappear, and the daemon's exit always removes it.
 //!
+//! Frames never pass the daemon: the TAP has several queues
+//! (IFF_MULTI_QUEUE), the daemon's and the driver's, which the daemon opens
+//! and keeps for every driver process of the interface; a steering program
+//! sends every frame the stack transmits to the driver's queue, and the
+//! driver process writes received frames to it (docs/protocol.md, "Sending"
+//! and "Receiving"). The daemon's queue is there for its ioctls: they need a
+//! queue that is attached, and the driver could detach its own.
+//!
 //! Offloads: every frame crosses the TAP with a virtio_net_hdr (IFF_VNET_HDR).
 //! Once the driver registers, `set_offloads` tells the stack (TUNSETOFFLOAD)
 //! which of checksum and TCP segmentation offload the driver takes
-//! (REGISTERED's offloads); the stack then hands the TAP frames with the
-//! checksum left to do (CHECKSUM_PARTIAL) and TCP frames of up to 64 KiB to cut
-//! into segments (GSO), and the header's fields go into the tx ring entry
-//! (docs/protocol.md), so the driver's own TSO and checksum offload do the
-//! work, or the driver process's runtime does it in software where the
-//! driver has none (it takes them all).
-//!
-//! Received frames never pass the daemon: the TAP has several queues
-//! (IFF_MULTI_QUEUE), and the driver process writes them to its own,
-//! detached so that the stack sends it nothing (docs/protocol.md,
-//! "Receiving"); the daemon's queue is the only one the stack sends to.
+//! (REGISTERED's offloads); the stack then hands the driver frames with the
+//! checksum left to do (CHECKSUM_PARTIAL) and TCP frames of up to 64 KiB to
+//! cut into segments (GSO), so the driver's own TSO and checksum offload do
+//! the work, or the driver process's runtime does it in software where the
+//! driver has none.
 //!
 //! The TAP's own MTU limits cannot be narrowed either: TUN fixes min_mtu/max_mtu (68..65521)
 //! and has no ioctl to change them, so an MTU outside the driver's range is
@@ -27,9 +29,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN, TX_CSUM, TX_GSO_ECN,
-                          TX_GSO_TCPV4, TX_GSO_TCPV6};
-use understudy_shm::TxOffload;
+use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETQUEUE: libc::c_ulong = 0x4004_54d9; // _IOW('T', 217, int)
@@ -39,7 +39,7 @@ const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
-const IFF_DETACH_QUEUE: libc::c_short = 0x0400;
+const IFF_ATTACH_QUEUE: libc::c_short = 0x0200;
 /// Every queue of the TAP is opened with the same flags.
 const TAP_FLAGS: libc::c_short = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0; // _IOW('T', 208, unsigned int)
@@ -47,50 +47,7 @@ const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
 const TUN_F_TSO_ECN: libc::c_uint = 0x08;
-const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
-const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
-const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
-const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
-const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 const ARPHRD_ETHER: u16 = 1;
-
-/// `struct virtio_net_hdr` (10 bytes, the TAP's default size), native endian.
-#[repr(C, packed)]
-#[derive(Clone, Copy, Default, Debug)]
-struct VnetHdr {
-    flags: u8,
-    gso_type: u8,
-    hdr_len: u16,
-    gso_size: u16,
-    csum_start: u16,
-    csum_offset: u16,
-}
-
-impl VnetHdr {
-    fn as_bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: packed POD, every bit pattern valid.
-        unsafe { std::slice::from_raw_parts_mut((self as *mut Self).cast::<u8>(), std::mem::size_of::<Self>()) }
-    }
-
-    /// The ring's tx flags for what the stack left to do, or why the frame
-    /// cannot go (a GSO type the TAP was not offered).
-    fn tx_offload(&self) -> Result<TxOffload, String> {
-        let mut flags = 0;
-        if self.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            flags |= TX_CSUM;
-        }
-        flags |= match self.gso_type & !VIRTIO_NET_HDR_GSO_ECN {
-            VIRTIO_NET_HDR_GSO_NONE => 0,
-            VIRTIO_NET_HDR_GSO_TCPV4 => TX_GSO_TCPV4,
-            VIRTIO_NET_HDR_GSO_TCPV6 => TX_GSO_TCPV6,
-            other => return Err(format!("GSO type {other}")),
-        };
-        if self.gso_type & VIRTIO_NET_HDR_GSO_ECN != 0 {
-            flags |= TX_GSO_ECN;
-        }
-        Ok(TxOffload { flags, gso_size: self.gso_size, csum_start: self.csum_start, csum_offset: self.csum_offset })
-    }
-}
 
 /// The TUN_F_* flags for REGISTERED's offloads: segmentation only with
 /// checksum offload (the TAP refuses TSO without it).
@@ -134,9 +91,9 @@ fn ioctl<T>(fd: BorrowedFd, request: libc::c_ulong, arg: *mut T) -> io::Result<(
 
 pub struct Tap {
     file: File,
-    /// The driver process's queue, for received frames only: detached, so
-    /// the stack sends it nothing, and kept here across driver processes.
-    driver_queue: File,
+    /// The driver process's queue, until the device's datapath takes it
+    /// (`take_driver_queue`) to keep across driver processes.
+    driver_queue: Option<OwnedFd>,
     name: String,
 }
 
@@ -174,15 +131,14 @@ struct BpfProgLoad {
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 
-/// Every frame the stack sends goes to the daemon's queue, the only one
-/// attached: a steering program that answers queue 0. Without one, the TAP
-/// steers a flow to the queue its received frames were last written to,
-/// and that is the driver's, detached, where the frames (the guest's ACKs
-/// of a transfer it receives) were dropped; the flow table's work per
-/// frame is spared too.
-fn steer_to_daemon_queue(tap: BorrowedFd) -> io::Result<()> {
-    // r0 = 0; exit
-    let insns = [BpfInsn { code: 0xb7, regs: 0, off: 0, imm: 0 }, BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 }];
+/// Every frame the stack sends goes to the driver's queue: a steering
+/// program that answers queue 1, the second one opened. Without one the TAP
+/// would spread flows over both queues, and the daemon reads none. A driver
+/// that detaches its queue leaves the daemon's as the only one: the frames
+/// go there, unread, as if the driver did not read its own.
+fn steer_to_driver_queue(tap: BorrowedFd) -> io::Result<()> {
+    // r0 = 1; exit
+    let insns = [BpfInsn { code: 0xb7, regs: 0, off: 0, imm: 1 }, BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 }];
     let license = b"GPL\0";
     let attr = BpfProgLoad {
         prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
@@ -203,15 +159,15 @@ fn steer_to_daemon_queue(tap: BorrowedFd) -> io::Result<()> {
     ioctl(tap, TUNSETSTEERINGEBPF, &mut fd).map_err(|e| io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")))
 }
 
-/// Detaches the driver's queue `fd` from the TAP: the stack sends it no
-/// frames, yet writes to it still reach the stack. One already detached
-/// stays so (the kernel answers EINVAL).
-pub fn detach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
+/// Attaches the driver's queue `fd` to the TAP again, in case a
+/// predecessor detached it; one still attached stays so (the kernel answers
+/// EINVAL).
+pub fn attach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
     let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
-    req.data[..2].copy_from_slice(&IFF_DETACH_QUEUE.to_ne_bytes());
+    req.data[..2].copy_from_slice(&IFF_ATTACH_QUEUE.to_ne_bytes());
     match ioctl(fd, TUNSETQUEUE, &mut req) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-        result => result.map_err(|e| io::Error::new(e.kind(), format!("TUNSETQUEUE detach: {e}"))),
+        result => result.map_err(|e| io::Error::new(e.kind(), format!("TUNSETQUEUE attach: {e}"))),
     }
 }
 
@@ -224,9 +180,8 @@ impl Tap {
         }
         let file = open_queue(name)?;
         let driver_queue = open_queue(name)?;
-        detach_driver_queue(driver_queue.as_fd())?;
-        steer_to_daemon_queue(file.as_fd())?;
-        let tap = Tap { file, driver_queue, name: name.to_string() };
+        steer_to_driver_queue(file.as_fd())?;
+        let tap = Tap { file, driver_queue: Some(driver_queue.into()), name: name.to_string() };
         // No carrier until the driver reports one.
         tap.set_carrier(false)?;
         Ok(tap)
@@ -236,9 +191,9 @@ impl Tap {
         &self.name
     }
 
-    /// Another fd of the driver's queue, for a driver process to inherit.
-    pub fn driver_queue(&self) -> io::Result<OwnedFd> {
-        Ok(self.driver_queue.try_clone()?.into())
+    /// The driver's queue, once: its owner hands it to each driver process.
+    pub fn take_driver_queue(&mut self) -> Option<OwnedFd> {
+        self.driver_queue.take()
     }
 
     pub fn set_carrier(&self, on: bool) -> io::Result<()> {
@@ -293,26 +248,6 @@ impl Tap {
         }
         Ok(())
     }
-
-    /// One frame the stack sent, into `buf`: its length (more than
-    /// `buf.len()` if it did not fit: the frame is cut short) and what the
-    /// driver must still do to it; `None` if there is none now.
-    pub fn read_frame(&self, buf: &mut [u8]) -> io::Result<Option<(usize, Result<TxOffload, String>)>> {
-        let mut hdr = VnetHdr::default();
-        let hdr_bytes = hdr.as_bytes_mut();
-        let iov = [
-            libc::iovec { iov_base: hdr_bytes.as_mut_ptr().cast(), iov_len: hdr_bytes.len() },
-            libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() },
-        ];
-        // SAFETY: both iovecs point to memory we hold mutably for the call.
-        let n = unsafe { libc::readv(self.file.as_raw_fd(), iov.as_ptr(), 2) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
-        }
-        let frame = (n as usize).saturating_sub(std::mem::size_of::<VnetHdr>());
-        Ok(Some((frame, hdr.tx_offload())))
-    }
 }
 
 /// A plain socket for interface ioctls.
@@ -342,16 +277,5 @@ mod tests {
         assert_eq!(tun_offloads(OFFLOAD_CSUM), TUN_F_CSUM);
         assert_eq!(tun_offloads(OFFLOAD_CSUM | OFFLOAD_TSO4 | OFFLOAD_TSO_ECN), TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO_ECN);
         assert_eq!(tun_offloads(OFFLOAD_CSUM | OFFLOAD_TSO6), TUN_F_CSUM | TUN_F_TSO6);
-    }
-
-    #[test]
-    fn a_vnet_header_becomes_the_rings_tx_flags() {
-        let hdr = VnetHdr { flags: VIRTIO_NET_HDR_F_NEEDS_CSUM, gso_type: VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_ECN,
-                            hdr_len: 66, gso_size: 1448, csum_start: 34, csum_offset: 16 };
-        assert_eq!(hdr.tx_offload().unwrap(),
-                   TxOffload { flags: TX_CSUM | TX_GSO_TCPV4 | TX_GSO_ECN, gso_size: 1448, csum_start: 34, csum_offset: 16 });
-        assert_eq!(VnetHdr::default().tx_offload().unwrap(), TxOffload::default());
-        let udp = VnetHdr { gso_type: 3, ..Default::default() };
-        assert_eq!(udp.tx_offload().unwrap_err(), "GSO type 3");
     }
 }

@@ -104,7 +104,7 @@ pub fn spawn(control: BorrowedFd, pidfd: BorrowedFd, seq: u32, mut log: impl FnM
             DriverMessage::Log { level, text } => log(level, &text),
             DriverMessage::Warn { file, line, text } => log(4, &format!("WARN at {file}:{line}: {text}")),
             // The fork announces the carrier it starts with.
-            DriverMessage::Carrier(_) | DriverMessage::TxQueue { .. } => {}
+            DriverMessage::Carrier(_) => {}
             DriverMessage::Reply { seq: s, status, data } if s == seq => {
                 if status < 0 {
                     return Err(SpawnError::Refused(io::Error::from_raw_os_error(-status)));

@@ -147,7 +147,6 @@ impl Supervisor {
                 self.set_carrier(on)?;
                 return self.feed(Event::Carrier(on));
             }
-            DriverMessage::TxQueue { stopped } => self.datapath.tx_stopped = stopped,
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
             DriverMessage::Warn { file, line, text } => {
                 let now = Instant::now();

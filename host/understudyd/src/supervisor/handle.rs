@@ -12,7 +12,7 @@ use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, G
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
-use super::interface::received;
+use super::interface::tap_statistics;
 use super::Supervisor;
 use crate::check::CheckLog;
 use crate::handover::Driver;
@@ -126,15 +126,23 @@ impl Requester {
 impl Handle {
     pub fn status(&self) -> DeviceStatus {
         // Read without the lock the device's thread updates the status under.
-        let rx = received(&self.ifname);
+        let (rx, tx) = (tap_statistics(&self.ifname, "rx"), tap_statistics(&self.ifname, "tx"));
         let mut st = {
             let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
             // Once the interface is gone its last counts stay.
             if let Ok((packets, bytes, dropped)) = rx {
                 (shared.counters.rx_packets, shared.counters.rx_bytes, shared.counters.rx_dropped) = (packets, bytes, dropped);
             }
+            if let Ok((packets, bytes, _)) = tx {
+                (shared.counters.tx_packets, shared.counters.tx_bytes) = (packets, bytes);
+            }
             shared.clone()
         };
+        // Dropped: what the driver says it dropped, and what the TAP dropped
+        // because the driver did not read it in time.
+        if let Ok((_, _, dropped)) = tx {
+            st.counters.tx_dropped += dropped;
+        }
         st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
         st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.pid));
         st

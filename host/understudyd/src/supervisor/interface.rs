@@ -58,11 +58,6 @@ impl Interface {
         self.links.as_fd()
     }
 
-    /// The MTU the stack uses, once netlink has said it.
-    pub fn mtu(&self) -> Option<u32> {
-        self.link.as_ref().and_then(|l| l.mtu)
-    }
-
     pub fn read_link_changes(&mut self) {
         match self.links.drain() {
             Ok(Events::Links(links)) => {
@@ -157,14 +152,14 @@ impl Interface {
     }
 }
 
-/// What the interface `ifname` received, by the kernel's statistics of the
-/// TAP: packets, bytes and drops. The driver process writes received frames
-/// to the TAP itself, so these are the only counts the daemon can trust.
-pub fn received(ifname: &str) -> std::io::Result<(u64, u64, u64)> {
+/// The kernel's statistics of the TAP `ifname`: packets, bytes and drops of
+/// `direction` ("rx" or "tx"). The driver process reads and writes the
+/// TAP's frames itself, so these are the only counts the daemon can trust.
+pub fn tap_statistics(ifname: &str, direction: &str) -> std::io::Result<(u64, u64, u64)> {
     let read = |counter: &str| -> std::io::Result<u64> {
-        let path = format!("/sys/class/net/{ifname}/statistics/{counter}");
+        let path = format!("/sys/class/net/{ifname}/statistics/{direction}_{counter}");
         let text = std::fs::read_to_string(&path)?;
         text.trim().parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{path}: {e}")))
     };
-    Ok((read("rx_packets")?, read("rx_bytes")?, read("rx_dropped")?))
+    Ok((read("packets")?, read("bytes")?, read("dropped")?))
 }

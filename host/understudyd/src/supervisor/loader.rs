@@ -117,7 +117,7 @@ impl Loader {
                 DriverMessage::Warn { file, line, text } => log(4, &format!("WARN at {file}:{line}: {text}")),
                 DriverMessage::Registered(r) if self.probes() && self.registration.is_none() => self.registration = Some(r),
                 // A prober may say its carrier or its queue's state: nobody serves on scratch memory.
-                DriverMessage::Carrier(_) | DriverMessage::TxQueue { .. } if self.probes() => {}
+                DriverMessage::Carrier(_) if self.probes() => {}
                 DriverMessage::Reply { seq, status, data } => {
                     let request = match self.link.answered(seq) {
                         Ok((request, _)) => request,

@@ -341,7 +341,7 @@ impl Supervisor {
                     let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + super::interface::CARRIER_HOLD);
                     self.interface.carrier_held_until = Some(held);
                     // Receive buffers are lent now: the link may come up with frames waiting.
-                    self.move_frames(false)?;
+                    self.move_frames()?;
                 }
                 Action::Resubmit(frames) => self.give_frames(frames)?,
                 Action::Announce => self.announce(),
@@ -429,7 +429,7 @@ impl Supervisor {
         // The fresh rings are empty and nobody waits on them yet: lend receive
         // buffers, say the host waits for completions, and kick the driver for
         // the frames just given again -- else a receiving-only stack would wait forever.
-        self.move_frames(false)?;
+        self.move_frames()?;
         self.datapath.kick();
         Ok(())
     }

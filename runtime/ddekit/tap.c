@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The driver's queue of the host's TAP (docs/protocol.md, "Sending" and
+ * "Receiving"): the stack's frames are read from it, received frames are
+ * written to it, neither through the host.
+ *
+ * Each frame read is recorded in the TAP's state in shared memory, where it
+ * lies in the arena and what it asks of the driver, until the driver is
+ * done with it: if this process dies, the host gives those frames to its
+ * successor. A frame is read only while the host's gate is open (a
+ * successor replays and sends its predecessor's frames first) and a record
+ * is free. The TX thread (host.c) waits on tap_fd and on a_record_freed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <linux/virtio_net.h>
+
+#include <understudy/protocol.h>
+
+#include "ddekit.h"
+#include "setup.h"
+
+/* Blocks of the arena are at least this big and aligned to their size (mem.c). */
+#define BLOCK_SHIFT 11
+
+static int tap_fd = -1;
+
+static struct {
+	struct us_tap_state *state;	/* NULL without a host */
+	uint32_t ring_size;
+	int notify_fd;
+	uint8_t *arena;
+	unsigned long arena_size;
+	uint16_t *record_of_block;	/* arena block -> its frame's record + 1 */
+	uint32_t *free_records;		/* a stack of record indices */
+	uint32_t n_free;
+	uint64_t next_seq;
+	int a_record_freed;		/* eventfd: the TX thread waits for a record */
+	bool tx_waits;
+	pthread_mutex_t lock;		/* frames are done on any thread */
+} held = { .next_seq = 1, .a_record_freed = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
+
+int ddekit_setup_tap(int fd)
+{
+	tap_fd = fd;
+	return 0;
+}
+
+int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int notify_fd)
+{
+	void *arena;
+	unsigned long long iova;
+	unsigned long pool_size;
+
+	ddekit_arena(&arena, &iova, &held.arena_size, &pool_size);
+	if (ring_size > UINT16_MAX)
+		return -EINVAL;
+	held.record_of_block = ddekit_zalloc((held.arena_size >> BLOCK_SHIFT) * sizeof(uint16_t));
+	held.free_records = ddekit_zalloc(ring_size * sizeof(uint32_t));
+	if (!held.record_of_block || !held.free_records)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ring_size; i++)
+		held.free_records[i] = ring_size - 1 - i;
+	held.n_free = ring_size;
+	held.ring_size = ring_size;
+	held.notify_fd = notify_fd;
+	held.arena = arena;
+	held.state = state;
+	return 0;
+}
+
+/*
+ * Whether a frame may be read now: the gate is open and a record is free.
+ * The TX thread's alone: it opens its eventfd here, in the process that
+ * serves (a template's children would share one opened before the fork).
+ */
+static bool may_read(void)
+{
+	bool may;
+
+	if (held.a_record_freed < 0 && held.state) {
+		held.a_record_freed = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (held.a_record_freed < 0)
+			ddekit_panic("cannot open the TX thread's eventfd");
+	}
+	if (tap_fd < 0 || !held.state || !__atomic_load_n(&held.state->gate, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&held.lock);
+	may = held.n_free > 0;
+	held.tx_waits = !may;
+	pthread_mutex_unlock(&held.lock);
+	return may;
+}
+
+int ddekit_tap_wait_fds(int *fds)
+{
+	fds[0] = may_read() ? tap_fd : -1;
+	fds[1] = held.a_record_freed;
+	return 2;
+}
+
+void ddekit_tap_woken(void)
+{
+	uint64_t count;
+
+	if (held.a_record_freed >= 0 && read(held.a_record_freed, &count, sizeof(count)) < 0 &&
+	    errno != EAGAIN)
+		ddekit_panic("cannot read the TX thread's eventfd");
+}
+
+/* A virtio_net_hdr's offloads as the protocol's tx flags; false for a GSO type it lacks. */
+static bool tx_offloads(const struct virtio_net_hdr *h, struct ddekit_tx_frame *f)
+{
+	f->flags = h->flags & VIRTIO_NET_HDR_F_NEEDS_CSUM ? DDEKIT_TX_CSUM : 0;
+	switch (h->gso_type & ~VIRTIO_NET_HDR_GSO_ECN) {
+	case VIRTIO_NET_HDR_GSO_NONE:
+		break;
+	case VIRTIO_NET_HDR_GSO_TCPV4:
+		f->flags |= DDEKIT_TX_GSO_TCPV4;
+		break;
+	case VIRTIO_NET_HDR_GSO_TCPV6:
+		f->flags |= DDEKIT_TX_GSO_TCPV6;
+		break;
+	default:
+		return false;
+	}
+	if (h->gso_type & VIRTIO_NET_HDR_GSO_ECN)
+		f->flags |= DDEKIT_TX_GSO_ECN;
+	f->gso_size = h->gso_size;
+	f->csum_start = h->csum_start;
+	f->csum_offset = h->csum_offset;
+	return true;
+}
+
+int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f)
+{
+	for (;;) {
+		struct virtio_net_hdr h;
+		struct iovec iov[2] = { { &h, sizeof(h) }, { buffer, size } };
+		ssize_t n;
+
+		if (!may_read())
+			return 0;
+		n = readv(tap_fd, iov, 2);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (n < 0) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "cannot read the TAP: %s", strerror(errno));
+			ddekit_panic(why);
+		}
+		/* The stack never sends these; one is dropped, not sent. */
+		if ((size_t)n < sizeof(h) + 14 || !tx_offloads(&h, f)) {
+			char line[96];
+			int len = snprintf(line, sizeof(line),
+					   "understudy: dropped a frame from the TAP (%zd bytes, GSO type %u)\n",
+					   n, h.gso_type);
+
+			ddekit_log(4, line, len);
+			continue;
+		}
+		f->len = n - sizeof(h);
+		return f->len;
+	}
+}
+
+void ddekit_tap_hold(const struct ddekit_tx_frame *f)
+{
+	unsigned long offset = (uint8_t *)f->buffer - held.arena;
+	struct us_held *h;
+	uint32_t i;
+
+	if ((uint8_t *)f->buffer < held.arena || offset >= held.arena_size)
+		ddekit_panic("a TAP frame outside the arena");
+	pthread_mutex_lock(&held.lock);
+	if (!held.n_free)
+		ddekit_panic("a TAP frame read without a free record");
+	i = held.free_records[--held.n_free];
+	held.record_of_block[offset >> BLOCK_SHIFT] = i + 1;
+	h = &held.state->held[i];
+	h->offset = offset;
+	h->len = f->len;
+	h->flags = f->flags;
+	h->gso_size = f->gso_size;
+	h->csum_start = f->csum_start;
+	h->csum_offset = f->csum_offset;
+	__atomic_store_n(&h->seq, held.next_seq++, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&held.state->taken, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&held.lock);
+}
+
+void ddekit_tap_done(const void *buffer, int dropped)
+{
+	unsigned long offset = (const uint8_t *)buffer - held.arena;
+	uint64_t one = 1;
+	uint16_t record;
+	bool wake_tx;
+
+	if ((const uint8_t *)buffer < held.arena || offset >= held.arena_size)
+		ddekit_panic("done with a TAP frame outside the arena");
+	pthread_mutex_lock(&held.lock);
+	record = held.record_of_block[offset >> BLOCK_SHIFT];
+	if (!record)
+		ddekit_panic("done with a TAP frame that has no record");
+	held.record_of_block[offset >> BLOCK_SHIFT] = 0;
+	__atomic_store_n(&held.state->held[record - 1].seq, 0, __ATOMIC_RELEASE);
+	held.free_records[held.n_free++] = record - 1;
+	__atomic_add_fetch(dropped ? &held.state->dropped : &held.state->sent, 1, __ATOMIC_RELEASE);
+	wake_tx = held.tx_waits;
+	held.tx_waits = false;
+	pthread_mutex_unlock(&held.lock);
+	if (wake_tx && write(held.a_record_freed, &one, sizeof(one)) != sizeof(one))
+		ddekit_panic("cannot wake the TX thread");
+	/* Order the count before reading the flag (the host re-reads the counts). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&held.state->host_waiting, 0, __ATOMIC_RELAXED) &&
+	    write(held.notify_fd, &one, sizeof(one)) != sizeof(one))
+		ddekit_panic("cannot signal the host (notify eventfd)");
+}
+
+_Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
+	       "ddekit_rx_meta is the TAP's virtio_net_hdr");
+
+/* Every merge gro.c writes fits: a header and 64 segments, or an skb's head and frags. */
+#define TAP_MAX_PARTS 128
+
+/*
+ * One frame to the host's stack: the TAP runs it there in this thread, as a
+ * NIC's poll runs the kernel's stack. The stack may refuse it (the interface
+ * is down: EIO; no memory), which drops it, as a NIC drops a frame the stack
+ * has no room for; any other error means a header this process built wrong.
+ */
+bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
+		   unsigned int n)
+{
+	struct iovec iov[1 + TAP_MAX_PARTS];
+
+	if (tap_fd < 0)
+		return false;
+	if (n > TAP_MAX_PARTS)
+		ddekit_panic("a received frame of more parts than the TAP write takes");
+	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
+	for (unsigned int i = 0; i < n; i++)
+		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
+	if (writev(tap_fd, iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
+	    errno != EAGAIN) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "the TAP refused a received frame: %s", strerror(errno));
+		ddekit_panic(why);
+	}
+	return true;
+}
