@@ -504,17 +504,11 @@ impl Supervisor {
     /// The driver's progress with its frames (datapath.rs), and what it
     /// says: the first frame through a successor, the drops in `status`.
     fn move_frames(&mut self) -> Result<(), Fault> {
-        let now = Instant::now();
-        if self.datapath.tx_held() == 0 {
-            if let Some(link) = self.link.as_mut() {
-                link.tx_progress.progressed(now);
-            }
-        }
         // A handover wants the first frame through its successor as soon as it passes.
         let want_progress = self.succession.awaits_first_frame();
         let moved = self.datapath.move_frames(want_progress)?;
         let now = Instant::now();
-        if moved.completed > 0 {
+        if moved.progressed {
             if let Some(link) = self.link.as_mut() {
                 link.tx_progress.progressed(now);
             }

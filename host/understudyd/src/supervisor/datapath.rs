@@ -31,23 +31,29 @@ pub struct Datapath {
     offloads: u32,
     /// The driver's counts of the TAP's frames when last read.
     counts: TapCounts,
+    /// The driver held no frame when the daemon last looked (`move_frames`).
+    was_idle: bool,
     /// Log lines' prefix: the device.
     pub label: String,
 }
 
-/// What one `move_frames` saw: frames the driver finished (its progress)
-/// and, of those, the ones it sent and the ones it dropped.
+/// What one `move_frames` saw: frames the driver finished and, of those,
+/// the ones it sent and the ones it dropped; whether it made progress.
 #[derive(Default)]
 pub struct Moved {
     pub completed: u64,
     pub sent: u64,
     pub dropped: u64,
+    /// It finished a frame, holds none, or held none when last seen: the
+    /// daemon sees no frame taken, so a transmitter's clock starts when it
+    /// is first seen holding one.
+    pub progressed: bool,
 }
 
 impl Datapath {
     pub fn new(shm: SharedMemory, tap_queue: Option<OwnedFd>, label: String) -> Result<Self, String> {
         let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
-        Ok(Datapath { shm, kick, notify, tap_queue, offloads: 0, counts: TapCounts::default(), label })
+        Ok(Datapath { shm, kick, notify, tap_queue, offloads: 0, counts: TapCounts::default(), was_idle: true, label })
     }
 
     pub fn kick_fd(&self) -> BorrowedFd<'_> {
@@ -108,6 +114,9 @@ impl Datapath {
         if self.shm.driver_wants_kick() {
             self.kick();
         }
+        let idle = self.tx_held() == 0;
+        moved.progressed = moved.completed > 0 || idle || self.was_idle;
+        self.was_idle = idle;
         Ok(moved)
     }
 
@@ -153,6 +162,7 @@ impl Datapath {
         let mut uncompleted = self.shm.reclaim_all();
         let held = self.shm.reclaim_held();
         self.counts = TapCounts::default();
+        self.was_idle = true;
         if !held.refused.is_empty() {
             warn!("{}: {} record(s) of frames the driver held were refused: {}", self.label, held.refused.len(),
                   held.refused.join("; "));
