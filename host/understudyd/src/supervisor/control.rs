@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! What the serving driver says on its control socket (docs/protocol.md,
 //! "Control messages"): replies, routed by why their request was sent;
-//! REGISTERED, CARRIER, TX_QUEUE, its log lines and WARNs.
+//! REGISTERED, CARRIER, its log lines and WARNs.
 
 use std::io;
 use std::time::Instant;
