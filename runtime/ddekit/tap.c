@@ -36,7 +36,6 @@ static int tap_fd = -1;
 
 static struct {
 	struct us_tap_state *state;	/* NULL without a host */
-	uint32_t ring_size;
 	int notify_fd;
 	uint8_t *arena;
 	unsigned long arena_size;
@@ -71,7 +70,6 @@ int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int n
 	for (uint32_t i = 0; i < ring_size; i++)
 		held.free_records[i] = ring_size - 1 - i;
 	held.n_free = ring_size;
-	held.ring_size = ring_size;
 	held.notify_fd = notify_fd;
 	held.arena = arena;
 	held.state = state;

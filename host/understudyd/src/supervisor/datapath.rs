@@ -198,3 +198,40 @@ impl Datapath {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use understudy_protocol::tap_state_offset;
+    use understudy_shm::Geometry;
+
+    use super::*;
+
+    const GEOMETRY: Geometry =
+        Geometry { arena_size: 1 << 20, arena_iova: 0x1000_0000, pool_buffers: 16, buffer_size: 2048, ring_size: 8 };
+
+    /// The driver's counts, written where the protocol puts them (taken, sent, dropped).
+    fn driver_counts(datapath: &Datapath, taken: u32, sent: u32) {
+        let at = tap_state_offset(GEOMETRY.ring_size) as usize + 64;
+        let bytes: Vec<u8> = [taken, sent, 0].iter().flat_map(|c| c.to_ne_bytes()).collect();
+        datapath.shm.rings().region().write(at, &bytes);
+    }
+
+    fn look(datapath: &mut Datapath) -> Moved {
+        datapath.move_frames(false).unwrap_or_else(|_| panic!("an honest driver broke no rule"))
+    }
+
+    #[test]
+    fn a_transmitters_clock_starts_when_it_is_first_seen_holding_a_frame() {
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        assert!(look(&mut datapath).progressed, "holding nothing");
+        driver_counts(&datapath, 1, 0);
+        let first_seen = look(&mut datapath);
+        assert!(first_seen.progressed && first_seen.completed == 0, "held none when last seen");
+        assert_eq!(datapath.tx_held(), 1);
+        assert!(!look(&mut datapath).progressed, "the same frame, still held: the clock runs");
+        driver_counts(&datapath, 2, 1);
+        let moved = look(&mut datapath);
+        assert!(moved.progressed && moved.sent == 1 && moved.completed == 1);
+        assert!(!look(&mut datapath).progressed, "the second frame is held on");
+    }
+}
