@@ -101,16 +101,19 @@ impl Datapath {
         let mut moved = Moved::default();
         loop {
             self.reap_tx_done(&mut moved)?;
-            let counts = if want_progress { self.shm.wait_for_tap_progress() } else { self.shm.tap_counts() };
-            self.count_progress(counts, &mut moved);
-            if self.shm.prepare_to_sleep(self.shm.tx_done_urgent(false) || want_progress)
-                && (!want_progress || self.shm.tap_counts() == self.counts) {
+            if self.shm.prepare_to_sleep(self.shm.tx_done_urgent(false) || want_progress) {
                 break;
             }
         }
-        if !want_progress {
+        // Asked for before the counts are read: a frame finished after the
+        // read signals, one finished before is in them.
+        let counts = if want_progress {
+            self.shm.wait_for_tap_progress()
+        } else {
             self.shm.no_tap_wakeup();
-        }
+            self.shm.tap_counts()
+        };
+        self.count_progress(counts, &mut moved);
         if self.shm.driver_wants_kick() {
             self.kick();
         }
