@@ -237,4 +237,19 @@ mod tests {
         assert!(moved.progressed && moved.sent == 1 && moved.completed == 1);
         assert!(!look(&mut datapath).progressed, "the second frame is held on");
     }
+
+    #[test]
+    fn a_handover_asks_the_driver_to_signal_its_next_finished_frame_and_only_then() {
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        let host_waiting = |datapath: &Datapath| {
+            let mut word = [0u8; 4];
+            datapath.shm.rings().region().read(tap_state_offset(GEOMETRY.ring_size) as usize + 128, &mut word);
+            u32::from_ne_bytes(word)
+        };
+        driver_counts(&datapath, 3, 2);
+        let moved = datapath.move_frames(true).unwrap_or_else(|_| panic!("an honest driver broke no rule"));
+        assert_eq!((moved.sent, host_waiting(&datapath)), (2, 1), "asked, and what was finished before counted");
+        look(&mut datapath);
+        assert_eq!(host_waiting(&datapath), 0, "not asked once the handover has its frame");
+    }
 }
