@@ -377,7 +377,7 @@ int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_siz
 {
 	void *va;
 
-	if (pool_size >= size)
+	if (pool_size >= size || !ddekit_dma_chunks_fit(size))
 		return -EINVAL;
 	if (arena_fd >= 0)
 		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
