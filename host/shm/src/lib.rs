@@ -161,6 +161,9 @@ pub struct SharedMemory {
     private_pool: Option<Vec<u8>>,
     /// The device address of each `CHUNK` of the arena, in copy mode.
     bus_chunks: Vec<u64>,
+    /// The same as a memfd for the driver process (`--dma-chunks-fd`): a
+    /// little-endian u64 each.
+    bus_table: Option<SharedRegion>,
 }
 
 impl SharedMemory {
@@ -187,8 +190,10 @@ impl SharedMemory {
         }
         let arena = SharedRegion::create_hugetlb(c"understudy-arena", geometry.arena_size as usize)?;
         let chunks = physical::physical_chunks(arena.base(), arena.len(), CHUNK)?;
+        let table = SharedRegion::create(c"understudy-dma-chunks", chunks.len() * 8)?;
+        table.write(0, &chunks.iter().flat_map(|c| c.to_le_bytes()).collect::<Vec<u8>>());
         let rings = Rings::create(geometry.ring_size)?;
-        Ok(Self::assemble(geometry, arena, rings, Some(chunks)))
+        Ok(SharedMemory { bus_table: Some(table), ..Self::assemble(geometry, arena, rings, Some(chunks)) })
     }
 
     /// `bus_chunks`: copy mode, with the arena's device addresses.
@@ -214,6 +219,7 @@ impl SharedMemory {
             tx_in_flight: VecDeque::new(),
             private_pool: bus_chunks.as_ref().map(|_| vec![0; geometry.pool_size() as usize]),
             bus_chunks: bus_chunks.unwrap_or_default(),
+            bus_table: None,
         }
     }
 
@@ -221,6 +227,12 @@ impl SharedMemory {
     /// maps the arena at `arena_iova`.
     pub fn bus_chunks(&self) -> &[u64] {
         &self.bus_chunks
+    }
+
+    /// `bus_chunks` for the driver process; `None` with an IOMMU.
+    pub fn bus_chunks_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.bus_table.as_ref().map(|t| t.as_fd())
     }
 
     pub fn geometry(&self) -> Geometry {

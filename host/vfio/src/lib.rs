@@ -5,8 +5,11 @@
 //! everything, so it can stop the device before anything else happens, and
 //! drop the IOMMU mappings when it gives the device up.
 
+mod backend;
 mod sys;
 pub mod uio;
+
+pub use backend::{Device, Handoff};
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
