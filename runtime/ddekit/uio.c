@@ -6,7 +6,9 @@
  * one (no VFIO filtering it), a memory BAR is its resource file mapped, and
  * the one interrupt is INTx: uio_pci_generic masks it with the command
  * register's INTx-disable bit when it fires and counts it on /dev/uioN,
- * whose read() waits for it and a write of 1 clears the bit again.
+ * whose read() waits for it. It has no irqcontrol (a write to /dev/uioN
+ * fails with ENOSYS): the line is re-enabled by clearing that bit through
+ * config space, as the kernel's UIO documentation does.
  *
  * Built with -mincoming-stack-boundary=3 (see ddekit.h).
  */
@@ -14,6 +16,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -88,12 +92,34 @@ static void irq_disable_vectors(enum ddekit_irq_source source)
 {
 }
 
+/*
+ * INTx-disable is bit 10 of the command register, written as the whole
+ * 16-bit register (read, change the bit, write), as DPDK does. A one-byte
+ * write of its high byte alone left QEMU's emulated line asserted with no
+ * device behind it in the lab's runs: an interrupt storm the kernel ended by
+ * disabling the IRQ ("nobody cared").
+ */
+#define PCI_COMMAND			0x04
+#define PCI_COMMAND_INTX_DISABLE	0x400
+
+static void set_intx(int on)
+{
+	uint16_t cmd, want;
+	char why[96];
+
+	if (pread(uio.config, &cmd, sizeof(cmd), PCI_COMMAND) == sizeof(cmd)) {
+		want = on ? cmd & ~PCI_COMMAND_INTX_DISABLE : cmd | PCI_COMMAND_INTX_DISABLE;
+		if (want == cmd || pwrite(uio.config, &want, sizeof(want), PCI_COMMAND) == sizeof(want))
+			return;
+	}
+	snprintf(why, sizeof(why), "cannot %s INTx in config space: %s", on ? "enable" : "disable",
+		 strerror(errno));
+	ddekit_panic(why);
+}
+
 static void irq_unmask(void)
 {
-	const int32_t on = 1;
-
-	if (write(uio.irq, &on, sizeof(on)) != sizeof(on))
-		ddekit_panic("cannot re-enable INTx through /dev/uio");
+	set_intx(1);
 }
 
 /* An epoll fd over /dev/uioN and a wake-up eventfd: the IRQ thread waits on both. */
@@ -162,12 +188,11 @@ static int irq_wait(int ep)
 
 static void irq_detach(enum ddekit_irq_source source, unsigned int vector, int ep)
 {
-	const int32_t off = 0;
 	uint64_t one = 1;
 
-	if (write(uio.irq, &off, sizeof(off)) != sizeof(off) ||
-	    write(waiter_of(ep)->wake, &one, sizeof(one)) != sizeof(one))
-		ddekit_panic("cannot stop the INTx line or wake the IRQ thread");
+	set_intx(0);
+	if (write(waiter_of(ep)->wake, &one, sizeof(one)) != sizeof(one))
+		ddekit_panic("cannot wake the IRQ thread");
 }
 
 static void irq_close(int ep)
