@@ -3,10 +3,11 @@
  * ddekit: the libc half of the driver-process runtime. Kernel code calls in
  * here for everything the Linux kernel would get from hardware or from the
  * scheduler: time, the CPU lock, threads, memory, and the PCI function
- * behind its VFIO device fd (config space, BARs, port I/O, INTx: device.c).
+ * behind VFIO or uio_pci_generic (config space, BARs, port I/O, interrupts:
+ * device.c; DMA addresses: bus.c).
  *
  * Built with -mincoming-stack-boundary=3 (see ddekit.h). No kernel-internal
- * header is included here (device.c has the uapi <linux/vfio.h>).
+ * header is included here (vfio.c has the uapi <linux/vfio.h>).
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>

@@ -182,7 +182,7 @@ impl SharedMemory {
     /// arena cannot change what the host resends after a restart.
     pub fn create_unconfined(geometry: Geometry) -> Result<Self, ShmError> {
         geometry.check()?;
-        if geometry.pool_size() % CHUNK != 0 || geometry.arena_size % CHUNK != 0 {
+        if !geometry.pool_size().is_multiple_of(CHUNK) || !geometry.arena_size.is_multiple_of(CHUNK) {
             // The runtime's allocator aligns its blocks from the pool's end:
             // on a chunk boundary, no block up to a chunk's size crosses one.
             return Err(ShmError::Geometry(format!("without an IOMMU the pool ({} bytes) and the arena ({} bytes) are whole 2 MiB hugepages",

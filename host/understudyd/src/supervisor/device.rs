@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The PCI device through VFIO: its DMA arena's IOMMU mapping, its identity,
-//! and stopping it when its driver is gone (docs/design.md §4).
+//! The PCI device, through VFIO or without an IOMMU through UIO: its DMA
+//! arena's IOMMU mapping, its identity, and stopping it when its driver is
+//! gone (docs/design.md §4).
 
 use std::io;
 use std::path::Path;
