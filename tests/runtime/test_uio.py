@@ -1,5 +1,5 @@
-"""Debian's e1000.ko through the UIO back-end, on a machine without an IOMMU
-(docs/design.md §4, "Without an IOMMU").
+"""Debian's e1000.ko and pcnet32.ko through the UIO back-end, on a machine
+without an IOMMU (docs/design.md §4, "Without an IOMMU").
 
 One lab guest without the emulated IOMMU, with hugepages reserved at boot,
 serves every test here, in order: the refusals first -- VFIO without an
@@ -7,7 +7,9 @@ IOMMU, and with --no-iommu a device another driver holds, no free hugepages,
 no uio_pci_generic -- each leaving the device as it was; then the real
 uio_pci_generic carries a ping and hash-checked transfers both ways through
 us0; then the driver process is killed in the middle of a transfer and the
-transfer completes through its successor.
+transfer completes through its successor. First, pcnet32 -- port I/O,
+32-bit DMA -- passes traffic in a guest of its own (before the shared
+guest boots: one lab guest at a time).
 """
 import pytest
 
@@ -49,6 +51,23 @@ def override(g: Guest, bdf: str) -> str:
     """The device's driver_override, "" when none (sysfs shows "(null)")."""
     text = g.read_file(f"/sys/bus/pci/devices/{bdf}/driver_override").decode().strip()
     return "" if text == "(null)" else text
+
+
+def test_pcnet32_over_uio_passes_traffic(no_leftover_qemu, bins):
+    with Guest(devices=["pcnet"], iommu=False) as g:
+        understudy.prepare(g)
+        bdf = g.pci_address("nic0")
+        d = understudy.Daemon(g, bins)
+        try:
+            understudy.understudy_up(g, d, bdf, understudy.module_chain(g, "pcnet32"))
+            assert d.status()[bdf]["dma_unconfined"]
+            assert net.ping(g, count=20, interval=0.05)["loss_pct"] == 0
+            for direction in ("tx", "rx"):
+                summary = net.bulk(g, direction, BULK_BYTES // 2).summary()
+                print("bulk", summary)
+                assert summary["hash_ok"] and summary["resets"] == 0, summary
+        finally:
+            print(d.stop()[-3000:])
 
 
 def test_without_the_flag_a_machine_without_an_iommu_is_refused(lab):
@@ -129,3 +148,4 @@ def test_a_killed_driver_over_uio_is_restarted_and_the_transfer_survives(lab):
     assert after["device_stop"]["bus_master_off"], after
     assert understudy.bus_master_on(g, bdf), "the fresh driver enabled bus mastering again"
     assert net.ping(g, count=10, interval=0.05)["loss_pct"] == 0
+
