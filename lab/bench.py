@@ -7,6 +7,9 @@ machines are noisy.
 bench net --driver D: the same NIC, in one guest, alternately driven by the
 in-kernel driver and by understudy (the same module file in a driver process
 behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
+With --no-iommu the guest has no IOMMU and understudy drives the NIC through
+uio_pci_generic (docs/design.md §4); the same benchmark in a guest with the
+IOMMU follows, so that its ratios stand beside VFIO's.
 
 bench rt --driver D: real-time latency (cyclictest) beside the same two, idle and
 under traffic (lab/bench_rt.py).
@@ -163,13 +166,14 @@ def driver_cpu(guest: Guest) -> int:
     return guest.cpus - 1
 
 
-def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -> dict:
-    """Alternating runs of the in-kernel driver and understudy on the same device."""
+def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True) -> dict:
+    """Alternating runs of the in-kernel driver and understudy on the same device
+    (without `iommu`: in a guest without one, understudy over uio_pci_generic)."""
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
-    log(f"booting a guest with {dev.name} on {NETWORKS[network_kind]}")
-    with understudy.nic_lab(dev.name, network=network_kind == "tap") as lab:
+    log(f"booting a guest {'with' if iommu else 'WITHOUT'} an IOMMU, {dev.name} on {NETWORKS[network_kind]}")
+    with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu) as lab:
         guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         daemon = understudy.Daemon(guest, bins)
         try:
@@ -189,6 +193,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
               for name, k in NET_RATIOS.items()}
     spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, k)) for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
+            "dma": "iommu (vfio-pci)" if iommu else "unconfined (uio_pci_generic)",
             "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest), **ratios,
             # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
             "spread": spreads,
@@ -197,15 +202,23 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap") -
 
 
 def cmd_net(args) -> int:
-    report = bench_net(args.driver, args.runs, args.seconds, args.network)
+    report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu)
+    if args.no_iommu:
+        vfio = bench_net(args.driver, args.runs, args.seconds, args.network)
+        report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     if args.json:
         print(json.dumps({**report, **provenance.record()}, indent=2))
     else:
         rows = [{"driver": f"in-kernel {report['driver']}", **report["kernel"]},
-                {"driver": "understudy", **report["understudy"]}]
+                {"driver": "understudy" + (" (no IOMMU)" if args.no_iommu else ""), **report["understudy"]}]
+        if args.no_iommu:
+            rows.append({"driver": "understudy (VFIO)", **report["vfio"]["understudy"]})
         print(table(rows, NET_KEYS))
         print("  ".join(f"{k} {_fmt(report[k])}{_range(report['spread'][k])}" for k in NET_RATIOS))
+        if args.no_iommu:
+            print("VFIO: " + "  ".join(f"{k} {_fmt(report['vfio'][k])}{_range(report['vfio']['spread'][k])}"
+                                       for k in NET_RATIOS))
         print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
               f"host {provenance.machine()['cpu_model']}; {command})")
     return 0
@@ -239,6 +252,9 @@ def add_parser(sub):
     netp.add_argument("--network", choices=sorted(NETWORKS), default="tap",
                       help="the guest's peer: " + "; ".join(f"{k}: {v}" for k, v in NETWORKS.items())
                       + " (default: tap)")
+    netp.add_argument("--no-iommu", action="store_true",
+                      help="understudy through uio_pci_generic in a guest without an IOMMU, its DMA "
+                      "unconfined (docs/design.md §4); then the same in a guest with one, for VFIO's ratios")
     netp.add_argument("--json", action="store_true", help="print one JSON object")
     netp.set_defaults(func=cmd_net)
     return bsub

@@ -29,6 +29,7 @@ from .errors import LabError
 SPARE_ROOT_PORTS = 2          # empty hot-plug slots besides one per device
 DISK_MIB = 64
 PCAP_SNAPLEN = 96             # bytes kept of each frame with Guest(pcap=True)
+NO_IOMMU_HUGEPAGES = 40       # Guest(iommu=False): a 64 MiB arena's 32, and room to spare
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Inside the guest the slirp network is 10.0.2.0/24 and its gateway, 10.0.2.2,
 # is the host's 127.0.0.1: a server the host runs on loopback is reachable there.
@@ -90,6 +91,10 @@ class Guest:
     # starts: "rx" tells what each one put on the wire.
     pcap_queue: str = "all"
     nic_props: str = ""               # more QEMU -device properties for each NIC ("autonegotiation=off")
+    # False: a machine without an IOMMU (no intel-iommu device, no IOMMU
+    # groups, so VFIO refuses), with NO_IOMMU_HUGEPAGES 2 MiB hugepages
+    # reserved at boot for `understudy run --no-iommu` (docs/design.md §4).
+    iommu: bool = True
 
     def __post_init__(self) -> None:
         d = config.guest_defaults()
@@ -157,8 +162,9 @@ class Guest:
 
     def qemu_argv(self) -> list[str]:
         k = self.kernel
+        dma = ["intel_iommu=on"] if self.iommu else [f"hugepages={NO_IOMMU_HUGEPAGES}"]
         append = " ".join([
-            "console=ttyS0", "panic=-1", "intel_iommu=on", "loglevel=4",
+            "console=ttyS0", "panic=-1", *dma, "loglevel=4",
             "tsc=reliable", "no_timer_check",
             f"LAB_KREL={k.release}", f"LAB_KMODULES={k.modules}",
             f"LAB_SHARE={1 if self.share_dir else ''}", self.extra_append,
@@ -168,7 +174,7 @@ class Guest:
             "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
             "-machine", "q35", "-accel", accel, "-cpu", "host" if self.kvm else config.guest_defaults().cpu_model,
             "-m", str(self.memory_mib), "-smp", str(self.cpus), "-no-reboot",
-            "-device", "intel-iommu",
+            *(["-device", "intel-iommu"] if self.iommu else []),
             "-kernel", str(k.vmlinuz), "-initrd", str(initramfs.build(k)), "-append", append,
             "-chardev", f"file,id=console,path={self._console_log}", "-serial", "chardev:console",
             "-chardev", f"socket,id=agent,path={self.rundir / 'agent.sock'},server=on,wait=off",
@@ -456,7 +462,7 @@ class Guest:
         twin = Guest(devices=[pd.device.name for pd in self.placed], memory_mib=self.memory_mib,
                      cpus=self.cpus, kvm=self.kvm, netdev=self.netdev, incoming=True,
                      extra_append=self.extra_append, share_dir=self.share_dir,
-                     console=self.console)
+                     console=self.console, iommu=self.iommu)
         twin.placed = [replace(pd) for pd in self.placed]
         twin.ports = list(self.ports)
         twin.host_root_attached = self.host_root_attached

@@ -52,8 +52,9 @@ def build(release: bool = False) -> dict[str, Path]:
 
 
 def prepare(g: Guest) -> None:
-    """The modules understudyd needs in the guest: VFIO and TAP."""
-    g.run("modprobe vfio-pci && modprobe tun", check=True)
+    """The modules understudyd needs in the guest: VFIO (with an IOMMU) and TAP.
+    Without an IOMMU understudyd loads uio_pci_generic itself."""
+    g.run("modprobe vfio-pci && modprobe tun" if g.iommu else "modprobe tun", check=True)
 
 
 @dataclass
@@ -66,12 +67,13 @@ class NicLab:
 
 
 @contextlib.contextmanager
-def nic_lab(device: str, network: bool = True) -> Iterator[NicLab]:
+def nic_lab(device: str, network: bool = True, iommu: bool = True) -> Iterator[NicLab]:
     """A guest with the lab NIC `device` on a LabNetwork (or, without `network`,
-    on slirp), VFIO and TAP loaded, as the benchmarks and `lab check` use it."""
+    on slirp), VFIO and TAP loaded, as the benchmarks and `lab check` use it;
+    without `iommu`, a guest with no IOMMU and hugepages instead (Guest.iommu)."""
     with contextlib.ExitStack() as stack:
         lab_network = stack.enter_context(LabNetwork()) if network else None
-        guest = stack.enter_context(Guest(devices=[device], netdev=lab_network or "user"))
+        guest = stack.enter_context(Guest(devices=[device], netdev=lab_network or "user", iommu=iommu))
         prepare(guest)
         yield NicLab(guest, lab_network, guest.pci_address("nic0"),
                      module_chain(guest, guest.placed[0].device.driver))
@@ -115,6 +117,14 @@ def _rebind(g: Guest, bdf: str, override: str) -> None:
     if bound_driver(g, bdf):
         script += f" && echo {bdf} > {dev}/driver/unbind"
     g.run(script + f" && echo {bdf} > /sys/bus/pci/drivers_probe", check=True)
+
+
+def unbind(g: Guest, bdf: str) -> None:
+    """Leaves the device without a driver, for `understudy run --no-iommu`,
+    which binds only a device no driver holds."""
+    dev = f"/sys/bus/pci/devices/{bdf}"
+    g.run(f"echo > {dev}/driver_override" + (f" && echo {bdf} > {dev}/driver/unbind" if bound_driver(g, bdf) else ""),
+          check=True)
 
 
 def bind_vfio(g: Guest, bdf: str) -> None:
@@ -178,11 +188,13 @@ class Daemon:
                           timeout=timeout, in_initramfs=self.in_initramfs)
 
     def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None,
-            check: str | None = None) -> None:
+            check: str | None = None, no_iommu: bool = False) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if
-        given; under the checker with gate mode `check`, if given)."""
+        given; under the checker with gate mode `check`, if given; with `no_iommu`
+        through uio_pci_generic, docs/design.md §4)."""
         res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
-                       *(["--check", check] if check else []), *module_args(modules))
+                       *(["--check", check] if check else []), *(["--no-iommu"] if no_iommu else []),
+                       *module_args(modules))
         if res.returncode:
             raise LabError(f"understudy run {bdf} failed: {res.err.strip()}")
 
@@ -238,9 +250,13 @@ def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
                   network: LabNetwork | None = None, cpu: int | None = None,
                   check: str | None = None) -> None:
     """understudy runs the device's driver (on `cpu`, if given; under the checker with
-    gate mode `check`, if given) and us0 carries the slirp network (or `network`)."""
-    bind_vfio(guest, bdf)
-    daemon.run(bdf, modules, "us0", cpu, check)
+    gate mode `check`, if given; through uio_pci_generic in a guest without an
+    IOMMU) and us0 carries the slirp network (or `network`)."""
+    if guest.iommu:
+        bind_vfio(guest, bdf)
+    else:
+        unbind(guest, bdf)
+    daemon.run(bdf, modules, "us0", cpu, check, no_iommu=not guest.iommu)
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)

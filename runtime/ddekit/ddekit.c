@@ -3,10 +3,11 @@
  * ddekit: the libc half of the driver-process runtime. Kernel code calls in
  * here for everything the Linux kernel would get from hardware or from the
  * scheduler: time, the CPU lock, threads, memory, and the PCI function
- * behind its VFIO device fd (config space, BARs, port I/O, INTx: device.c).
+ * behind VFIO or uio_pci_generic (config space, BARs, port I/O, interrupts:
+ * device.c; DMA addresses: bus.c).
  *
  * Built with -mincoming-stack-boundary=3 (see ddekit.h). No kernel-internal
- * header is included here (device.c has the uapi <linux/vfio.h>).
+ * header is included here (vfio.c has the uapi <linux/vfio.h>).
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>
@@ -377,7 +378,7 @@ int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_siz
 {
 	void *va;
 
-	if (pool_size >= size)
+	if (pool_size >= size || !ddekit_dma_chunks_fit(size))
 		return -EINVAL;
 	if (arena_fd >= 0)
 		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);

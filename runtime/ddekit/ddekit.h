@@ -105,6 +105,15 @@ void ddekit_thread_set_data(void *data);
  */
 void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
 		  unsigned long *pool_size);
+/*
+ * The device's address of [offset, offset + len) of the arena (bus.c): its
+ * IOVA, or without an IOMMU its physical address; DDEKIT_DMA_NONE if the
+ * range is outside the arena or crosses into a hugepage that is not its
+ * physical neighbour. ddekit_dma_limit: one past the highest address.
+ */
+#define DDEKIT_DMA_NONE	(~0ULL)
+unsigned long long ddekit_dma_address(unsigned long offset, unsigned long len);
+unsigned long long ddekit_dma_limit(void);
 /* Zeroed memory the device never sees (runtime bookkeeping). */
 void *ddekit_zalloc(unsigned long size);
 /*
@@ -123,7 +132,7 @@ int ddekit_is_vmalloc(const void *addr);
 long ddekit_file_size(const char *path);
 long ddekit_read_file(const char *path, void *buf, unsigned long len);
 
-/* ---- the PCI function, through its VFIO device fd --------------------- */
+/* ---- the PCI function, through VFIO or uio_pci_generic (device.c) ------ */
 
 int ddekit_pci_present(void);
 const char *ddekit_pci_name(void);		/* "0000:00:03.0" */

@@ -1,25 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * ddekit's PCI function: the VFIO device fd and what it gives the kernel
- * half -- config space, the BARs (mapped, or granted as ports), and its
- * interrupts (INTx, MSI, MSI-X) through eventfds.
+ * ddekit's PCI function: what the kernel half gets of it -- config space,
+ * the BARs (mapped, or granted as ports), and its interrupts -- from the
+ * back-end the host chose (backend.h): VFIO, or uio_pci_generic without
+ * an IOMMU.
  *
- * Built with -mincoming-stack-boundary=3 (see ddekit.h). Only the uapi
- * <linux/vfio.h> is included, never a kernel-internal header.
+ * Built with -mincoming-stack-boundary=3 (see ddekit.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/vfio.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/eventfd.h>
 #include <sys/io.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include "ddekit.h"
+#include "backend.h"
 #include "setup.h"
 
 #define PCI_STD_BARS		6
@@ -29,25 +23,18 @@
 #define PCI_BAR_PREFETCH	0x8
 
 static struct {
-	int fd;
+	const struct ddekit_backend *ops;	/* NULL: no device */
 	char name[32];
-	struct vfio_region_info regions[VFIO_PCI_NUM_REGIONS];
 	void *bar_map[PCI_STD_BARS];
-} device = { .fd = -1 };
+} device;
 
 static void (*device_memory_observer)(void *addr, size_t size);	/* the checker's gate */
 
-int ddekit_setup_device(int device_fd, const char *pci_name)
+int ddekit_setup_device(const struct ddekit_device_fds *fds, const char *pci_name)
 {
-	for (unsigned int i = 0; i < VFIO_PCI_NUM_REGIONS; i++) {
-		struct vfio_region_info *r = &device.regions[i];
-
-		r->argsz = sizeof(*r);
-		r->index = i;
-		if (ioctl(device_fd, VFIO_DEVICE_GET_REGION_INFO, r))
-			r->size = 0;
-	}
-	device.fd = device_fd;
+	device.ops = fds->vfio >= 0 ? ddekit_vfio_backend(fds->vfio) : ddekit_uio_backend(fds->uio);
+	if (!device.ops)
+		return -EINVAL;
 	snprintf(device.name, sizeof(device.name), "%s", pci_name);
 	/*
 	 * The device's I/O BARs are this process's ports. ioperm() is per
@@ -72,7 +59,7 @@ int ddekit_setup_device(int device_fd, const char *pci_name)
 
 int ddekit_pci_present(void)
 {
-	return device.fd >= 0;
+	return device.ops != NULL;
 }
 
 const char *ddekit_pci_name(void)
@@ -80,29 +67,14 @@ const char *ddekit_pci_name(void)
 	return device.name;
 }
 
-static int region_rw(unsigned int index, unsigned int offset, void *buf,
-		     unsigned int len, int write)
-{
-	const struct vfio_region_info *r = &device.regions[index];
-	ssize_t done;
-
-	if (device.fd < 0 || offset + (uint64_t)len > r->size)
-		return -EINVAL;
-	if (write)
-		done = pwrite(device.fd, buf, len, r->offset + offset);
-	else
-		done = pread(device.fd, buf, len, r->offset + offset);
-	return done == (ssize_t)len ? 0 : -EIO;
-}
-
 int ddekit_pci_config_read(unsigned int offset, void *buf, unsigned int len)
 {
-	return region_rw(VFIO_PCI_CONFIG_REGION_INDEX, offset, buf, len, 0);
+	return device.ops ? device.ops->config_rw(offset, buf, len, 0) : -EINVAL;
 }
 
 int ddekit_pci_config_write(unsigned int offset, const void *buf, unsigned int len)
 {
-	return region_rw(VFIO_PCI_CONFIG_REGION_INDEX, offset, (void *)buf, len, 1);
+	return device.ops ? device.ops->config_rw(offset, (void *)buf, len, 1) : -EINVAL;
 }
 
 int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
@@ -110,14 +82,14 @@ int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
 {
 	uint32_t lo, hi = 0;
 
-	if (bar < 0 || bar >= PCI_STD_BARS || device.fd < 0)
+	if (bar < 0 || bar >= PCI_STD_BARS || !device.ops)
 		return -EINVAL;
-	*size = device.regions[bar].size;
+	*size = device.ops->bar_size(bar);
 	*start = 0;
 	*flags = 0;
 	if (!*size)
 		return 0;
-	/* vfio-pci's virtual config space holds the BAR as the host set it. */
+	/* Config space holds the BAR as the host set it (VFIO's virtual copy, or the real one). */
 	if (ddekit_pci_config_read(PCI_BAR0 + 4 * bar, &lo, 4))
 		return -EIO;
 	if (lo & PCI_BAR_IO) {
@@ -140,22 +112,22 @@ int ddekit_pci_bar(int bar, unsigned long long *start, unsigned long long *size,
 
 void *ddekit_pci_bar_map(int bar)
 {
-	const struct vfio_region_info *r;
+	unsigned long long size;
 	void *p;
 
-	if (bar < 0 || bar >= PCI_STD_BARS || device.fd < 0)
+	if (bar < 0 || bar >= PCI_STD_BARS || !device.ops)
 		return NULL;
 	if (device.bar_map[bar])
 		return device.bar_map[bar];
-	r = &device.regions[bar];
-	if (!r->size || !(r->flags & VFIO_REGION_INFO_FLAG_MMAP))
+	size = device.ops->bar_size(bar);
+	if (!size)
 		return NULL;
-	p = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, device.fd, r->offset);
-	if (p == MAP_FAILED)
+	p = device.ops->bar_map(bar, size);
+	if (!p)
 		return NULL;
 	device.bar_map[bar] = p;
 	if (device_memory_observer)
-		device_memory_observer(p, r->size);
+		device_memory_observer(p, size);
 	return p;
 }
 
@@ -164,123 +136,45 @@ void ddekit_setup_device_memory_observer(void (*observer)(void *addr, size_t siz
 	device_memory_observer = observer;
 }
 
-/* ---- interrupts: INTx, MSI, MSI-X ---------------------------------------- */
-
-static const uint32_t irq_index[] = {
-	[DDEKIT_IRQ_INTX] = VFIO_PCI_INTX_IRQ_INDEX,
-	[DDEKIT_IRQ_MSI] = VFIO_PCI_MSI_IRQ_INDEX,
-	[DDEKIT_IRQ_MSIX] = VFIO_PCI_MSIX_IRQ_INDEX,
-};
-
-/* VFIO_DEVICE_SET_IRQS on vectors [start, start + count); fds: one each, or NULL for DATA_NONE. */
-static int set_irqs(enum ddekit_irq_source source, uint32_t flags, unsigned int start,
-		    unsigned int count, const int32_t *fds)
-{
-	struct {
-		struct vfio_irq_set set;
-		int32_t fds[DDEKIT_IRQ_MAX_VECTORS];
-	} req = {
-		.set = {
-			.argsz = sizeof(struct vfio_irq_set) + (fds ? count * sizeof(int32_t) : 0),
-			.flags = flags,
-			.index = irq_index[source],
-			.start = start,
-			.count = count,
-		},
-	};
-
-	if (fds) {
-		if (count > DDEKIT_IRQ_MAX_VECTORS)
-			return -EINVAL;
-		memcpy(req.fds, fds, count * sizeof(int32_t));
-	}
-	return ioctl(device.fd, VFIO_DEVICE_SET_IRQS, &req) ? -errno : 0;
-}
+/* ---- interrupts: the back-end's ------------------------------------------ */
 
 int ddekit_irq_vectors(enum ddekit_irq_source source)
 {
-	struct vfio_irq_info info = { .argsz = sizeof(info), .index = irq_index[source] };
-
-	if (device.fd < 0 || ioctl(device.fd, VFIO_DEVICE_GET_IRQ_INFO, &info) ||
-	    !(info.flags & VFIO_IRQ_INFO_EVENTFD))
-		return 0;
-	return info.count;
+	return device.ops ? device.ops->irq_vectors(source) : 0;
 }
 
-/*
- * VFIO allocates the host's vectors when a trigger is first set on the
- * index, for as many as that call names; an fd of -1 enables a vector
- * without an eventfd, which request_irq() attaches later.
- */
 int ddekit_irq_enable_vectors(enum ddekit_irq_source source, unsigned int count)
 {
-	int32_t none[DDEKIT_IRQ_MAX_VECTORS];
-
-	if (device.fd < 0)
-		return -ENODEV;
-	if (source == DDEKIT_IRQ_INTX || !count || count > DDEKIT_IRQ_MAX_VECTORS)
-		return -EINVAL;
-	for (unsigned int i = 0; i < count; i++)
-		none[i] = -1;
-	return set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 0, count, none);
+	return device.ops ? device.ops->irq_enable_vectors(source, count) : -ENODEV;
 }
 
 void ddekit_irq_disable_vectors(enum ddekit_irq_source source)
 {
-	/* DATA_NONE with count 0 tears down every vector of the index. */
-	set_irqs(source, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, NULL);
+	if (device.ops)
+		device.ops->irq_disable_vectors(source);
 }
 
 int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector)
 {
-	int32_t fd;
-	int err;
-
-	if (device.fd < 0)
-		return -ENODEV;
-	fd = eventfd(0, EFD_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	err = set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, vector, 1, &fd);
-	if (err) {
-		close(fd);
-		return err;
-	}
-	return fd;
+	return device.ops ? device.ops->irq_attach(source, vector) : -ENODEV;
 }
 
 int ddekit_irq_wait(int fd)
 {
-	uint64_t count;
-
-	for (;;) {
-		if (read(fd, &count, sizeof(count)) == sizeof(count))
-			return 0;
-		if (errno != EINTR)
-			return -errno;
-	}
+	return device.ops->irq_wait(fd);
 }
 
 void ddekit_irq_unmask(void)
 {
-	/* VFIO masked the level-triggered line when it fired. */
-	set_irqs(DDEKIT_IRQ_INTX, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, 0, 1, NULL);
+	device.ops->irq_unmask();
 }
 
 void ddekit_irq_detach(enum ddekit_irq_source source, unsigned int vector, int fd)
 {
-	const int32_t none = -1;
-	uint64_t one = 1;
-
-	if (source == DDEKIT_IRQ_INTX)
-		set_irqs(source, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, NULL);
-	else	/* the vector stays enabled, without an eventfd */
-		set_irqs(source, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, vector, 1, &none);
-	if (write(fd, &one, sizeof(one)) != sizeof(one))
-		ddekit_panic("cannot wake the IRQ thread");
+	device.ops->irq_detach(source, vector, fd);
 }
 
 void ddekit_irq_close(int fd)
 {
-	close(fd);
+	device.ops->irq_close(fd);
 }

@@ -10,14 +10,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The VFIO device fd and the PCI address it belongs to. */
-int ddekit_setup_device(int device_fd, const char *pci_name);
+/*
+ * The PCI function (docs/design.md §4): a VFIO device fd, or without an
+ * IOMMU uio_pci_generic's files -- /dev/uioN, sysfs config, then resource0
+ * to resource5 (-1 where a BAR has none) -- and the PCI address.
+ */
+#define DDEKIT_UIO_FDS	8
+struct ddekit_device_fds {
+	int vfio;			/* -1: the device is uio's */
+	int uio[DDEKIT_UIO_FDS];
+};
+int ddekit_setup_device(const struct ddekit_device_fds *fds, const char *pci_name);
 /*
  * Maps the DMA arena memfd: the packet pool is [0, pool_size), the runtime
  * gets the rest. Without an arena fd (-1), size bytes of anonymous memory
  * stand in (tests).
  */
 int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size);
+/*
+ * Without an IOMMU: the memfd of the arena's device addresses, a u64 per
+ * 2 MiB hugepage (bus.c). Before ddekit_setup_arena, which checks that the
+ * table covers the arena.
+ */
+int ddekit_setup_dma_chunks(int fd);
+bool ddekit_dma_chunks_fit(size_t arena_size);
 /* GS base of every thread that runs kernel code; installs it in the caller. */
 int ddekit_setup_percpu(void *block);
 /* Who gets received frames without the host's TAP (main's test harness). */

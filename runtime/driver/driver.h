@@ -153,7 +153,8 @@ int template_spawn(int template_control, int child_control);
 bool template_taken(void);
 
 /* Serves the host's requests on the control socket until it closes. */
-int control_loop(int control_fd, int device_fd, int arena_fd, int rings_fd, int kick_fd,
-		 int notify_fd, const char *runtime, const char *symvers);
+struct ddekit_device_fds;
+int control_loop(int control_fd, const struct ddekit_device_fds *device, int arena_fd,
+		 int rings_fd, int kick_fd, int notify_fd, const char *runtime, const char *symvers);
 
 #endif /* UNDERSTUDY_DRIVER_H */

@@ -14,6 +14,11 @@
  *		--kick-fd N --notify-fd N [--tap-fd N] [--runtime KO] [--symvers FILE]
  *		[--trace-fd N --gate triage|permissive|stringent]
  *
+ * or, for a device without an IOMMU (docs/design.md §4), instead of
+ * --device-fd: --uio-fds UIO,CONFIG,BAR0,...,BAR5 (uio_pci_generic's
+ * files, -1 for a BAR without one) --dma-chunks-fd N (the arena's
+ * physical addresses, a u64 per 2 MiB hugepage).
+ *
  * the host's LOAD (live update), HELLO and PROBE name the modules, the
  * geometry and the PCI address, and later requests open, configure and query the device.
  *
@@ -240,17 +245,36 @@ static unsigned long long number(const char *s, const char *what)
 	return v;
 }
 
+/* --uio-fds: DDEKIT_UIO_FDS fds separated by commas, -1 for a BAR without one. */
+static void uio_fds(const char *list, int *fds)
+{
+	char *end;
+
+	for (int i = 0; i < DDEKIT_UIO_FDS; i++) {
+		long fd = strtol(list, &end, 10);
+
+		if (end == list || fd < -1 || fd > INT32_MAX || (i < 2 && fd < 0) ||
+		    *end != (i + 1 < DDEKIT_UIO_FDS ? ',' : '\0'))
+			die("--uio-fds wants UIO,CONFIG and six BAR fds (-1: none), not %s", list);
+		fds[i] = fd;
+		list = end + 1;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_RUNTIME = 256, OPT_MODULE, OPT_SYMVERS, OPT_DEVICE_FD, OPT_PCI, OPT_ARENA_FD,
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
-	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD };
+	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD, OPT_UIO_FDS,
+	       OPT_DMA_CHUNKS_FD };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
 		{ "symvers", required_argument, NULL, OPT_SYMVERS },
 		{ "device-fd", required_argument, NULL, OPT_DEVICE_FD },
+		{ "uio-fds", required_argument, NULL, OPT_UIO_FDS },
+		{ "dma-chunks-fd", required_argument, NULL, OPT_DMA_CHUNKS_FD },
 		{ "pci-address", required_argument, NULL, OPT_PCI },
 		{ "arena-fd", required_argument, NULL, OPT_ARENA_FD },
 		{ "arena-iova", required_argument, NULL, OPT_ARENA_IOVA },
@@ -274,6 +298,8 @@ int main(int argc, char **argv)
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
 	int kick_fd = -1, notify_fd = -1, tap_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
+	int dma_chunks_fd = -1;
+	struct ddekit_device_fds device = { .vfio = -1, .uio = { -1, -1, -1, -1, -1, -1, -1, -1 } };
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
 	double wait_carrier = 0;
@@ -294,6 +320,8 @@ int main(int argc, char **argv)
 			break;
 		case OPT_SYMVERS: symvers = optarg; break;
 		case OPT_DEVICE_FD: device_fd = number(optarg, "--device-fd"); break;
+		case OPT_UIO_FDS: uio_fds(optarg, device.uio); break;
+		case OPT_DMA_CHUNKS_FD: dma_chunks_fd = number(optarg, "--dma-chunks-fd"); break;
 		case OPT_PCI: pci_address = optarg; break;
 		case OPT_ARENA_FD: arena_fd = number(optarg, "--arena-fd"); break;
 		case OPT_ARENA_IOVA: arena_iova = number(optarg, "--arena-iova"); break;
@@ -347,20 +375,35 @@ int main(int argc, char **argv)
 		checked = true;
 	}
 	if (control_fd >= 0) {
-		if (device_fd < 0 || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 || notify_fd < 0)
-			die("--control-fd needs --device-fd, --arena-fd, --rings-fd, --kick-fd, --notify-fd");
+		bool uio = device.uio[0] >= 0;
+
+		if ((device_fd < 0) == !uio || arena_fd < 0 || rings_fd < 0 || kick_fd < 0 ||
+		    notify_fd < 0)
+			die("--control-fd needs --device-fd or --uio-fds, --arena-fd, --rings-fd, "
+			    "--kick-fd, --notify-fd");
+		if (uio != (dma_chunks_fd >= 0))
+			die("--uio-fds and --dma-chunks-fd go together: without an IOMMU the device "
+			    "sees physical addresses");
 		if (n_modules || n_params || open_dev || arp || remove || wait_carrier > 0 || pci_address)
 			die("with --control-fd the host chooses modules and actions");
+		if (uio && checked)
+			die("a checked driver needs the IOMMU's addresses (--trace-fd with --uio-fds)");
+		if (uio && ddekit_setup_dma_chunks(dma_chunks_fd))
+			die("--dma-chunks-fd %d: not a table of u64 addresses", dma_chunks_fd);
+		device.vfio = device_fd;
 		ddekit_setup_tap(tap_fd);
-		return control_loop(control_fd, device_fd, arena_fd, rings_fd, kick_fd, notify_fd,
+		return control_loop(control_fd, &device, arena_fd, rings_fd, kick_fd, notify_fd,
 				    runtime, symvers);
 	}
+	if (device.uio[0] >= 0 || dma_chunks_fd >= 0)
+		die("--uio-fds and --dma-chunks-fd are the host's (with --control-fd)");
 
 	if ((device_fd >= 0) != (pci_address != NULL))
 		die("--device-fd and --pci-address go together");
 	if (device_fd < 0)
 		pool_size = 0, arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
-	if (device_fd >= 0 && ddekit_setup_device(device_fd, pci_address))
+	device.vfio = device_fd;
+	if (device_fd >= 0 && ddekit_setup_device(&device, pci_address))
 		die("VFIO device fd %d unusable", device_fd);
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);

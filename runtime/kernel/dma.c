@@ -18,13 +18,15 @@ dma_addr_t dma_map_page_attrs(struct device *dev, struct page *page, size_t offs
 			      size_t size, enum dma_data_direction dir, unsigned long attrs)
 {
 	phys_addr_t phys = page_to_phys(page) + offset;
+	dma_addr_t addr;
 
 	if (!us_in_dma_region(page_address(page) + offset, size))
 		us_panic("dma_map_page(%px + %zu, %zu) from %pS: not arena memory",
 			 page_address(page), offset, size, __builtin_return_address(0));
+	addr = us_dma_addr(phys, size);
 	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_MAP, dir), _RET_IP_, page_address(page) + offset,
-		 size, us_dma_addr(phys));
-	return us_dma_addr(phys);
+		 size, addr);
+	return addr;
 }
 EXPORT_SYMBOL(dma_map_page_attrs);
 
@@ -84,7 +86,12 @@ void *us_dma_alloc_coherent(size_t size, dma_addr_t *dma_handle, gfp_t flag, uns
 
 	if (!va)
 		return NULL;
-	*dma_handle = us_dma_addr(virt_to_phys(va));
+	*dma_handle = us_dma_addr(virt_to_phys(va), size);
+	if (*dma_handle == DMA_MAPPING_ERROR) {
+		/* Coherent memory the device cannot see in one piece is no memory. */
+		us_free(va);
+		return NULL;
+	}
 	us_trace(DDEKIT_EV_DMA_ALLOC, site, va, size, *dma_handle);
 	return va;
 }
@@ -112,12 +119,7 @@ EXPORT_SYMBOL(dma_free_attrs);
 /* A mask is supported if the device can reach the whole arena with it. */
 static bool mask_covers_arena(u64 mask)
 {
-	void *va;
-	unsigned long long iova;
-	unsigned long size, pool_size;
-
-	ddekit_arena(&va, &iova, &size, &pool_size);
-	return iova + size - 1 <= mask;
+	return ddekit_dma_limit() - 1 <= mask;
 }
 
 int dma_set_mask(struct device *dev, u64 mask)
@@ -175,7 +177,8 @@ void *dma_pool_alloc(struct dma_pool *pool, gfp_t mem_flags, dma_addr_t *handle)
 	void *va = us_alloc(pool->size, mem_flags);
 
 	if (va) {
-		*handle = us_dma_addr(virt_to_phys(va));
+		/* A block is aligned to its power-of-two size: none of up to 2 MiB crosses a hugepage. */
+		*handle = us_dma_addr(virt_to_phys(va), pool->size);
 		us_trace(DDEKIT_EV_DMA_ALLOC, _RET_IP_, va, pool->size, *handle);
 	}
 	return va;

@@ -78,7 +78,7 @@ void us_free(const void *p);
 size_t us_alloc_size(const void *p);
 bool us_in_dma_region(const void *p, size_t len);
 bool us_in_pool(const void *p);
-dma_addr_t us_dma_addr(phys_addr_t phys);
+dma_addr_t us_dma_addr(phys_addr_t phys, size_t len);
 
 /*
  * timer.c / softirq and workqueue.c: the runtime's own threads. park asks

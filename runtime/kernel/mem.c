@@ -51,7 +51,6 @@ EXPORT_SYMBOL(kmalloc_caches);
 
 static struct {
 	char *arena;		/* the whole arena: pool, then the runtime's part */
-	u64 iova;
 	unsigned long arena_size;
 	unsigned long pool_size;
 	char *va;		/* the runtime's part, which the allocator manages */
@@ -73,7 +72,6 @@ int us_mem_init(void)
 	if (!va || (pool_size & ~PAGE_MASK) || pool_size + PAGE_SIZE > size)
 		return -ENOMEM;
 	region.arena = va;
-	region.iova = iova;
 	region.arena_size = size & PAGE_MASK;
 	region.pool_size = pool_size;
 	region.va = region.arena + pool_size;
@@ -106,11 +104,21 @@ bool us_in_pool(const void *p)
 	return inside(p, 1, region.arena, region.pool_size);
 }
 
-dma_addr_t us_dma_addr(phys_addr_t phys)
+/*
+ * The device's address of [phys, phys + len): DMA_MAPPING_ERROR when it has
+ * none, which happens only without an IOMMU, for a range that crosses into
+ * a hugepage that is not its physical neighbour (docs/design.md §4,
+ * "Without an IOMMU"). Blocks of up to 2 MiB never do: the allocator
+ * aligns them to their size from the pool's end, a hugepage boundary.
+ */
+dma_addr_t us_dma_addr(phys_addr_t phys, size_t len)
 {
+	unsigned long long addr;
+
 	if (phys >= region.arena_size)
 		us_panic("DMA mapping of physical address %pa outside the arena", &phys);
-	return region.iova + phys;
+	addr = ddekit_dma_address(phys, max_t(size_t, len, 1));
+	return addr == DDEKIT_DMA_NONE ? DMA_MAPPING_ERROR : addr;
 }
 
 /*

@@ -21,9 +21,12 @@ pub enum Request {
     /// `check`: run every driver process of the device under a checker with
     /// this gate (docs/checking.md); absent, unchecked. Left out of the JSON
     /// when absent, so a request without it reads as before.
+    /// `no_iommu`: the device goes to uio_pci_generic, its DMA unconfined
+    /// (docs/design.md §4, "Without an IOMMU"); never chosen without it.
     Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32>,
           #[serde(default)] standby: Vec<StandbyRequest>,
-          #[serde(default, skip_serializing_if = "Option::is_none")] check: Option<GateMode> },
+          #[serde(default, skip_serializing_if = "Option::is_none")] check: Option<GateMode>,
+          #[serde(default, skip_serializing_if = "std::ops::Not::not")] no_iommu: bool },
     Status,
     /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
     Ethtool { device: String, queries: EthtoolQueries },
@@ -264,7 +267,12 @@ pub struct DeviceStop {
 pub struct DeviceStatus {
     pub device: String,
     pub ifname: String,
+    /// The IOMMU group; with `dma_unconfined`, 0: there is none.
     pub iommu_group: u32,
+    /// `run --no-iommu`: the device is uio_pci_generic's and its DMA reaches
+    /// all of memory (docs/design.md §4, "Without an IOMMU").
+    #[serde(default)]
+    pub dma_unconfined: bool,
     pub modules: Vec<ModuleInfo>,
     pub driver_binary: String,
     pub pid: Option<u32>,
@@ -397,7 +405,7 @@ mod tests {
     #[test]
     fn run_carries_its_gate_mode_and_reads_without_one() {
         let run = |check| Request::Run { device: "0000:00:02.0".into(), modules: vec!["/m/e1000.ko".into()], ifname: None,
-                                         cpu: Some(1), standby: Vec::new(), check };
+                                         cpu: Some(1), standby: Vec::new(), check, no_iommu: false };
         let checked = serde_json::to_string(&run(Some(GateMode::Stringent))).unwrap();
         assert!(checked.contains(r#""check":"stringent""#), "{checked}");
         assert_eq!(serde_json::from_str::<Request>(&checked).unwrap(), run(Some(GateMode::Stringent)));

@@ -75,6 +75,16 @@ enum Command {
         /// See the findings with `understudy check report`.
         #[arg(long, value_enum, value_name = "MODE")]
         check: Option<CheckMode>,
+        /// For a machine without an IOMMU: bind the device to
+        /// uio_pci_generic instead of vfio-pci and give the driver an arena
+        /// of 2 MiB hugepages, which the device reaches by physical address.
+        /// Nothing then confines the device's DMA: a driver can make it read
+        /// or write any memory of the machine (docs/design.md §4, "Without an
+        /// IOMMU"). Frames to send are copies the daemon makes. Needs free
+        /// hugepages (64 MiB: echo 32 > /proc/sys/vm/nr_hugepages) and a
+        /// device no kernel driver holds; not with --check or --standby.
+        #[arg(long)]
+        no_iommu: bool,
     },
     /// Show every device: driver module and its sha256, process, uptime,
     /// counters, carrier, and why a driver died.
@@ -236,6 +246,9 @@ fn print_device(d: &DeviceStatus) {
     println!("{}  {}  {}  pid {}  up {:.1} s  carrier {}",
              d.device, d.ifname, state, d.pid.map_or("-".into(), |p| p.to_string()), d.uptime_s,
              if d.carrier { "on" } else { "off" });
+    if d.dma_unconfined {
+        println!("    DMA UNCONFINED: no IOMMU, uio_pci_generic; the driver can make its device reach any memory");
+    }
     for m in &d.modules {
         println!("    module {}  sha256 {}", m.path, m.sha256);
     }
@@ -286,7 +299,7 @@ fn print_device(d: &DeviceStatus) {
         println!("    device stopped: bus mastering {}, interrupts {}, reset {}, IOMMU mappings {}",
                  if s.bus_master_off { "off" } else { "STILL ON" },
                  if s.irqs_disabled { "disabled" } else { "not all disabled" }, s.reset,
-                 if s.iommu_unmapped { "cleared" } else { "NOT cleared" });
+                 if d.dma_unconfined { "none (no IOMMU)" } else if s.iommu_unmapped { "cleared" } else { "NOT cleared" });
     }
 }
 
@@ -380,12 +393,12 @@ fn main() -> ExitCode {
             };
             (Request::Update { device, modules, allow_feature_loss }, json)
         }
-        Command::Run { device, modules, ifname, cpu, standby, check } => {
+        Command::Run { device, modules, ifname, cpu, standby, check, no_iommu } => {
             let standby = standby.into_iter().map(|s| match s.split_once('=') {
                 Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
                 None => StandbyRequest { device: s, modules: Vec::new() },
             }).collect();
-            (Request::Run { device, modules, ifname, cpu, standby, check: check.map(GateMode::from) }, false)
+            (Request::Run { device, modules, ifname, cpu, standby, check: check.map(GateMode::from), no_iommu }, false)
         }
         Command::Check { command: CheckCommand::Report { device, json } } => return check::report(&cli.socket, device, json),
         Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),

@@ -6,6 +6,7 @@
 //! is checked here, and a violation comes back as [`ShmError::Violation`]
 //! (which ends that driver), never as a panic.
 
+mod physical;
 mod region;
 mod ring;
 mod tap_state;
@@ -17,6 +18,7 @@ use understudy_protocol::{
     TX_MAX_FRAME, TX_TAILROOM,
 };
 
+pub use physical::CHUNK;
 pub use region::SharedRegion;
 pub use ring::{Consumer, Producer, Rings, RING_NAMES};
 pub use tap_state::{Reclaimed, TapCounts};
@@ -155,6 +157,15 @@ pub struct SharedMemory {
     /// The frames lent through `tx` and not yet completed, oldest first: what
     /// a restarted driver must send again (and nothing it already completed).
     tx_in_flight: VecDeque<TxFrame>,
+    /// Copy mode (`create_unconfined`): the host's own pool, which frames are
+    /// read into and kept in, and copied from into the arena's pool buffer
+    /// of the same number each time they are lent.
+    private_pool: Option<Vec<u8>>,
+    /// The device address of each `CHUNK` of the arena, in copy mode.
+    bus_chunks: Vec<u64>,
+    /// The same as a memfd for the driver process (`--dma-chunks-fd`): a
+    /// little-endian u64 each.
+    bus_table: Option<SharedRegion>,
 }
 
 impl SharedMemory {
@@ -162,15 +173,39 @@ impl SharedMemory {
         geometry.check()?;
         let arena = SharedRegion::create(c"understudy-arena", geometry.arena_size as usize)?;
         let rings = Rings::create(geometry.ring_size)?;
-        Ok(Self::assemble(geometry, arena, rings))
+        Ok(Self::assemble(geometry, arena, rings, None))
     }
 
-    fn assemble(geometry: Geometry, arena: SharedRegion, rings: Rings) -> Self {
+    /// The shared memory of a device no IOMMU confines (docs/design.md §4,
+    /// "Without an IOMMU"): the arena in hugepages, whose physical addresses
+    /// are the device's (`bus_chunks`), and copy mode: a frame from the TAP
+    /// lives in the host's private pool and only a copy of it is ever
+    /// where the device can reach, so a device that writes anywhere in the
+    /// arena cannot change what the host resends after a restart.
+    pub fn create_unconfined(geometry: Geometry) -> Result<Self, ShmError> {
+        geometry.check()?;
+        if !geometry.pool_size().is_multiple_of(CHUNK) || !geometry.arena_size.is_multiple_of(CHUNK) {
+            // The runtime's allocator aligns its blocks from the pool's end:
+            // on a chunk boundary, no block up to a chunk's size crosses one.
+            return Err(ShmError::Geometry(format!("without an IOMMU the pool ({} bytes) and the arena ({} bytes) are whole 2 MiB hugepages",
+                                                  geometry.pool_size(), geometry.arena_size)));
+        }
+        let arena = SharedRegion::create_hugetlb(c"understudy-arena", geometry.arena_size as usize)?;
+        let chunks = physical::physical_chunks(arena.base(), arena.len(), CHUNK)?;
+        let table = SharedRegion::create(c"understudy-dma-chunks", chunks.len() * 8)?;
+        table.write(0, &chunks.iter().flat_map(|c| c.to_le_bytes()).collect::<Vec<u8>>());
+        let rings = Rings::create(geometry.ring_size)?;
+        Ok(SharedMemory { bus_table: Some(table), ..Self::assemble(geometry, arena, rings, Some(chunks)) })
+    }
+
+    /// `bus_chunks`: copy mode, with the arena's device addresses.
+    fn assemble(geometry: Geometry, arena: SharedRegion, rings: Rings, bus_chunks: Option<Vec<u64>>) -> Self {
         // Slots take at most half the pool; a small pool has none, and then
         // only frames that fit one buffer can be sent.
         let slot = Self::slot_buffers(geometry);
         let slots = MAX_SPAN_SLOTS.min(geometry.pool_buffers / 2 / slot);
         let slots_start = geometry.pool_buffers - slots * slot;
+        let physical = bus_chunks.is_some();
         SharedMemory {
             geometry,
             arena,
@@ -178,13 +213,28 @@ impl SharedMemory {
             owners: vec![Owner::Host; geometry.pool_buffers as usize],
             // Popped from the end: buffer 0 is lent first.
             free: (0..slots_start).rev().collect(),
-            free_slots: (0..slots).rev().map(|i| slots_start + i * slot).collect(),
+            free_slots: (0..slots).rev().map(|i| slots_start + i * slot).filter(|&b| Self::slot_usable(geometry, physical, b)).collect(),
             slots_start,
             tx: Producer::new(RING_TX),
             tx_done: Consumer::new(RING_TX_DONE),
             lent: 0,
             tx_in_flight: VecDeque::new(),
+            private_pool: bus_chunks.as_ref().map(|_| vec![0; geometry.pool_size() as usize]),
+            bus_chunks: bus_chunks.unwrap_or_default(),
+            bus_table: None,
         }
+    }
+
+    /// The device address of each 2 MiB of the arena; empty when an IOMMU
+    /// maps the arena at `arena_iova`.
+    pub fn bus_chunks(&self) -> &[u64] {
+        &self.bus_chunks
+    }
+
+    /// `bus_chunks` for the driver process; `None` with an IOMMU.
+    pub fn bus_chunks_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.bus_table.as_ref().map(|t| t.as_fd())
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -202,6 +252,14 @@ impl SharedMemory {
     /// Frames the driver holds for transmission.
     pub fn lent(&self) -> u32 {
         self.lent
+    }
+
+    /// A frame's bytes must be contiguous for the device: with physical
+    /// addresses a slot that would cross from one hugepage into the next is
+    /// not used (the pages need not be neighbours).
+    fn slot_usable(geometry: Geometry, physical: bool, first: u32) -> bool {
+        let bytes = |b: u32| b as u64 * geometry.buffer_size as u64;
+        !physical || bytes(first) / CHUNK == (bytes(first + Self::slot_buffers(geometry)) - 1) / CHUNK
     }
 
     fn slot_buffers(geometry: Geometry) -> u32 {
@@ -243,9 +301,13 @@ impl SharedMemory {
     pub fn host_buffer(&mut self, buf: u32) -> &mut [u8] {
         assert_eq!(self.owners[buf as usize], Owner::Host, "buffer {buf} is lent to the driver");
         let len = self.capacity(buf >= self.slots_start) + TX_TAILROOM as usize;
+        let offset = self.buffer_offset(buf);
+        if let Some(pool) = &mut self.private_pool {
+            return &mut pool[offset..offset + len];
+        }
         // SAFETY: the driver holds none of these buffers (a slot is lent and
         // returned whole), and &mut self keeps the slice unique on the host's side.
-        unsafe { self.arena.slice_mut(self.buffer_offset(buf), len) }
+        unsafe { self.arena.slice_mut(offset, len) }
     }
 
     /// Moves a frame of `len` bytes that fits one buffer out of `slot` into a
@@ -255,6 +317,11 @@ impl SharedMemory {
         assert!(slot >= self.slots_start && len <= self.capacity(false), "{len} bytes in buffer {slot}");
         let single = self.free.pop()?;
         let (from, to) = (self.buffer_offset(slot), self.buffer_offset(single));
+        if let Some(pool) = &mut self.private_pool {
+            pool.copy_within(from..from + len, to);
+            self.put_free(slot);
+            return Some(single);
+        }
         // SAFETY: both are the host's (a free single, a slot it took), and
         // distinct buffers do not overlap.
         unsafe {
@@ -295,6 +362,12 @@ impl SharedMemory {
         }
         let span = tx_span(frame.len, self.geometry.buffer_size);
         assert!(frame.buf >= self.slots_start || span == 1, "a {}-byte frame in a single buffer", frame.len);
+        if let Some(pool) = &self.private_pool {
+            // Copy mode: the device gets a copy, made afresh for every lending
+            // (a resend after a restart too), whatever it did to the last one.
+            let offset = self.buffer_offset(frame.buf);
+            self.arena.write(offset, &pool[offset..offset + frame.len as usize]);
+        }
         for b in frame.buf..frame.buf + span {
             self.owners[b as usize] = Owner::DriverTx;
         }
@@ -375,8 +448,9 @@ impl SharedMemory {
         uncompleted.iter().for_each(|t| held[t.buf as usize] = true);
         let slot = Self::slot_buffers(self.geometry);
         self.free = (0..self.slots_start).rev().filter(|&b| !held[b as usize]).collect();
+        let physical = self.private_pool.is_some();
         self.free_slots = (self.slots_start..self.geometry.pool_buffers).step_by(slot as usize).rev()
-            .filter(|&b| !held[b as usize]).collect();
+            .filter(|&b| !held[b as usize] && Self::slot_usable(self.geometry, physical, b)).collect();
         self.lent = 0;
         for ring in 0..RING_COUNT {
             for counter in [self.rings.head(ring), self.rings.tail(ring), self.rings.consumer_waiting(ring)] {

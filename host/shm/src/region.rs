@@ -34,6 +34,34 @@ impl SharedRegion {
         Self::map(fd, len)
     }
 
+    /// A new memfd of `len` bytes (whole 2 MiB pages) in 2 MiB hugepages,
+    /// mapped shared, every page faulted in and locked: memory whose pages
+    /// a device may be given by physical address (`physical::physical_chunks`).
+    /// Fails with ENOMEM when the kernel has too few hugepages free.
+    pub fn create_hugetlb(name: &CStr, len: usize) -> io::Result<Self> {
+        // SAFETY: plain syscalls; results are checked.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_HUGE_2MB) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: memfd_create returned a fresh fd we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let region = Self::map(fd, len)?;
+        // Faulting every page in now makes a shortage of hugepages an error
+        // here rather than a SIGBUS later; locking keeps them where they are.
+        for offset in (0..len).step_by(2 << 20) {
+            // SAFETY: inside our own mapping.
+            unsafe { region.base().add(offset).write_volatile(0) };
+        }
+        if unsafe { libc::mlock(region.base().cast(), len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(region)
+    }
+
     /// Maps `len` bytes of an existing memfd (tests use this to play the driver).
     pub fn map(fd: OwnedFd, len: usize) -> io::Result<Self> {
         // SAFETY: a fresh shared mapping of a file we hold; checked below.

@@ -8,6 +8,7 @@
 //! ifname = "us0"                                        # optional: the first free usN
 //! cpu = 1                                               # optional: `understudy run --cpu`
 //! check = "stringent"                                   # optional: `understudy run --check`
+//! no_iommu = true                                       # optional: `understudy run --no-iommu`
 //!
 //! [recovery]                                            # optional; understudyd's options win
 //! on_exhausted = "retry"                                # or "down" (--on-exhausted)
@@ -54,6 +55,9 @@ pub struct DeviceConfig {
     pub cpu: Option<u32>,
     /// Run its driver processes under a checker with this gate.
     pub check: Option<GateMode>,
+    /// Bind it to uio_pci_generic, its DMA unconfined (docs/design.md §4).
+    #[serde(default)]
+    pub no_iommu: bool,
 }
 
 pub fn parse(text: &str) -> Result<Config, String> {
@@ -89,7 +93,9 @@ mod tests {
             [[device]]
             pci = "0000:00:03.0"
             modules = ["/m/mii.ko", "/m/8139cp.ko"]
+            no_iommu = true
         "#).unwrap();
+        assert_eq!((c.devices[0].no_iommu, c.devices[1].no_iommu), (false, true));
         assert_eq!(c.devices.len(), 2);
         assert_eq!(c.devices[0].ifname.as_deref(), Some("us0"));
         assert_eq!(c.devices[1].modules, ["/m/mii.ko", "/m/8139cp.ko"]);

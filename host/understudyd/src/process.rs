@@ -10,14 +10,18 @@ use std::path::Path;
 use std::process::Command;
 
 use understudy_api::GateMode;
+use understudy_vfio::Handoff;
 
 use crate::placement::Placement;
 
 /// The fds a driver process inherits, by their command-line option.
 pub struct DriverFds<'a> {
     pub control: BorrowedFd<'a>,
-    pub device: BorrowedFd<'a>,
+    /// The device's back-end: `--device-fd` (VFIO) or `--uio-fds`.
+    pub device: Handoff<'a>,
     pub arena: BorrowedFd<'a>,
+    /// Without an IOMMU, the arena's physical addresses (`--dma-chunks-fd`).
+    pub dma_chunks: Option<BorrowedFd<'a>>,
     pub rings: BorrowedFd<'a>,
     pub kick: BorrowedFd<'a>,
     pub notify: BorrowedFd<'a>,
@@ -58,9 +62,8 @@ fn driver_command(wrapper: Option<&str>, binary: &Path) -> Command {
 /// Starts `binary` with `fds`, bound to `placement`'s CPU if given, under
 /// the command in $UNDERSTUDY_DRIVER_WRAPPER if set.
 pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io::Result<DriverProcess> {
-    let named: [(&str, RawFd); 6] = [
+    let named: [(&str, RawFd); 5] = [
         ("--control-fd", fds.control.as_raw_fd()),
-        ("--device-fd", fds.device.as_raw_fd()),
         ("--arena-fd", fds.arena.as_raw_fd()),
         ("--rings-fd", fds.rings.as_raw_fd()),
         ("--kick-fd", fds.kick.as_raw_fd()),
@@ -71,6 +74,14 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
         cmd.arg(opt).arg(fd.to_string());
     }
     let mut inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
+    for (opt, value) in &fds.device.args {
+        cmd.arg(opt).arg(value);
+    }
+    inherited.extend(fds.device.fds.iter().map(|fd| fd.as_raw_fd()));
+    if let Some(chunks) = fds.dma_chunks {
+        cmd.arg("--dma-chunks-fd").arg(chunks.as_raw_fd().to_string());
+        inherited.push(chunks.as_raw_fd());
+    }
     if let Some(queue) = fds.tap {
         // A predecessor may have detached it.
         crate::tap::attach_driver_queue(queue)?;

@@ -81,7 +81,7 @@ pub fn serve(socket: &Path, driver: PathBuf, checker: PathBuf, detection: Detect
     let daemon = Arc::new(Daemon { driver, checker, detection, restarts, agent, devices: Mutex::new(Vec::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
-        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new(), d.check) {
+        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new(), d.check, d.no_iommu) {
             Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
             Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
                                    fix the cause and `understudy run` it", d.pci),
@@ -172,7 +172,7 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run { device, modules, ifname, cpu, standby, check } => match self.run(&device, &modules, ifname, cpu, standby, check) {
+            Request::Run { device, modules, ifname, cpu, standby, check, no_iommu } => match self.run(&device, &modules, ifname, cpu, standby, check, no_iommu) {
                 Ok(status) => Response::ok(vec![status]),
                 Err(e) => {
                     warn!("run {device}: refused: {e}");
@@ -218,9 +218,14 @@ impl Daemon {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>,
-           standby: Vec<StandbyRequest>, check: Option<GateMode>) -> Result<understudy_api::DeviceStatus, String> {
+           standby: Vec<StandbyRequest>, check: Option<GateMode>, no_iommu: bool) -> Result<understudy_api::DeviceStatus, String> {
         let addr = parse_address(device)?;
+        if no_iommu && (check.is_some() || !standby.is_empty()) {
+            // A checker relates DMA to IOVAs, and a standby is probed on an arena of its own.
+            return Err("--no-iommu goes with neither --check nor --standby".into());
+        }
         let placement = cpu.map(Placement::on).transpose()?;
         let infos = module_infos(modules)?;
         let standby = standby.iter().map(|s| {
@@ -265,6 +270,7 @@ impl Daemon {
             standby,
             check,
             checker_binary: self.checker.clone(),
+            no_iommu,
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

@@ -42,7 +42,8 @@ use log::{error, info, warn};
 use understudy_api::{Counters, DeviceStatus, DriverState, EthtoolQueries, ModuleInfo};
 use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
-use understudy_vfio::{PciAddress, Vfio};
+use understudy_vfio::uio::Uio;
+use understudy_vfio::{Device, PciAddress};
 
 use crate::check::Checking;
 use crate::ethtool_job::{Answer, EthtoolJob};
@@ -132,7 +133,7 @@ struct Supervisor {
     datapath: Datapath,
     devices: device::Devices,
     /// Where the interface may move: declared standbys and the device it left.
-    standbys: Standbys<Vfio>,
+    standbys: Standbys<Device>,
     interface: Interface,
     stop: OwnedFd,
     wake: OwnedFd,
@@ -152,9 +153,18 @@ struct Supervisor {
 impl Supervisor {
     fn new(setup: Setup) -> Result<Self, String> {
         let label = setup.device.to_string();
-        let mut vfio = open_device(&setup.device).map_err(|e| e.to_string())?;
-        let shm = SharedMemory::create(setup.geometry).map_err(|e| e.to_string())?;
         let g = setup.geometry;
+        let (mut vfio, shm) = if setup.no_iommu {
+            // Hugepages are checked before the device is bound, so that a refusal leaves it as it was.
+            let uio = Uio::open(&setup.device, g.arena_size.div_ceil(understudy_shm::CHUNK)).map_err(|e| e.to_string())?;
+            let shm = SharedMemory::create_unconfined(g).map_err(|e| format!("the DMA arena in hugepages: {e}"))?;
+            warn!("{label}: no IOMMU: bound to uio_pci_generic, the device's DMA is UNCONFINED (it can reach all memory); \
+                   frames to send are copied into its arena");
+            (Device::Uio(uio), shm)
+        } else {
+            (open_device(&setup.device).map_err(|e| e.to_string())?,
+             SharedMemory::create(g).map_err(|e| e.to_string())?)
+        };
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
         let mut interface = Interface::create(&setup.ifname, label.clone())?;
         let datapath = Datapath::new(shm, interface.tap.take_driver_queue(), label.clone())?;
@@ -170,12 +180,18 @@ impl Supervisor {
         let spawned = link::spawn(&spawn, &vfio, &datapath, &setup.modules)?;
         let pid = spawned.process.pid;
         let link = DriverLink::new(spawned, setup.detection, now)?;
-        info!("{label}: driver process {pid} started ({}), interface {}, IOMMU group {}, arena {} MiB at IOVA {:#x}",
-              setup.driver_binary.display(), setup.ifname, vfio.group_id(), g.arena_size >> 20, g.arena_iova);
+        let dma = match vfio.iommu_group() {
+            Some(group) => format!("IOMMU group {group}, arena {} MiB at IOVA {:#x}", g.arena_size >> 20, g.arena_iova),
+            None => format!("DMA unconfined, arena {} MiB in hugepages at physical {:#x}..", g.arena_size >> 20,
+                            datapath.shm.bus_chunks().first().copied().unwrap_or(0)),
+        };
+        info!("{label}: driver process {pid} started ({}), interface {}, {dma}",
+              setup.driver_binary.display(), setup.ifname);
         let status = DeviceStatus {
             device: label,
             ifname: setup.ifname.clone(),
-            iommu_group: vfio.group_id(),
+            iommu_group: vfio.iommu_group().unwrap_or(0),
+            dma_unconfined: vfio.iommu_group().is_none(),
             modules: setup.modules.clone(),
             driver_binary: setup.driver_binary.display().to_string(),
             pid: Some(pid as u32),

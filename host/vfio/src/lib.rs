@@ -5,7 +5,11 @@
 //! everything, so it can stop the device before anything else happens, and
 //! drop the IOMMU mappings when it gives the device up.
 
+mod backend;
 mod sys;
+pub mod uio;
+
+pub use backend::{Device, Handoff};
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -18,9 +22,9 @@ use std::str::FromStr;
 use sys::*;
 
 pub const SYSFS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
-const PCI_COMMAND: u64 = 0x04;
+pub(crate) const PCI_COMMAND: u64 = 0x04;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
-const PCI_COMMAND_INTX_DISABLE: u16 = 1 << 10;
+pub(crate) const PCI_COMMAND_INTX_DISABLE: u16 = 1 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VfioError {
@@ -84,7 +88,7 @@ impl PciAddress {
     }
 }
 
-fn link_name(path: &Path) -> Option<String> {
+pub(crate) fn link_name(path: &Path) -> Option<String> {
     std::fs::read_link(path).ok()?.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 

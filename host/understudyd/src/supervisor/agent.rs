@@ -89,6 +89,7 @@ impl Supervisor {
         self.datapath.free(uncompleted);
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
+        let confined = self.devices.serving().is_none_or(|v| v.iommu_group().is_some());
         device_stop.iommu_unmapped = unmapped.is_ok();
         let _ = self.interface.tap.set_carrier(false);
         let death = match &not_restarted {
@@ -107,7 +108,7 @@ impl Supervisor {
                if device_stop.bus_master_off { "off" } else { "STILL ON" },
                if device_stop.irqs_disabled { "disabled" } else { "not all disabled" },
                device_stop.reset,
-               if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
+               if !confined { "none (no IOMMU)" } else if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.interface.name());
         let pool_free = self.datapath.shm.free_count();
         self.update(|s| {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The PCI device through VFIO: its DMA arena's IOMMU mapping, its identity,
-//! and stopping it when its driver is gone (docs/design.md §4).
+//! The PCI device, through VFIO or without an IOMMU through UIO: its DMA
+//! arena's IOMMU mapping, its identity, and stopping it when its driver is
+//! gone (docs/design.md §4).
 
 use std::io;
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::time::Instant;
 use understudy_api::DeviceStop;
 use understudy_protocol::PciIds;
 use understudy_shm::SharedMemory;
-use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Vfio, VfioError};
+use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Device, VfioError};
 
 use crate::recovery::round_ms;
 
@@ -19,7 +20,7 @@ use crate::recovery::round_ms;
 /// process), so a driver that points its device's receive descriptors at
 /// pool buffers cannot have it overwrite frames the host still holds and
 /// would give a restarted driver again.
-pub fn map_arena(vfio: &mut Vfio, shm: &SharedMemory) -> Result<(), VfioError> {
+pub fn map_arena(vfio: &mut Device, shm: &SharedMemory) -> Result<(), VfioError> {
     let g = shm.geometry();
     let (base, pool) = (shm.arena().base(), g.pool_size());
     vfio.map_dma(base, g.arena_iova, pool, DeviceAccess::Read)?;
@@ -31,7 +32,7 @@ pub fn map_arena(vfio: &mut Vfio, shm: &SharedMemory) -> Result<(), VfioError> {
 /// was done and how long it took, in milliseconds. The arena's IOMMU mapping
 /// is kept: the stopped device cannot reach it, and dropping and re-creating
 /// 64 MiB of mapping cost ~70 ms of every restart under the lab's emulated IOMMU.
-pub fn stop(vfio: &Vfio) -> (DeviceStop, f64) {
+pub fn stop(vfio: &Device) -> (DeviceStop, f64) {
     let began = Instant::now();
     let report = vfio.stop_device();
     let stopped = DeviceStop {
@@ -65,14 +66,14 @@ pub fn pci_ids(address: &PciAddress) -> io::Result<PciIds> {
 /// while a move is under way, the other one: where it goes, or once the
 /// successor runs there, where it came from (docs/migration.md).
 pub struct Devices {
-    serving: Option<Vfio>,
+    serving: Option<Device>,
     /// The serving device's address, or the last one's while parked.
     address: PciAddress,
-    pub other: Option<Vfio>,
+    pub other: Option<Device>,
 }
 
 impl Devices {
-    pub fn new(serving: Vfio) -> Self {
+    pub fn new(serving: Device) -> Self {
         Devices { address: serving.address().clone(), serving: Some(serving), other: None }
     }
 
@@ -81,11 +82,11 @@ impl Devices {
         &self.address
     }
 
-    pub fn serving(&self) -> Option<&Vfio> {
+    pub fn serving(&self) -> Option<&Device> {
         self.serving.as_ref()
     }
 
-    pub fn serving_mut(&mut self) -> Option<&mut Vfio> {
+    pub fn serving_mut(&mut self) -> Option<&mut Device> {
         self.serving.as_mut()
     }
 

@@ -47,6 +47,8 @@ pub struct Setup {
     pub check: Option<GateMode>,
     /// The checker executable (`understudyd --checker`).
     pub checker_binary: PathBuf,
+    /// `run --no-iommu`: the UIO back-end, DMA unconfined (docs/design.md §4).
+    pub no_iommu: bool,
 }
 
 /// What the CLI asks of a running device's thread.

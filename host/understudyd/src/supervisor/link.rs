@@ -15,7 +15,7 @@ use log::info;
 use nix::sys::socket::{recv, send, MsgFlags};
 use understudy_api::ModuleInfo;
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
-use understudy_vfio::Vfio;
+use understudy_vfio::Device;
 
 use super::datapath::Datapath;
 use super::{Fault, Purpose};
@@ -60,7 +60,7 @@ pub struct Spawned {
 /// memory, to run `modules`. A checked one's checker starts first, on a
 /// fresh trace region, then the driver with the same region
 /// (docs/checking.md, "Starting a checked driver").
-pub fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Spawned, String> {
+pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Spawned, String> {
     let (control, driver_control) = fd::seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
     let checked = match spawn.check {
         Some(checking) => Some(start_checker(checking, vfio, modules).inspect_err(|e| checking.failed(e))?),
@@ -69,8 +69,9 @@ pub fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleI
     let (region, mut checker) = checked.unzip();
     let driver = process::spawn(spawn.binary, &DriverFds {
         control: driver_control.as_fd(),
-        device: vfio.device_fd(),
+        device: vfio.handoff(),
         arena: datapath.shm.arena().as_fd(),
+        dma_chunks: datapath.shm.bus_chunks_fd(),
         rings: datapath.shm.rings().region().as_fd(),
         kick: datapath.kick_fd(),
         notify: datapath.notify_fd(),
@@ -86,7 +87,7 @@ pub fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleI
 }
 
 /// A fresh trace region and a checker reading it.
-fn start_checker(checking: &Checking, vfio: &Vfio, modules: &[ModuleInfo]) -> Result<(OwnedFd, Checker), String> {
+fn start_checker(checking: &Checking, vfio: &Device, modules: &[ModuleInfo]) -> Result<(OwnedFd, Checker), String> {
     let region = check::create_region().map_err(|e| format!("cannot create a trace region: {e}"))?;
     let modules = modules.iter().map(|m| m.path.clone()).collect();
     let checker = Checker::spawn(checking, region.as_fd(), vfio.address().as_str(), modules).map_err(|e| e.to_string())?;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use understudy_api::ModuleInfo;
 use understudy_protocol::{DriverMessage, PciIds, RegisteredInfo, Request};
 use understudy_shm::{Geometry, SharedMemory};
-use understudy_vfio::Vfio;
+use understudy_vfio::Device;
 
 use log::warn;
 
@@ -36,7 +36,7 @@ pub struct Loader {
 
 impl Loader {
     /// A process that LOADs `modules` for the serving device (`vfio`, `datapath`).
-    pub fn load(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
+    pub fn load(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
         let mut loader = Loader::spawn(spawn, vfio, datapath, modules)?;
         loader.send(Loader::load_request(modules, ids))?;
@@ -46,7 +46,7 @@ impl Loader {
     /// A process that LOADs `modules` and probes `vfio`'s device with them on
     /// scratch memory, mapped into that device's IOMMU container in place of
     /// `real`'s arena, which `finish_probe` -- or a failure here -- maps back.
-    pub fn probe(spawn: &Spawn, vfio: &mut Vfio, modules: &[ModuleInfo], real: &SharedMemory) -> Result<Loader, String> {
+    pub fn probe(spawn: &Spawn, vfio: &mut Device, modules: &[ModuleInfo], real: &SharedMemory) -> Result<Loader, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
         let shm = SharedMemory::create(Geometry::default()).map_err(|e| format!("scratch memory: {e}"))?;
         vfio.unmap_all().map_err(|e| e.to_string())?;
@@ -59,7 +59,7 @@ impl Loader {
         started
     }
 
-    fn start_probe(spawn: &Spawn, vfio: &Vfio, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
+    fn start_probe(spawn: &Spawn, vfio: &Device, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
                    -> Result<Loader, String> {
         let scratch = Datapath::new(shm, None, vfio.address().to_string())?;
         let mut loader = Loader::spawn(spawn, vfio, &scratch, modules)?;
@@ -75,7 +75,7 @@ impl Loader {
         Ok(loader)
     }
 
-    fn spawn(spawn: &Spawn, vfio: &Vfio, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
+    fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
         let link = DriverLink::new(link::spawn(spawn, vfio, datapath, modules)?, spawn.detection, Instant::now())?;
         Ok(Loader { link, scratch: None, kernel_half: None, registration: None })
     }
@@ -180,7 +180,7 @@ impl Loader {
 
     /// Ends a prober and gives its device back: stopped, reset, and `real`'s
     /// arena mapped where the scratch memory was, ready for a successor.
-    pub fn finish_probe(self, vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
+    pub fn finish_probe(self, vfio: &mut Device, real: &SharedMemory) -> Result<(), String> {
         self.link.end();
         device::stop(vfio);
         map_real(vfio, real)
@@ -193,7 +193,7 @@ impl Loader {
 }
 
 /// The interface's arena mapped for `vfio`'s device, and nothing else.
-fn map_real(vfio: &mut Vfio, real: &SharedMemory) -> Result<(), String> {
+fn map_real(vfio: &mut Device, real: &SharedMemory) -> Result<(), String> {
     vfio.unmap_all().map_err(|e| e.to_string())?;
     device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
 }

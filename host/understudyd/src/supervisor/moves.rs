@@ -9,7 +9,7 @@ use std::time::Instant;
 use log::{info, warn};
 use understudy_api::DriverState;
 use understudy_shm::SharedMemory;
-use understudy_vfio::{PciAddress, Vfio};
+use understudy_vfio::{Device, PciAddress, Vfio};
 
 use super::link::Spawn;
 use super::loader::Loader;
@@ -23,7 +23,7 @@ impl Supervisor {
     /// `understudy migrate`: a successor for `to` loads and probes its device
     /// on scratch memory while the driver serves (handover.rs); the move
     /// holds the `destination` (opened by `destination`) from now on.
-    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
         let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
               self.label(), self.interface.name(), to.device, module_names(&to.modules));
@@ -36,7 +36,7 @@ impl Supervisor {
 
     /// The serving device becomes `device`: the other device of the move
     /// under way (its destination, or on a rollback its origin).
-    pub(super) fn serve_on(&mut self, device: &PciAddress) -> Result<&Vfio, String> {
+    pub(super) fn serve_on(&mut self, device: &PciAddress) -> Result<&Device, String> {
         let before = self.devices.address().clone();
         if self.devices.serve_on(device)? {
             self.now_serving();
@@ -54,7 +54,7 @@ impl Supervisor {
     /// Log lines and `status` name the device that serves now.
     fn now_serving(&mut self) {
         let address = self.devices.address().to_string();
-        let group = self.devices.serving().map_or(0, Vfio::group_id);
+        let group = self.devices.serving().and_then(Device::iommu_group).unwrap_or(0);
         info!("{}: {} is served by this device from now on", address, self.interface.name());
         self.interface.label = address.clone();
         self.datapath.label = address.clone();
@@ -96,7 +96,7 @@ impl Supervisor {
     }
 
     /// A parked interface is given `to` (`understudy migrate` while parked).
-    pub(super) fn attach(&mut self, to: Driver, mut destination: Vfio, answer: UpdateAnswer) -> Result<(), Fault> {
+    pub(super) fn attach(&mut self, to: Driver, mut destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
         info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
         // A standby's arena is mapped since its probe; a device opened just now has none.
         if destination.mapped_bytes() == 0 {
@@ -113,7 +113,11 @@ impl Supervisor {
 
     /// The device a move to `to` takes: a standby's, or opened now -- which
     /// checks it is present, bound to vfio-pci and free.
-    pub(super) fn destination(&mut self, to: &PciAddress) -> Result<Vfio, String> {
+    pub(super) fn destination(&mut self, to: &PciAddress) -> Result<Device, String> {
+        if self.datapath.shm.bus_chunks_fd().is_some() {
+            // Its arena is hugepages the destination would reach unconfined too.
+            return Err(format!("{} runs without an IOMMU (--no-iommu): it cannot move to another device", self.interface.name()));
+        }
         if to == self.devices.address() && self.devices.serving().is_some() {
             return Err(format!("{} already serves {}", to, self.interface.name()));
         }
@@ -145,7 +149,7 @@ impl Supervisor {
 /// `run --standby`: each device is opened, its driver loaded and probed on
 /// scratch memory (loader.rs), then stopped and kept for the interface; what
 /// its driver registered narrows what the interface advertises.
-pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Vfio>, String> {
+pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Device>, String> {
     let mut standbys = Standbys::new();
     for driver in standby {
         let address = driver.device.clone();
@@ -167,8 +171,8 @@ pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &Share
 
 /// Opens a device through VFIO and asks to be told when the kernel wants it
 /// back (`removal_requested`); a device that cannot tell is used all the same.
-pub(super) fn open_device(address: &PciAddress) -> Result<Vfio, understudy_vfio::VfioError> {
-    let mut vfio = Vfio::open(address)?;
+pub(super) fn open_device(address: &PciAddress) -> Result<Device, understudy_vfio::VfioError> {
+    let mut vfio = Device::Vfio(Vfio::open(address)?);
     if let Err(e) = vfio.watch_removal() {
         warn!("{address}: {e}: its hot-unplug will wait until understudyd releases it");
     }
