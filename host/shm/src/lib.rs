@@ -157,9 +157,9 @@ pub struct SharedMemory {
     /// The frames lent through `tx` and not yet completed, oldest first: what
     /// a restarted driver must send again (and nothing it already completed).
     tx_in_flight: VecDeque<TxFrame>,
-    /// Copy mode (`create_unconfined`): the host's own pool, which frames are
-    /// read into and kept in, and copied from into the arena's pool buffer
-    /// of the same number each time they are lent.
+    /// Copy mode (`create_unconfined`): the host's own pool, which the
+    /// frames it sends are kept in, and copied from into the arena's pool
+    /// buffer of the same number each time they are lent.
     private_pool: Option<Vec<u8>>,
     /// The device address of each `CHUNK` of the arena, in copy mode.
     bus_chunks: Vec<u64>,
@@ -178,10 +178,11 @@ impl SharedMemory {
 
     /// The shared memory of a device no IOMMU confines (docs/design.md §4,
     /// "Without an IOMMU"): the arena in hugepages, whose physical addresses
-    /// are the device's (`bus_chunks`), and copy mode: a frame from the TAP
-    /// lives in the host's private pool and only a copy of it is ever
-    /// where the device can reach, so a device that writes anywhere in the
-    /// arena cannot change what the host resends after a restart.
+    /// are the device's (`bus_chunks`), and copy mode: a frame the host
+    /// sends (a dead driver's) lives in its private pool and only a copy of
+    /// it is ever where the device can reach, so a device that writes
+    /// anywhere in the arena cannot change what the host resends after
+    /// another restart.
     pub fn create_unconfined(geometry: Geometry) -> Result<Self, ShmError> {
         geometry.check()?;
         if !geometry.pool_size().is_multiple_of(CHUNK) || !geometry.arena_size.is_multiple_of(CHUNK) {

@@ -515,7 +515,7 @@ fn in_copy_mode_the_device_sees_a_copy_made_at_every_lending() {
     host.host_buffer(buf)[..5].copy_from_slice(b"hello");
     let mut seen = [0u8; 5];
     driver.arena.read(buf as usize * 2048, &mut seen);
-    assert_eq!(&seen, &[0; 5], "a frame read from the TAP is not where the device can reach");
+    assert_eq!(&seen, &[0; 5], "a frame the host keeps is not where the device can reach");
     assert!(host.send(frame(buf, 5)).unwrap());
     driver.arena.read(buf as usize * 2048, &mut seen);
     assert_eq!(&seen, b"hello");
