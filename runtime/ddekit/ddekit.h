@@ -300,15 +300,17 @@ struct ddekit_tx_frame {
 
 /*
  * The stack's frames, from the driver's queue of the host's TAP
- * (docs/protocol.md, "Sending"), with the CPU held: the next one into
+ * (docs/protocol.md, "Sending"): the next one into
  * buffer (at most size bytes), its length and offloads into f; 0 if the TAP
  * has none, the host's gate is closed or every record of a held frame is in
- * use. ddekit_tap_hold(f) then records it where it stays (f->buffer, a
- * block of the arena), and ddekit_tap_done(f->buffer, dropped) ends the
- * record once the driver is done with it.
+ * use. ddekit_tap_hold(f) then records it where it is (f->buffer, a block
+ * of the arena), ddekit_tap_moved() where it was copied to, and
+ * ddekit_tap_done(f->buffer, dropped) ends the record once the driver is
+ * done with it. Only ddekit_tap_done() needs the CPU held.
  */
 int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f);
 void ddekit_tap_hold(const struct ddekit_tx_frame *f);
+void ddekit_tap_moved(const void *from, const void *to);
 void ddekit_tap_done(const void *buffer, int dropped);
 
 /*

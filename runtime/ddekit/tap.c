@@ -172,14 +172,22 @@ int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f)
 	}
 }
 
+/* Where a TAP frame's block is in the arena; the host's records count from its start. */
+static unsigned long arena_offset(const void *block)
+{
+	unsigned long offset = (const uint8_t *)block - held.arena;
+
+	if ((const uint8_t *)block < held.arena || offset >= held.arena_size)
+		ddekit_panic("a TAP frame outside the arena");
+	return offset;
+}
+
 void ddekit_tap_hold(const struct ddekit_tx_frame *f)
 {
-	unsigned long offset = (uint8_t *)f->buffer - held.arena;
+	unsigned long offset = arena_offset(f->buffer);
 	struct us_held *h;
 	uint32_t i;
 
-	if ((uint8_t *)f->buffer < held.arena || offset >= held.arena_size)
-		ddekit_panic("a TAP frame outside the arena");
 	pthread_mutex_lock(&held.lock);
 	if (!held.n_free)
 		ddekit_panic("a TAP frame read without a free record");
@@ -197,15 +205,29 @@ void ddekit_tap_hold(const struct ddekit_tx_frame *f)
 	pthread_mutex_unlock(&held.lock);
 }
 
+/* The frame's copy at `to` is whole before this: the record names a good copy throughout. */
+void ddekit_tap_moved(const void *from, const void *to)
+{
+	unsigned long old = arena_offset(from), new = arena_offset(to);
+	uint16_t record;
+
+	pthread_mutex_lock(&held.lock);
+	record = held.record_of_block[old >> BLOCK_SHIFT];
+	if (!record)
+		ddekit_panic("moved a TAP frame that has no record");
+	held.record_of_block[old >> BLOCK_SHIFT] = 0;
+	held.record_of_block[new >> BLOCK_SHIFT] = record;
+	__atomic_store_n(&held.state->held[record - 1].offset, new, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&held.lock);
+}
+
 void ddekit_tap_done(const void *buffer, int dropped)
 {
-	unsigned long offset = (const uint8_t *)buffer - held.arena;
+	unsigned long offset = arena_offset(buffer);
 	uint64_t one = 1;
 	uint16_t record;
 	bool wake_tx;
 
-	if ((const uint8_t *)buffer < held.arena || offset >= held.arena_size)
-		ddekit_panic("done with a TAP frame outside the arena");
 	pthread_mutex_lock(&held.lock);
 	record = held.record_of_block[offset >> BLOCK_SHIFT];
 	if (!record)

@@ -264,38 +264,54 @@ static void tap_skb_done(struct sk_buff *skb)
 
 /*
  * The TAP's frames are read into blocks that hold the longest a TAP gives
- * (a 64 KiB GSO frame); one that fits a small block is copied into one, so
- * that an ACK does not hold 128 KiB while the driver sends it.
+ * (a 64 KiB GSO frame), kept ready between batches; one that fits a small
+ * block is copied into one, so that an ACK does not hold 128 KiB while the
+ * driver sends it, and its block is read into again.
  */
 #define TAP_FRAME_ROOM	(DDEKIT_TX_MAX_FRAME + DDEKIT_TX_TAILROOM)
 #define TAP_SMALL_ROOM	2048u
+#define TAP_BATCH	16
 
-static void *tap_spare;
+static void *tap_blocks[TAP_BATCH];
 
-/* The next TAP frame in a block of its own, or NULL if the TAP has none for now. */
-static void *read_tap_frame(struct ddekit_tx_frame *f)
+/*
+ * Reads up to TAP_BATCH frames into the blocks, without the CPU: the IRQ
+ * thread completes frames and takes received ones meanwhile (holding the
+ * CPU across these system calls cost e1000's sending a fifth). Each is
+ * recorded with the host as held at once. Returns how many.
+ */
+static unsigned int read_tap_frames(struct ddekit_tx_frame *frames)
 {
-	void *frame;
-	int len;
+	unsigned int n = 0;
 
-	if (!tap_spare)
-		tap_spare = kmalloc(TAP_FRAME_ROOM, GFP_ATOMIC);
-	if (!tap_spare)
-		return NULL;
-	len = ddekit_tap_read(tap_spare, TAP_FRAME_ROOM - DDEKIT_TX_TAILROOM, f);
-	if (len <= 0)
-		return NULL;
-	f->room = TAP_FRAME_ROOM;
-	frame = len + DDEKIT_TX_TAILROOM <= TAP_SMALL_ROOM ? kmalloc(TAP_SMALL_ROOM, GFP_ATOMIC) : NULL;
-	if (frame) {
-		memcpy(frame, tap_spare, len);
+	while (n < TAP_BATCH && tap_blocks[n]) {
+		struct ddekit_tx_frame *f = &frames[n];
+
+		if (ddekit_tap_read(tap_blocks[n], TAP_FRAME_ROOM - DDEKIT_TX_TAILROOM, f) <= 0)
+			break;
+		f->buffer = tap_blocks[n];
+		f->room = TAP_FRAME_ROOM;
+		ddekit_tap_hold(f);
+		n++;
+	}
+	return n;
+}
+
+/* With the CPU: a frame that fits a small block moves to one; its big block stays for the next read. */
+static void settle_tap_frame(struct ddekit_tx_frame *f, unsigned int i)
+{
+	void *small = NULL;
+
+	if (f->len + DDEKIT_TX_TAILROOM <= TAP_SMALL_ROOM)
+		small = kmalloc(TAP_SMALL_ROOM, GFP_ATOMIC);
+	if (small) {
+		memcpy(small, f->buffer, f->len);
+		ddekit_tap_moved(f->buffer, small);
+		f->buffer = small;
 		f->room = TAP_SMALL_ROOM;
 	} else {
-		frame = tap_spare;
-		tap_spare = NULL;
+		tap_blocks[i] = NULL;
 	}
-	f->buffer = frame;
-	return frame;
 }
 
 /*
@@ -307,20 +323,25 @@ static void *read_tap_frame(struct ddekit_tx_frame *f)
  */
 unsigned int us_net_xmit_tap(void)
 {
-	struct ddekit_tx_frame frames[DDEKIT_TX_BATCH];
+	struct ddekit_tx_frame frames[TAP_BATCH];
 	struct net_device *dev;
-	unsigned int i, n = 0;
+	unsigned int i, n;
 
 	us_cpu_enter();
 	dev = us_first_netdev();
-	if (dev) {
+	if (dev)
 		us_net_wait_tx_queue(dev, netdev_get_tx_queue(dev, 0));
-		while (n < DDEKIT_TX_BATCH && read_tap_frame(&frames[n])) {
-			ddekit_tap_hold(&frames[n]);
-			n++;
-		}
-		xmit_frames(dev, frames, n, tap_skb_done);
-	}
+	for (i = 0; i < TAP_BATCH && dev; i++)
+		if (!tap_blocks[i])
+			tap_blocks[i] = kmalloc(TAP_FRAME_ROOM, GFP_ATOMIC);
+	us_cpu_leave();
+	n = dev ? read_tap_frames(frames) : 0;
+	if (!n)
+		return 0;
+	us_cpu_enter();
+	for (i = 0; i < n; i++)
+		settle_tap_frame(&frames[i], i);
+	xmit_frames(us_first_netdev(), frames, n, tap_skb_done);
 	for (i = 0; i < n; i++) {
 		if (!frames[i].status)
 			continue;
