@@ -149,6 +149,19 @@ void us_panic_print(const char *fmt, ...)
 		cpu_relax();
 }
 
+/* The kernel's panic(): a module gave up (virtio's core on a broken invariant). */
+void panic(const char *fmt, ...)
+{
+	static char why[256];
+	va_list args;
+
+	va_start(args, fmt);
+	vsnprintf(why, sizeof(why), fmt, args);
+	va_end(args);
+	us_panic("panic: %s", why);
+}
+EXPORT_SYMBOL(panic);
+
 void __stack_chk_fail(void)
 {
 	us_panic("stack protector: canary overwritten in %pS", __builtin_return_address(0));
@@ -190,6 +203,8 @@ EXPORT_SYMBOL(__SCT__cond_resched);
 EXPORT_SYMBOL(__SCT__might_resched);
 void __SCT__preempt_schedule(void);
 EXPORT_SYMBOL(__SCT__preempt_schedule);
+void __SCT__preempt_schedule_notrace(void);
+EXPORT_SYMBOL(__SCT__preempt_schedule_notrace);
 
 /*
  * Entry point for the executable, before any module's init: makes this
