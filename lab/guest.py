@@ -141,7 +141,7 @@ class Guest:
                     f"file={self.pcap_path(pd.id)},queue={self.pcap_queue}"] if self.pcap else []
             return [*self._netdev_args(pd), *dump, "-device",
                     f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"
-                    + (f",{self.nic_props}" if self.nic_props else "")]
+                    + "".join(f",{p}" for p in (dev.props, self.nic_props) if p)]
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",
                     "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import config, net
-from .devices import lookup_nic
+from .devices import BY_DRIVER, lookup_nic
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, Guest
 from .netns import LabNetwork
@@ -93,10 +93,13 @@ def dependencies_first(name: str, depends: Callable[[str], list[str]], path: Cal
 
 
 def module_chain(g: Guest, name: str) -> list[str]:
-    """The guest's own (Debian's) files of a module and its dependencies, dependencies first."""
+    """The guest's own (Debian's) files of a module and its dependencies, dependencies first;
+    for a driver of a bus of its own (virtio_net), its PCI transport's chain first."""
     def depends(n: str) -> list[str]:
         return list(filter(None, g.run(["modinfo", "-F", "depends", n], check=True).out.strip().split(",")))
-    return dependencies_first(name, depends, lambda n: module_path(g, n))
+    dev = BY_DRIVER.get(name)
+    chain = module_chain(g, dev.transport) if dev and dev.transport else []
+    return chain + [m for m in dependencies_first(name, depends, lambda n: module_path(g, n)) if m not in chain]
 
 
 def module_args(modules: list[str]) -> list[str]:
