@@ -138,11 +138,15 @@ def hand_over(g: Guest, dev_id: str, driver: str) -> tuple[str, str]:
 
 
 def bind_kernel(g: Guest, bdf: str, driver: str) -> None:
-    """Gives the device back to its in-kernel driver (clearing the vfio-pci override)."""
-    g.run(["modprobe", driver], check=True)
+    """Gives the device back to its in-kernel driver (clearing the vfio-pci override);
+    a driver of a bus of its own (virtio_net) binds through its PCI transport."""
+    dev = BY_DRIVER.get(driver)
+    pci_driver = dev.transport if dev and dev.transport else driver
+    g.run(["modprobe", "-a", pci_driver, driver], check=True)
     _rebind(g, bdf, "")
-    if bound_driver(g, bdf) != driver:
-        raise LabError(f"{bdf} did not bind to {driver}")
+    # sysfs spells some drivers' names with '-' where their modules have '_' (virtio-pci).
+    if (bound_driver(g, bdf) or "").replace("-", "_") != pci_driver:
+        raise LabError(f"{bdf} did not bind to {pci_driver}")
 
 
 def bus_master_on(g: Guest, bdf: str) -> bool:
