@@ -136,29 +136,31 @@ void us_wake_task(struct task_struct *task)
 		ddekit_cpu_wake(container_of(task, struct us_task, task)->waiter);
 }
 
-void us_panic_print(const char *fmt, ...)
+static void __noreturn stop(const char *fmt, va_list args)
 {
 	static char why[256];
-	va_list args;
 
-	va_start(args, fmt);
 	vsnprintf(why, sizeof(why), fmt, args);
-	va_end(args);
 	ddekit_panic(why);
 	for (;;)
 		cpu_relax();
 }
 
-/* The kernel's panic(): a module gave up (virtio's core on a broken invariant). */
-void panic(const char *fmt, ...)
+void us_panic_print(const char *fmt, ...)
 {
-	static char why[256];
 	va_list args;
 
 	va_start(args, fmt);
-	vsnprintf(why, sizeof(why), fmt, args);
-	va_end(args);
-	us_panic("panic: %s", why);
+	stop(fmt, args);
+}
+
+/* The kernel's panic(): a module gave up (virtio's core on a broken invariant). */
+void panic(const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	stop(fmt, args);
 }
 EXPORT_SYMBOL(panic);
 

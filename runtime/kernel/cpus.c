@@ -83,6 +83,15 @@ struct hp_state {
 
 static struct hp_state states[CPUHP_ONLINE];
 
+/* The state a caller names, which must be one it set up. */
+static struct hp_state *set_up(enum cpuhp_state state)
+{
+	if (WARN(state >= ARRAY_SIZE(states) || !states[state].name,
+		 "cpuhp state %d was not set up\n", state))
+		return NULL;
+	return &states[state];
+}
+
 static int call(void *fn, bool multi, struct hlist_node *node)
 {
 	if (!fn)
@@ -133,10 +142,10 @@ EXPORT_SYMBOL(__cpuhp_setup_state);
 
 void __cpuhp_remove_state(enum cpuhp_state state, bool invoke)
 {
-	struct hp_state *st = &states[state];
+	struct hp_state *st = set_up(state);
 
-	if (WARN(!st->name || (st->multi && !hlist_empty(&st->instances)),
-		 "cpuhp state %d removed while unset or with instances\n", state))
+	if (!st || WARN(st->multi && !hlist_empty(&st->instances),
+			"cpuhp state %d removed with instances\n", state))
 		return;
 	if (invoke && !st->multi)
 		call(st->teardown, false, NULL);
@@ -146,9 +155,9 @@ EXPORT_SYMBOL(__cpuhp_remove_state);
 
 int __cpuhp_state_add_instance(enum cpuhp_state state, struct hlist_node *node, bool invoke)
 {
-	struct hp_state *st = &states[state];
+	struct hp_state *st = set_up(state);
 
-	if (WARN_ON(!st->name || !st->multi))
+	if (!st || WARN_ON(!st->multi))
 		return -EINVAL;
 	if (invoke) {
 		int err = call(st->startup, true, node);
@@ -163,9 +172,9 @@ EXPORT_SYMBOL_GPL(__cpuhp_state_add_instance);
 
 int __cpuhp_state_remove_instance(enum cpuhp_state state, struct hlist_node *node, bool invoke)
 {
-	struct hp_state *st = &states[state];
+	struct hp_state *st = set_up(state);
 
-	if (WARN_ON(!st->name || !st->multi))
+	if (!st || WARN_ON(!st->multi))
 		return -EINVAL;
 	if (invoke)
 		call(st->teardown, true, node);

@@ -48,21 +48,24 @@ EXPORT_SYMBOL(unregister_netdevice_queue);
 
 /* ---- queues ------------------------------------------------------------- */
 
+/* How many of the queues allocated are in use: at least one, at most all. */
+static int set_in_use(unsigned int *real, unsigned int n, unsigned int allocated)
+{
+	if (n < 1 || n > allocated)
+		return -EINVAL;
+	*real = n;
+	return 0;
+}
+
 int netif_set_real_num_tx_queues(struct net_device *dev, unsigned int txq)
 {
-	if (txq < 1 || txq > dev->num_tx_queues)
-		return -EINVAL;
-	dev->real_num_tx_queues = txq;
-	return 0;
+	return set_in_use(&dev->real_num_tx_queues, txq, dev->num_tx_queues);
 }
 EXPORT_SYMBOL(netif_set_real_num_tx_queues);
 
 int netif_set_real_num_rx_queues(struct net_device *dev, unsigned int rxq)
 {
-	if (rxq < 1 || rxq > dev->num_rx_queues)
-		return -EINVAL;
-	dev->real_num_rx_queues = rxq;
-	return 0;
+	return set_in_use(&dev->real_num_rx_queues, rxq, dev->num_rx_queues);
 }
 EXPORT_SYMBOL(netif_set_real_num_rx_queues);
 
