@@ -432,8 +432,10 @@ class Guest:
                 os.close(fd)
             self.qmp.cmd("getfd", fdname=f"net-{dev_id}")
             self.qmp.cmd("netdev_add", type="tap", id=f"net-{dev_id}", fd=f"net-{dev_id}")
+        # device_add takes properties as strings, as -device does ("iommu_platform": "on").
+        props = dict(p.split("=", 1) for p in dev.props.split(",") if p)
         self.qmp.cmd("device_add", driver=dev.qemu_model, id=dev_id,
-                         netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port)
+                     netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port, **props)
         self.placed.append(pd)
         return pd
 

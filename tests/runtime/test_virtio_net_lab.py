@@ -8,6 +8,8 @@ The lab's virtio-net-pci has iommu_platform=on, so its DMA goes through the
 emulated IOMMU; one without it is refused (runtime/kernel/virtio.c), since
 its DMA would bypass the IOMMU.
 """
+import re
+
 import pytest
 
 from lab import net, understudy
@@ -86,6 +88,12 @@ def test_guest_traffic_and_recovery_through_us0(no_leftover_qemu, bins):
         for direction in ("tx", "rx"):
             s = net.bulk(g, direction, 2 << 20, timeout=300).summary()
             assert s["hash_ok"] and not s["errors"], (direction, s)
+        # virtio_net's per-queue counters (named with ethtool_sprintf), and its
+        # link settings (a virtual device's: whatever the device reports).
+        stats = d.cli("ethtool", "--driver-info", "--link", "--stats", bdf)
+        assert stats.returncode == 0 and "virtio_net" in stats.out, stats.out + stats.err
+        received = re.search(r"^\s*rx_queue_0_packets: (\d+)$", stats.out, re.M)
+        assert received and int(received.group(1)) > 50, stats.out
         drops = understudy.carrier_drops(g)
 
         r = understudy.kill_and_recover(g, d, bdf, 1)
