@@ -79,8 +79,13 @@ def test_guest_traffic_and_recovery_through_us0(no_leftover_qemu, bins):
     with Guest(devices=[DEVICE]) as g:
         bdf, _ = understudy.hand_over(g, "nic0", "virtio_net")
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
-        d.run(bdf, understudy.module_chain(g, "virtio_net"))
+        # virtio_net alone: the daemon adds its dependencies (modules.dep) and,
+        # before them, the chain of virtio_pci, which claims the PCI function.
+        d.run(bdf, [understudy.module_path(g, "virtio_net")])
         d.wait_state(bdf, "registered", timeout=120)
+        names = [m["path"].rsplit("/", 1)[-1] for m in d.status()[bdf]["modules"]]
+        assert names == ["virtio_ring.ko", "virtio.ko", "virtio_pci_modern_dev.ko", "virtio_pci_legacy_dev.ko",
+                         "virtio_pci.ko", "failover.ko", "net_failover.ko", "virtio_net.ko"], names
         g.run("ip link set us0 up", check=True)
         opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
         net.bring_up_iface(g, "us0")
