@@ -146,7 +146,7 @@ class Guest:
                     f"file={self.pcap_path(pd.id)},queue={self.pcap_queue}"] if self.pcap else []
             return [*self._netdev_args(pd), *dump, "-device",
                     f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"
-                    + (f",{self.nic_props}" if self.nic_props else "")]
+                    + "".join(f",{p}" for p in (dev.props, self.nic_props) if p)]
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",
                     "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]
@@ -438,8 +438,10 @@ class Guest:
                 os.close(fd)
             self.qmp.cmd("getfd", fdname=f"net-{dev_id}")
             self.qmp.cmd("netdev_add", type="tap", id=f"net-{dev_id}", fd=f"net-{dev_id}")
+        # device_add takes properties as strings, as -device does ("iommu_platform": "on").
+        props = dict(p.split("=", 1) for p in dev.props.split(",") if p)
         self.qmp.cmd("device_add", driver=dev.qemu_model, id=dev_id,
-                         netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port)
+                     netdev=f"net-{dev_id}", mac=pd.mac, bus=pd.port, **props)
         self.placed.append(pd)
         return pd
 

@@ -56,9 +56,10 @@ def iface_of(guest: Guest, dev_id: str, timeout: float = 20) -> str:
     pci = guest.pci_address(dev_id)
     deadline = time.monotonic() + timeout
     while True:
-        res = guest.run(f"ls /sys/bus/pci/devices/{pci}/net 2>/dev/null")
+        # A virtio NIC's interface hangs off the virtio device on its PCI function.
+        res = guest.run(f"ls -d /sys/bus/pci/devices/{pci}/net/* /sys/bus/pci/devices/{pci}/virtio*/net/* 2>/dev/null")
         if res.out.split():
-            return res.out.split()[0]
+            return res.out.split()[0].rsplit("/", 1)[-1]
         if time.monotonic() > deadline:
             raise LabError(f"no network interface appeared for {dev_id} ({pci})")
         time.sleep(0.2)

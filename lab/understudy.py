@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import config, net
-from .devices import lookup_nic
+from .devices import BY_DRIVER, lookup_nic
 from .errors import LabError
 from .guest import SLIRP_GATEWAY, Guest
 from .netns import LabNetwork
@@ -95,10 +95,13 @@ def dependencies_first(name: str, depends: Callable[[str], list[str]], path: Cal
 
 
 def module_chain(g: Guest, name: str) -> list[str]:
-    """The guest's own (Debian's) files of a module and its dependencies, dependencies first."""
+    """The guest's own (Debian's) files of a module and its dependencies, dependencies first;
+    for a driver of a bus of its own (virtio_net), its PCI transport's chain first."""
     def depends(n: str) -> list[str]:
         return list(filter(None, g.run(["modinfo", "-F", "depends", n], check=True).out.strip().split(",")))
-    return dependencies_first(name, depends, lambda n: module_path(g, n))
+    dev = BY_DRIVER.get(name)
+    chain = module_chain(g, dev.transport) if dev and dev.transport else []
+    return chain + [m for m in dependencies_first(name, depends, lambda n: module_path(g, n)) if m not in chain]
 
 
 def module_args(modules: list[str]) -> list[str]:
@@ -145,11 +148,15 @@ def hand_over(g: Guest, dev_id: str, driver: str) -> tuple[str, str]:
 
 
 def bind_kernel(g: Guest, bdf: str, driver: str) -> None:
-    """Gives the device back to its in-kernel driver (clearing the vfio-pci override)."""
-    g.run(["modprobe", driver], check=True)
+    """Gives the device back to its in-kernel driver (clearing the vfio-pci override);
+    a driver of a bus of its own (virtio_net) binds through its PCI transport."""
+    dev = BY_DRIVER.get(driver)
+    pci_driver = dev.transport if dev and dev.transport else driver
+    g.run(["modprobe", "-a", pci_driver, driver], check=True)
     _rebind(g, bdf, "")
-    if bound_driver(g, bdf) != driver:
-        raise LabError(f"{bdf} did not bind to {driver}")
+    # sysfs spells some drivers' names with '-' where their modules have '_' (virtio-pci).
+    if (bound_driver(g, bdf) or "").replace("-", "_") != pci_driver:
+        raise LabError(f"{bdf} did not bind to {pci_driver}")
 
 
 def bus_master_on(g: Guest, bdf: str) -> bool:

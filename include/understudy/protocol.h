@@ -196,9 +196,9 @@ struct us_msg_header {
 
 /* The largest message either side sends or accepts (a receive buffer this
  * big never truncates a valid message). */
-#define US_MSG_MAX 2048u
+#define US_MSG_MAX 4096u
 
-#define US_MAX_MODULES 4u
+#define US_MAX_MODULES 8u
 #define US_PATH_MAX 256u
 #define US_PCI_ADDR_MAX 16u
 #define US_NAME_MAX 32u

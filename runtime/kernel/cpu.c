@@ -136,18 +136,33 @@ void us_wake_task(struct task_struct *task)
 		ddekit_cpu_wake(container_of(task, struct us_task, task)->waiter);
 }
 
-void us_panic_print(const char *fmt, ...)
+static void __noreturn stop(const char *fmt, va_list args)
 {
 	static char why[256];
-	va_list args;
 
-	va_start(args, fmt);
 	vsnprintf(why, sizeof(why), fmt, args);
-	va_end(args);
 	ddekit_panic(why);
 	for (;;)
 		cpu_relax();
 }
+
+void us_panic_print(const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	stop(fmt, args);
+}
+
+/* The kernel's panic(): a module gave up (virtio's core on a broken invariant). */
+void panic(const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	stop(fmt, args);
+}
+EXPORT_SYMBOL(panic);
 
 void __stack_chk_fail(void)
 {
@@ -190,6 +205,8 @@ EXPORT_SYMBOL(__SCT__cond_resched);
 EXPORT_SYMBOL(__SCT__might_resched);
 void __SCT__preempt_schedule(void);
 EXPORT_SYMBOL(__SCT__preempt_schedule);
+void __SCT__preempt_schedule_notrace(void);
+EXPORT_SYMBOL(__SCT__preempt_schedule_notrace);
 
 /*
  * Entry point for the executable, before any module's init: makes this

@@ -12,6 +12,7 @@
 #include <linux/cc_platform.h>
 #include <asm/processor.h>
 #include <asm/cpufeature.h>
+#include <xen/xen.h>
 
 #include "internal.h"
 
@@ -114,3 +115,7 @@ bool cc_platform_has(enum cc_attr attr)
 	return false;
 }
 EXPORT_SYMBOL_GPL(cc_platform_has);
+
+/* Nor is it a Xen domain, whose grant-table DMA virtio_ring would otherwise use. */
+enum xen_domain_type xen_domain_type = XEN_NATIVE;
+EXPORT_SYMBOL_GPL(xen_domain_type);

@@ -141,6 +141,24 @@ int dma_set_coherent_mask(struct device *dev, u64 mask)
 EXPORT_SYMBOL(dma_set_coherent_mask);
 
 /*
+ * Whether the sync calls matter for addr: they only order memory on x86,
+ * but the checker follows buffer ownership through them (docs/checking.md),
+ * so drivers that ask (virtio_ring) are told to keep making them.
+ */
+bool dma_need_sync(struct device *dev, dma_addr_t dma_addr)
+{
+	return true;
+}
+EXPORT_SYMBOL_GPL(dma_need_sync);
+
+/* No bounce buffers: a mapping is as large as the arena lets it be. */
+size_t dma_max_mapping_size(struct device *dev)
+{
+	return SIZE_MAX;
+}
+EXPORT_SYMBOL_GPL(dma_max_mapping_size);
+
+/*
  * DMA pools: small coherent blocks. Each block is its own allocation; the
  * allocator aligns power-of-two sizes to themselves, which meets any
  * alignment up to the block size and keeps a block inside any boundary

@@ -51,6 +51,12 @@ int pci_request_regions(struct pci_dev *dev, const char *name)
 }
 EXPORT_SYMBOL(pci_request_regions);
 
+int pci_request_region(struct pci_dev *dev, int bar, const char *name)
+{
+	return pci_request_selected_regions(dev, 1 << bar, name);
+}
+EXPORT_SYMBOL(pci_request_region);
+
 /* Port permissions and BAR mappings last as long as the process. */
 void pci_release_selected_regions(struct pci_dev *dev, int bars)
 {
@@ -61,6 +67,12 @@ void pci_release_regions(struct pci_dev *dev)
 {
 }
 EXPORT_SYMBOL(pci_release_regions);
+
+void pci_release_region(struct pci_dev *dev, int bar)
+{
+	pci_release_selected_regions(dev, 1 << bar);
+}
+EXPORT_SYMBOL(pci_release_region);
 
 struct resource ioport_resource = {
 	.name = "PCI IO", .start = 0, .end = IO_SPACE_LIMIT, .flags = IORESOURCE_IO,

@@ -590,6 +590,13 @@ void refcount_warn_saturate(refcount_t *r, enum refcount_saturation_type t)
 }
 EXPORT_SYMBOL(refcount_warn_saturate);
 
+/* The kernel's entropy pool is the host's: getrandom(2) through ddekit. */
+void get_random_bytes(void *buf, size_t len)
+{
+	ddekit_random(buf, len);
+}
+EXPORT_SYMBOL(get_random_bytes);
+
 struct scatterlist *sg_next(struct scatterlist *sg)
 {
 	if (sg_is_last(sg))

@@ -439,6 +439,34 @@ void free_pages(unsigned long addr, unsigned int order)
 }
 EXPORT_SYMBOL(free_pages);
 
+/*
+ * size bytes of whole pages, each its own page with a reference of one, as
+ * the kernel leaves them after giving back the rest of the power-of-two
+ * block. Here the rest stays with the block (the allocator does not split
+ * blocks), and is freed with it.
+ */
+void *alloc_pages_exact(size_t size, gfp_t gfp)
+{
+	void *va = us_alloc(PAGE_ALIGN(size), gfp & ~__GFP_COMP);
+
+	if (!va)
+		return NULL;
+	for (size_t off = 0; off < PAGE_ALIGN(size); off += PAGE_SIZE) {
+		struct page *page = virt_to_page(va + off);
+
+		memset(page, 0, sizeof(*page));
+		set_page_count(page, 1);
+	}
+	return va;
+}
+EXPORT_SYMBOL(alloc_pages_exact);
+
+void free_pages_exact(void *virt, size_t size)
+{
+	us_free(virt);
+}
+EXPORT_SYMBOL(free_pages_exact);
+
 /* The last reference to a page (or compound page) went away. */
 void __folio_put(struct folio *folio)
 {

@@ -148,22 +148,36 @@ static void disable(struct pci_dev *dev, enum ddekit_irq_source source)
 	}
 }
 
+/*
+ * What enabling either kind checks first -- a sane range, the other kind
+ * not enabled, this one not yet enabled and present -- and then how many
+ * vectors of source's table (*table, what VFIO grants) the request gets.
+ */
+static int vectors_for(struct pci_dev *dev, enum ddekit_irq_source source, int minvec,
+		       int maxvec, const struct irq_affinity *affd, unsigned int *table)
+{
+	bool msi = source == DDEKIT_IRQ_MSI;
+
+	if (maxvec < minvec)
+		return -ERANGE;
+	if (msi ? dev->msix_enabled : dev->msi_enabled) {
+		pci_info(dev, "%s refused: %s is enabled\n", source_name[source],
+			 source_name[msi ? DDEKIT_IRQ_MSIX : DDEKIT_IRQ_MSI]);
+		return -EINVAL;
+	}
+	if (WARN_ON_ONCE(msi ? dev->msi_enabled : dev->msix_enabled) ||
+	    !(msi ? dev->msi_cap : dev->msix_cap))
+		return -EINVAL;
+	*table = granted(dev, source);
+	return fit(dev, source, *table, minvec, maxvec, affd);
+}
+
 static int enable_msi_range(struct pci_dev *dev, int minvec, int maxvec,
 			    const struct irq_affinity *affd)
 {
 	unsigned int table;
-	int nvec;
+	int nvec = vectors_for(dev, DDEKIT_IRQ_MSI, minvec, maxvec, affd, &table);
 
-	if (maxvec < minvec)
-		return -ERANGE;
-	if (dev->msix_enabled) {
-		pci_info(dev, "MSI refused: MSI-X is enabled\n");
-		return -EINVAL;
-	}
-	if (WARN_ON_ONCE(dev->msi_enabled) || !dev->msi_cap)
-		return -EINVAL;
-	table = granted(dev, DDEKIT_IRQ_MSI);
-	nvec = fit(dev, DDEKIT_IRQ_MSI, table, minvec, maxvec, affd);
 	if (nvec < 0)
 		return nvec;
 	return enable(dev, DDEKIT_IRQ_MSI, nvec, nvec, table);
@@ -180,16 +194,7 @@ static int enable_msix_range(struct pci_dev *dev, struct msix_entry *entries, in
 	unsigned int table, count;
 	int nvec, i, j;
 
-	if (maxvec < minvec)
-		return -ERANGE;
-	if (dev->msi_enabled) {
-		pci_info(dev, "MSI-X refused: MSI is enabled\n");
-		return -EINVAL;
-	}
-	if (WARN_ON_ONCE(dev->msix_enabled) || !dev->msix_cap)
-		return -EINVAL;
-	table = granted(dev, DDEKIT_IRQ_MSIX);
-	nvec = fit(dev, DDEKIT_IRQ_MSIX, table, minvec, maxvec, affd);
+	nvec = vectors_for(dev, DDEKIT_IRQ_MSIX, minvec, maxvec, affd, &table);
 	if (nvec < 0)
 		return nvec;
 	count = nvec;
@@ -298,6 +303,18 @@ int pci_irq_vector(struct pci_dev *dev, unsigned int nr)
 	return nr ? -EINVAL : dev->irq;
 }
 EXPORT_SYMBOL(pci_irq_vector);
+
+/*
+ * The CPUs vector nr's interrupts go to: the process's one CPU
+ * (docs/design.md §6), for each enabled vector or the INTx line.
+ */
+const struct cpumask *pci_irq_get_affinity(struct pci_dev *dev, int nr)
+{
+	if (dev->msi_enabled || dev->msix_enabled)
+		return nr >= 0 && nr < enabled.count ? cpu_online_mask : NULL;
+	return nr ? NULL : cpu_online_mask;
+}
+EXPORT_SYMBOL(pci_irq_get_affinity);
 
 /* One CPU (docs/design.md §6): every interrupt already goes to it. */
 int __irq_apply_affinity_hint(unsigned int irq, const struct cpumask *m, bool setaffinity)

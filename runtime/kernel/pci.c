@@ -93,16 +93,13 @@ static void update_command(u16 set, u16 clear)
 	pci_write_config_word(the_pdev, PCI_COMMAND, (cmd & ~clear) | set);
 }
 
-u8 pci_find_capability(struct pci_dev *dev, int cap)
+/* The capability list from the pointer at pos on: the first entry of ID cap. */
+static u8 find_capability_from(struct pci_dev *dev, u8 pos, int cap)
 {
-	u16 status;
-	u8 pos, id;
-	int ttl = 48;
+	u8 id;
+	int ttl = 48;	/* a looping list ends too */
 
-	pci_read_config_word(dev, PCI_STATUS, &status);
-	if (!(status & PCI_STATUS_CAP_LIST))
-		return 0;
-	pci_read_config_byte(dev, PCI_CAPABILITY_LIST, &pos);
+	pci_read_config_byte(dev, pos, &pos);
 	while (pos >= 0x40 && ttl--) {
 		pos &= ~3;
 		pci_read_config_byte(dev, pos + PCI_CAP_LIST_ID, &id);
@@ -114,7 +111,33 @@ u8 pci_find_capability(struct pci_dev *dev, int cap)
 	}
 	return 0;
 }
+
+u8 pci_find_capability(struct pci_dev *dev, int cap)
+{
+	u16 status;
+
+	pci_read_config_word(dev, PCI_STATUS, &status);
+	if (!(status & PCI_STATUS_CAP_LIST))
+		return 0;
+	return find_capability_from(dev, PCI_CAPABILITY_LIST, cap);
+}
 EXPORT_SYMBOL(pci_find_capability);
+
+/* The next capability of ID cap after the one at pos (virtio's several vendor capabilities). */
+u8 pci_find_next_capability(struct pci_dev *dev, u8 pos, int cap)
+{
+	return find_capability_from(dev, pos + PCI_CAP_LIST_NEXT, cap);
+}
+EXPORT_SYMBOL_GPL(pci_find_next_capability);
+
+/* Whether the function still answers: a surprise removal reads all ones. */
+bool pci_device_is_present(struct pci_dev *pdev)
+{
+	u32 v;
+
+	return !pci_read_config_dword(pdev, PCI_VENDOR_ID, &v) && v != ~0U;
+}
+EXPORT_SYMBOL_GPL(pci_device_is_present);
 
 int pcix_get_mmrbc(struct pci_dev *dev)
 {
@@ -332,7 +355,6 @@ int us_pci_init(void)
 	pdev->error_state = pci_channel_io_normal;
 	pdev->pm_cap = pci_find_capability(pdev, PCI_CAP_ID_PM);
 	us_pcie_init(pdev);
-	us_pm_init(&pdev->dev);
 	/* A name for request_irq(); the interrupt itself is VFIO's INTx (irq.c). */
 	pdev->irq = US_INTX_IRQ;
 	/* What MSI and MSI-X look for, as the PCI core's pci_msi_init() finds them. */
@@ -344,9 +366,8 @@ int us_pci_init(void)
 	pdev->dev.bus = &pci_bus_type;
 	pdev->dev.parent = &the_bridge;
 	pdev->dev.kobj.name = kstrdup(ddekit_pci_name(), GFP_KERNEL);
-	/* What device_initialize() sets up for managed resources (devres.c). */
-	INIT_LIST_HEAD(&pdev->dev.devres_head);
-	spin_lock_init(&pdev->dev.devres_lock);
+	/* Its references, lock and managed resources (bus.c); held by the process for good. */
+	device_initialize(&pdev->dev);
 	for (int i = 0; i < PCI_STD_NUM_BARS; i++) {
 		struct resource *r = &pdev->resource[i];
 		unsigned long long start, size;

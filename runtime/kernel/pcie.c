@@ -2,8 +2,9 @@
 /*
  * The PCI Express side of the process's PCI function: the PCI Express
  * Capability's register accessors (drivers/pci/access.c's, through the
- * config-space accessors of pci.c), and link power management (ASPM) and
- * Advanced Error Reporting, which belong to the host kernel.
+ * config-space accessors of pci.c), the extended capabilities, and link
+ * power management (ASPM), Advanced Error Reporting and SR-IOV, which
+ * belong to the host kernel.
  */
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -14,6 +15,7 @@
 /* Called once the pci_dev exists: what the PCI core's set_pcie_port_type() caches. */
 void us_pcie_init(struct pci_dev *dev)
 {
+	u32 header;
 	u16 flags;
 
 	spin_lock_init(&dev->pcie_cap_lock);
@@ -22,7 +24,55 @@ void us_pcie_init(struct pci_dev *dev)
 		return;
 	pci_read_config_word(dev, dev->pcie_cap + PCI_EXP_FLAGS, &flags);
 	dev->pcie_flags_reg = flags;
+	/* Extended config space, if VFIO shows it (as pci_cfg_space_size() probes it). */
+	if (!pci_read_config_dword(dev, PCI_CFG_SPACE_SIZE, &header) && header != ~0U)
+		dev->cfg_size = PCI_CFG_SPACE_EXP_SIZE;
 }
+
+/* The extended capability of ID cap, from the list at 0x100 of PCI Express config space. */
+u16 pci_find_ext_capability(struct pci_dev *dev, int cap)
+{
+	int pos = PCI_CFG_SPACE_SIZE;
+	int ttl = (PCI_CFG_SPACE_EXP_SIZE - PCI_CFG_SPACE_SIZE) / 8;
+	u32 header;
+
+	if (dev->cfg_size <= PCI_CFG_SPACE_SIZE)
+		return 0;
+	while (ttl-- > 0) {
+		if (pci_read_config_dword(dev, pos, &header) || !header || header == ~0U)
+			return 0;
+		if (PCI_EXT_CAP_ID(header) == cap)
+			return pos;
+		pos = PCI_EXT_CAP_NEXT(header);
+		if (pos < PCI_CFG_SPACE_SIZE)
+			return 0;
+	}
+	return 0;
+}
+EXPORT_SYMBOL_GPL(pci_find_ext_capability);
+
+/*
+ * SR-IOV: virtual functions would be PCI functions of their own, which
+ * only the host can create and hand out. The process's function is not a
+ * physical function as far as its driver can tell (dev->is_physfn 0), and
+ * the kernel's answers for such a function follow.
+ */
+int pci_enable_sriov(struct pci_dev *dev, int nr_virtfn)
+{
+	return -ENODEV;
+}
+EXPORT_SYMBOL_GPL(pci_enable_sriov);
+
+void pci_disable_sriov(struct pci_dev *dev)
+{
+}
+EXPORT_SYMBOL_GPL(pci_disable_sriov);
+
+int pci_vfs_assigned(struct pci_dev *dev)
+{
+	return 0;
+}
+EXPORT_SYMBOL_GPL(pci_vfs_assigned);
 
 static bool downstream_port(struct pci_dev *dev)
 {

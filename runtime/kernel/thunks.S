@@ -70,3 +70,8 @@ __SCT__might_resched:
 	.globl __SCT__preempt_schedule
 __SCT__preempt_schedule:
 	ret
+
+/* preempt_enable_notrace()'s, for the same reason. */
+	.globl __SCT__preempt_schedule_notrace
+__SCT__preempt_schedule_notrace:
+	ret

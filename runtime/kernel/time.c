@@ -11,6 +11,7 @@
 #include <linux/timekeeping.h>
 #include <linux/timecounter.h>
 #include <linux/math64.h>
+#include <linux/sched/clock.h>
 #include <asm/tsc.h>
 
 #include "internal.h"
@@ -31,6 +32,13 @@ struct timespec64 ns_to_timespec64(s64 nsec)
 	return ts;
 }
 EXPORT_SYMBOL(ns_to_timespec64);
+
+/* The scheduler's clock: the monotonic one, in ns (drivers time short intervals with it). */
+unsigned long long sched_clock(void)
+{
+	return ddekit_now_ns();
+}
+EXPORT_SYMBOL_GPL(sched_clock);
 
 ktime_t ktime_get(void)
 {

@@ -121,6 +121,12 @@ unsigned long __usecs_to_jiffies(const unsigned int u)
 }
 EXPORT_SYMBOL(__usecs_to_jiffies);
 
+unsigned int jiffies_to_usecs(const unsigned long j)
+{
+	return (USEC_PER_SEC / HZ) * j;
+}
+EXPORT_SYMBOL(jiffies_to_usecs);
+
 /* ---- delays ------------------------------------------------------------- */
 
 /* udelay() keeps the CPU, as busy-waiting does in the kernel. */

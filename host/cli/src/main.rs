@@ -45,6 +45,9 @@ enum Command {
         #[arg(long)]
         device: String,
         /// A kernel module (.ko) to load; repeat for dependencies, driver last.
+        /// One module of a module tree gets its dependencies from modules.dep,
+        /// and a driver of another bus (virtio_net) the chain of the PCI driver
+        /// that claims the device (virtio_pci) before it.
         #[arg(long = "module", required = true)]
         modules: Vec<String>,
         /// Name of the network interface to create (default: the first free usN).

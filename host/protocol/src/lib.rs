@@ -78,8 +78,8 @@ protocol_constants! {
     MSG_LOG: u16 = 68;
     MSG_WARN: u16 = 69;
 
-    MSG_MAX: usize = 2048;
-    MAX_MODULES: usize = 4;
+    MSG_MAX: usize = 4096;
+    MAX_MODULES: usize = 8;
     PATH_MAX: usize = 256;
     PCI_ADDR_MAX: usize = 16;
     NAME_MAX: usize = 32;

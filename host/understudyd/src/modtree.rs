@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Which module files drive a device, found as modprobe finds them: the
 //! device's modalias matched against a module tree's `modules.alias`, and
-//! the dependencies from its `modules.dep`, loaded first.
+//! the dependencies from its `modules.dep`, loaded first. A driver of a bus
+//! of its own (virtio_net) comes after the PCI driver that puts its device
+//! on that bus (virtio_pci), as the kernel would have loaded both.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +25,37 @@ pub fn with_dependencies(module: &Path) -> Result<Vec<String>, String> {
     let mut chain: Vec<String> = line.split_whitespace().rev().map(|d| tree.join(d).display().to_string()).collect();
     chain.push(module.display().to_string());
     Ok(chain)
+}
+
+/// The chain that runs `module` on the PCI device `address`: its own
+/// (`modules.dep`), after the chain of the module that claims the PCI
+/// function if `module` claims no PCI device itself (virtio_net's aliases
+/// are `virtio:` ones: virtio_pci, which claims the function, must be
+/// there to put the device on the virtio bus).
+pub fn for_driver(module: &Path, address: &str) -> Result<Vec<String>, String> {
+    let own = with_dependencies(module)?;
+    let tree = tree_of(module)?;
+    let name = module_name(&module.display().to_string());
+    if drives_pci(&read(&tree, "modules.alias")?, &name) {
+        return Ok(own);
+    }
+    Ok(transport_first(for_device(&tree, address)?, own))
+}
+
+/// The transport's chain, then the driver's modules it does not have already.
+fn transport_first(mut chain: Vec<String>, own: Vec<String>) -> Vec<String> {
+    for m in own {
+        if !chain.contains(&m) {
+            chain.push(m);
+        }
+    }
+    chain
+}
+
+/// Whether `name` has a PCI alias (`alias pci:... NAME`): it is a PCI driver.
+fn drives_pci(aliases: &str, name: &str) -> bool {
+    aliases.lines().filter_map(|l| l.strip_prefix("alias ")?.split_once(' '))
+        .any(|(pattern, n)| n == name && pattern.starts_with("pci:"))
 }
 
 /// The module that drives the PCI device `address` in the tree `tree`, with
@@ -82,6 +115,18 @@ mod tests {
         let rtl = "pci:v000010ECd00008139sv00001AF4sd00001100bc02sc00i00";
         assert_eq!(claimants(ALIASES, rtl), vec!["8139too", "8139cp"]);
         assert!(claimants(ALIASES, "pci:v00001022d00002000sv0sd0bc02sc00i00").is_empty());
+    }
+
+    #[test]
+    fn a_driver_of_another_bus_comes_after_the_transport_that_claims_the_function() {
+        let aliases = "alias pci:v00001AF4d*sv*sd*bc*sc*i* virtio_pci\n\
+                       alias virtio:d00000001v* virtio_net\n";
+        assert!(drives_pci(aliases, "virtio_pci") && !drives_pci(aliases, "virtio_net"));
+        let s = |v: &[&str]| v.iter().map(|m| m.to_string()).collect::<Vec<_>>();
+        let transport = s(&["ring.ko", "virtio.ko", "virtio_pci.ko"]);
+        let own = s(&["ring.ko", "virtio.ko", "failover.ko", "virtio_net.ko"]);
+        assert_eq!(transport_first(transport, own),
+                   s(&["ring.ko", "virtio.ko", "virtio_pci.ko", "failover.ko", "virtio_net.ko"]));
     }
 
     #[test]

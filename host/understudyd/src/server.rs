@@ -227,7 +227,7 @@ impl Daemon {
             return Err("--no-iommu goes with neither --check nor --standby".into());
         }
         let placement = cpu.map(Placement::on).transpose()?;
-        let infos = module_infos(modules)?;
+        let infos = module_infos(&given_chain(modules, &addr))?;
         let standby = standby.iter().map(|s| {
             let device = parse_address(&s.device)?;
             if device == addr {
@@ -362,17 +362,27 @@ fn not_run(name: &str) -> String {
     format!("no device or interface {name} is run by this understudyd (see `understudy status`)")
 }
 
-/// The modules for `device`: `given` (one module gets its dependencies from
-/// its tree's modules.dep), or if none, the one that claims the device in
-/// the module tree of `running` (the interface's driver today).
+/// The modules for `device`: `given` (given_chain), or if none, the one that
+/// claims the device in the module tree of `running` (the interface's
+/// driver today).
 fn resolve_modules(given: &[String], running: &[ModuleInfo], device: &PciAddress) -> Result<Vec<String>, String> {
     match given {
         [] => {
             let driver = running.last().ok_or("no running module to find a module tree from")?;
             modtree::for_device(&modtree::tree_of(Path::new(&driver.path))?, device.as_str())
         }
-        [one] => Ok(modtree::with_dependencies(Path::new(one)).unwrap_or_else(|_| vec![one.clone()])),
-        many => Ok(many.to_vec()),
+        given => Ok(given_chain(given, device)),
+    }
+}
+
+/// The chain a user's modules make for `device`: one module with its
+/// dependencies from its tree's modules.dep, after its transport's chain
+/// if it is not a PCI driver (modtree::for_driver); one outside a module
+/// tree, or several, as given.
+fn given_chain(given: &[String], device: &PciAddress) -> Vec<String> {
+    match given {
+        [one] => modtree::for_driver(Path::new(one), device.as_str()).unwrap_or_else(|_| vec![one.clone()]),
+        many => many.to_vec(),
     }
 }
 

@@ -36,8 +36,10 @@ pub struct Template {
 #[derive(Debug)]
 pub enum SpawnError {
     /// The process cannot be a template (its reply's errno): the driver
-    /// holds its interrupt after probe, has no resume callback, ...
-    Refused(io::Error),
+    /// holds its interrupt after probe, has no resume callback, ... It goes
+    /// on as the driver, and what it said meanwhile about its carrier and
+    /// queue (a link that came up after probe: virtio_net's) is its own.
+    Refused(io::Error, Vec<DriverMessage>),
     /// It broke the protocol, died or did not answer: end it.
     Broken(String),
 }
@@ -45,7 +47,7 @@ pub enum SpawnError {
 impl std::fmt::Display for SpawnError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
-            SpawnError::Refused(e) => write!(f, "it cannot be a template: {e}"),
+            SpawnError::Refused(e, _) => write!(f, "it cannot be a template: {e}"),
             SpawnError::Broken(why) => write!(f, "{why}"),
         }
     }
@@ -69,6 +71,7 @@ pub fn spawn(control: BorrowedFd, pidfd: BorrowedFd, seq: u32, mut log: impl FnM
     drop(driver_end);
     let deadline = Instant::now() + SPAWN_TIMEOUT;
     let mut buf = vec![0u8; MSG_MAX + 1];
+    let mut state_said = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -103,11 +106,11 @@ pub fn spawn(control: BorrowedFd, pidfd: BorrowedFd, seq: u32, mut log: impl FnM
         match parse_driver_message(&buf[..n as usize]).map_err(|e| broken(format!("protocol violation: {e}")))? {
             DriverMessage::Log { level, text } => log(level, &text),
             DriverMessage::Warn { file, line, text } => log(4, &format!("WARN at {file}:{line}: {text}")),
-            // The fork announces the carrier it starts with.
-            DriverMessage::Carrier(_) => {}
+            // Kept for a refusal; a fork announces the carrier it starts with.
+            said @ DriverMessage::Carrier(_) => state_said.push(said),
             DriverMessage::Reply { seq: s, status, data } if s == seq => {
                 if status < 0 {
-                    return Err(SpawnError::Refused(io::Error::from_raw_os_error(-status)));
+                    return Err(SpawnError::Refused(io::Error::from_raw_os_error(-status), state_said));
                 }
                 let pid = <[u8; 4]>::try_from(data.as_slice())
                     .map(|b| u32::from_ne_bytes(b) as libc::pid_t)

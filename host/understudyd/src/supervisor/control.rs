@@ -101,7 +101,7 @@ impl Supervisor {
         });
     }
 
-    fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
+    pub(super) fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
         let dev = self.label().clone();
         match msg {
             DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,

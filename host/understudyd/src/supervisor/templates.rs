@@ -85,10 +85,10 @@ impl Supervisor {
                 self.succession.templates.takeover = true;
                 Ok(())
             }
-            Err(SpawnError::Refused(e)) => {
+            Err(SpawnError::Refused(e, state_said)) => {
                 warn!("{dev}: the driver process cannot be a post-probe template ({e}); it drives the device itself, \
                        and a restart will load and probe the driver again");
-                Ok(())
+                state_said.into_iter().try_for_each(|m| self.handle_message(m))
             }
             Err(SpawnError::Broken(why)) => Err(Fault::Violation(format!("asked to become the template: {why}"))),
         }
