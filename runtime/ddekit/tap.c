@@ -29,7 +29,10 @@
 #include "ddekit.h"
 #include "setup.h"
 
-/* Blocks of the arena are at least this big and aligned to their size (mem.c). */
+/*
+ * A TAP frame's block is 2 KiB or 128 KiB (xmit.c) and aligned to its size
+ * (mem.c), so its arena offset shifted by this much names it alone.
+ */
 #define BLOCK_SHIFT 11
 
 static int tap_fd = -1;
