@@ -208,36 +208,41 @@ void ddekit_tap_hold(const struct ddekit_tx_frame *f)
 	pthread_mutex_unlock(&held.lock);
 }
 
+/* With the lock: the record of the frame in `block`, which no longer names it. */
+static uint32_t take_record(const void *block, const char *why_not)
+{
+	unsigned long offset = arena_offset(block);
+	uint16_t record = held.record_of_block[offset >> BLOCK_SHIFT];
+
+	if (!record)
+		ddekit_panic(why_not);
+	held.record_of_block[offset >> BLOCK_SHIFT] = 0;
+	return record - 1;
+}
+
 /* The frame's copy at `to` is whole before this: the record names a good copy throughout. */
 void ddekit_tap_moved(const void *from, const void *to)
 {
-	unsigned long old = arena_offset(from), new = arena_offset(to);
-	uint16_t record;
+	unsigned long new = arena_offset(to);
+	uint32_t record;
 
 	pthread_mutex_lock(&held.lock);
-	record = held.record_of_block[old >> BLOCK_SHIFT];
-	if (!record)
-		ddekit_panic("moved a TAP frame that has no record");
-	held.record_of_block[old >> BLOCK_SHIFT] = 0;
-	held.record_of_block[new >> BLOCK_SHIFT] = record;
-	__atomic_store_n(&held.state->held[record - 1].offset, new, __ATOMIC_RELEASE);
+	record = take_record(from, "moved a TAP frame that has no record");
+	held.record_of_block[new >> BLOCK_SHIFT] = record + 1;
+	__atomic_store_n(&held.state->held[record].offset, new, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&held.lock);
 }
 
 void ddekit_tap_done(const void *buffer, int dropped)
 {
-	unsigned long offset = arena_offset(buffer);
 	uint64_t one = 1;
-	uint16_t record;
+	uint32_t record;
 	bool wake_tx;
 
 	pthread_mutex_lock(&held.lock);
-	record = held.record_of_block[offset >> BLOCK_SHIFT];
-	if (!record)
-		ddekit_panic("done with a TAP frame that has no record");
-	held.record_of_block[offset >> BLOCK_SHIFT] = 0;
-	__atomic_store_n(&held.state->held[record - 1].seq, 0, __ATOMIC_RELEASE);
-	held.free_records[held.n_free++] = record - 1;
+	record = take_record(buffer, "done with a TAP frame that has no record");
+	__atomic_store_n(&held.state->held[record].seq, 0, __ATOMIC_RELEASE);
+	held.free_records[held.n_free++] = record;
 	__atomic_add_fetch(dropped ? &held.state->dropped : &held.state->sent, 1, __ATOMIC_RELEASE);
 	wake_tx = held.tx_waits;
 	held.tx_waits = false;
