@@ -23,8 +23,10 @@ from lab.swifi.inject import build_poke
 
 pytestmark = pytest.mark.lab
 
-# Large enough to outlast the injector's start-up in the guest on a loaded machine.
+# Paced to last 20 s, well past the injector's start-up in the guest on a
+# loaded machine, however fast the path is (unpaced, 120 MB once ended first).
 BULK_BYTES = 120 * 1000 * 1000
+BULK_RATE_MBPS = 48
 # Tens of milliseconds (docs/design.md §8): the heartbeat's tightest setting
 # measured without false verdicts (docs/recovery.md, "Hang detection").
 PING_INTERVAL_MS, PING_TIMEOUT_MS = 20, 50
@@ -54,7 +56,7 @@ def test_a_hang_injected_into_the_understudy_driver_is_detected_and_recovered(no
         opened = d.status()[bdf]
         g.write_file("/tmp/fault.json", json.dumps(fault.to_json()).encode())
 
-        host = net.HostBulk("rx", BULK_BYTES, timeout=120)
+        host = net.HostBulk("rx", BULK_BYTES, timeout=120, rate_mbps=BULK_RATE_MBPS)
         transfer = g.spawn(["python3", "-m", "lab.workload", *host.guest_args(BULK_BYTES)],
                            cwd=str(config.REPO_DIR))
         try:
