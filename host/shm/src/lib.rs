@@ -311,28 +311,6 @@ impl SharedMemory {
         unsafe { self.arena.slice_mut(offset, len) }
     }
 
-    /// Moves a frame of `len` bytes that fits one buffer out of `slot` into a
-    /// free single buffer, which it returns, and frees the slot: slots stay
-    /// for frames that need them. `None` (nothing moved) if no single is free.
-    pub fn move_to_single(&mut self, slot: u32, len: usize) -> Option<u32> {
-        assert!(slot >= self.slots_start && len <= self.capacity(false), "{len} bytes in buffer {slot}");
-        let single = self.free.pop()?;
-        let (from, to) = (self.buffer_offset(slot), self.buffer_offset(single));
-        if let Some(pool) = &mut self.private_pool {
-            pool.copy_within(from..from + len, to);
-            self.put_free(slot);
-            return Some(single);
-        }
-        // SAFETY: both are the host's (a free single, a slot it took), and
-        // distinct buffers do not overlap.
-        unsafe {
-            let src = self.arena.slice_mut(from, len).as_ptr();
-            std::ptr::copy_nonoverlapping(src, self.arena.slice_mut(to, len).as_mut_ptr(), len);
-        }
-        self.put_free(slot);
-        Some(single)
-    }
-
     /// Whether `send` would take a frame now: the tx ring has a free slot,
     /// the driver holds fewer than ring_size tx frames, and there is a free
     /// buffer to read it into (`large`: a slot). Checked before a frame is

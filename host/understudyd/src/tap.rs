@@ -260,11 +260,6 @@ fn inet_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-impl AsFd for Tap {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
-    }
-}
 
 #[cfg(test)]
 mod tests {
