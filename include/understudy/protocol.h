@@ -137,7 +137,9 @@ struct us_tap_state {
 	uint32_t taken;          /* driver: frames read from the TAP (free-running) */
 	uint32_t sent;           /* driver: of those, sent ... */
 	uint32_t dropped;        /* ... and dropped */
-	uint8_t pad1[52];
+	uint32_t pad_sent;
+	uint64_t last_sent_ns;   /* driver: CLOCK_MONOTONIC_COARSE when it last counted one sent */
+	uint8_t pad1[40];
 	uint32_t host_waiting;   /* host sets 1: signal notify at the next completion */
 	uint8_t pad2[60];
 	struct us_held held[];   /* ring_size of them */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/virtio_net.h>
@@ -233,6 +234,21 @@ void ddekit_tap_moved(const void *from, const void *to)
 	pthread_mutex_unlock(&held.lock);
 }
 
+/*
+ * When the last frame went out: the host times a successor's outage from
+ * it (it reads the counts only on its timers). The coarse clock is read
+ * from the vDSO's page, no system call and no TSC, at the kernel tick's
+ * resolution.
+ */
+static void note_sent(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+	__atomic_store_n(&held.state->last_sent_ns, (uint64_t)now.tv_sec * 1000000000u + now.tv_nsec,
+			 __ATOMIC_RELAXED);
+}
+
 void ddekit_tap_done(const void *buffer, int dropped)
 {
 	uint64_t one = 1;
@@ -243,6 +259,8 @@ void ddekit_tap_done(const void *buffer, int dropped)
 	record = take_record(buffer, "done with a TAP frame that has no record");
 	__atomic_store_n(&held.state->held[record].seq, 0, __ATOMIC_RELEASE);
 	held.free_records[held.n_free++] = record;
+	if (!dropped)
+		note_sent();
 	__atomic_add_fetch(dropped ? &held.state->dropped : &held.state->sent, 1, __ATOMIC_RELEASE);
 	wake_tx = held.tx_waits;
 	held.tx_waits = false;

@@ -217,8 +217,18 @@ static bool arp_probe(double timeout)
 	}
 }
 
-/* Counters of the kernel half, read while holding the CPU. */
-static void print_stats(const char *when)
+static long skbs_live(void)
+{
+	long skbs;
+
+	kernel.cpu_enter();
+	skbs = kernel.skb_live();
+	kernel.cpu_leave();
+	return skbs;
+}
+
+/* Counters of the kernel half, read while holding the CPU; returns the live sk_buffs. */
+static long print_stats(const char *when)
 {
 	unsigned long irqs, rx;
 	long skbs;
@@ -229,6 +239,25 @@ static void print_stats(const char *when)
 	skbs = kernel.skb_live();
 	kernel.cpu_leave();
 	printf("STATS when=%s irqs=%lu rx_frames=%lu skbs_live=%ld\n", when, irqs, rx, skbs);
+	return skbs;
+}
+
+/*
+ * Waits up to `seconds` for the sk_buffs alive to fall back to `before`: a
+ * sent frame is freed when its NIC reports it sent, and some report late
+ * (e1000e on the 82574: at the TX vector's next interrupt).
+ */
+static void wait_for_skbs_freed(long before, double seconds)
+{
+	struct timespec deadline = after(seconds), now, tick = { 0, 20 * 1000 * 1000 };
+
+	while (skbs_live() > before) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (now.tv_sec > deadline.tv_sec ||
+		    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
+			return;
+		nanosleep(&tick, NULL);
+	}
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -432,11 +461,13 @@ int main(int argc, char **argv)
 	if (arp) {
 		bool answered;
 
-		print_stats("before_arp");
+		long before = print_stats("before_arp");
+
 		answered = arp_probe(5.0);
 		printf("ARP_WAIT answered=%d\n", answered);
 		if (!answered)
 			status = 1;
+		wait_for_skbs_freed(before, 5.0);
 	}
 	print_stats("end");
 	if (remove) {

@@ -241,7 +241,8 @@ wire_structs! {
     /// The TAP's state; `HELD_OFFSET` bytes, the held frames follow.
     pub struct TapState as us_tap_state {
         pub gate: u32, pub pad0: [u8; 60],
-        pub taken: u32, pub sent: u32, pub dropped: u32, pub pad1: [u8; 52],
+        pub taken: u32, pub sent: u32, pub dropped: u32, pub pad_sent: u32,
+        pub last_sent_ns: u64, pub pad1: [u8; 40],
         pub host_waiting: u32, pub pad2: [u8; 60],
         ..held: [Held],
     }

@@ -9,7 +9,7 @@
 //! and finishes none is hung), and a record is checked before its frame is
 //! copied out of the arena for a successor.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use understudy_protocol::{tap_state_offset, Held, Wire, HELD_OFFSET, TX_CSUM, TX_GSO_ECN, TX_GSO_TCPV4, TX_GSO_TCPV6,
                           TX_MAX_FRAME};
@@ -20,6 +20,7 @@ const GATE: usize = 0;
 const TAKEN: usize = 64;
 const SENT: usize = 68;
 const DROPPED: usize = 72;
+const LAST_SENT_NS: usize = 80;
 const HOST_WAITING: usize = 128;
 const ETH_HLEN: u32 = 14;
 
@@ -71,6 +72,17 @@ impl SharedMemory {
             sent: self.tap_counter(SENT).load(Ordering::Acquire),
             dropped: self.tap_counter(DROPPED).load(Ordering::Acquire),
         }
+    }
+
+    /// CLOCK_MONOTONIC_COARSE when the driver says it last sent a frame
+    /// of the TAP's, in nanoseconds (0: none yet).
+    pub fn last_sent_ns(&self) -> u64 {
+        let offset = tap_state_offset(self.geometry.ring_size) as usize + LAST_SENT_NS;
+        assert!(offset + 8 <= self.rings.region().len());
+        // SAFETY: in bounds, 8-byte aligned (the state starts on a page), and
+        // only ever accessed atomically by the host.
+        let at = unsafe { &*self.rings.region().base().add(offset).cast::<AtomicU64>() };
+        at.load(Ordering::Relaxed)
     }
 
     /// Asks the driver to signal at its next finished frame; returns the

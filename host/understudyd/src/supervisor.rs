@@ -532,8 +532,8 @@ impl Supervisor {
         // A frame went through the driver: one it sent (a dropped one is not:
         // a driver without link drops them). Received frames go straight to
         // the TAP, unseen (docs/protocol.md, "Receiving").
-        if moved.sent > 0 {
-            self.frame_passed(now);
+        if let Some(sent) = moved.last_sent {
+            self.frame_passed(sent);
         }
         let pool_free = self.datapath.shm.free_count();
         self.update(|s| {

@@ -10,6 +10,7 @@
 //! emptied, and the same queue.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use log::{info, warn};
 use understudy_shm::{SharedMemory, TapCounts, TxFrame};
@@ -29,8 +30,9 @@ pub struct Datapath {
     tap_queue: Option<OwnedFd>,
     /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
     offloads: u32,
-    /// The driver's counts of the TAP's frames when last read.
+    /// The driver's counts of the TAP's frames when last read, and when.
     counts: TapCounts,
+    counts_read: Instant,
     /// The driver held no frame when the daemon last looked (`move_frames`).
     was_idle: bool,
     /// Log lines' prefix: the device.
@@ -44,6 +46,8 @@ pub struct Moved {
     pub completed: u64,
     pub sent: u64,
     pub dropped: u64,
+    /// When the last of the sent ones went out, as far as the daemon can tell.
+    pub last_sent: Option<Instant>,
     /// It finished a frame, holds none, or held none when last seen: the
     /// daemon sees no frame taken, so a transmitter's clock starts when it
     /// is first seen holding one.
@@ -53,7 +57,8 @@ pub struct Moved {
 impl Datapath {
     pub fn new(shm: SharedMemory, tap_queue: Option<OwnedFd>, label: String) -> Result<Self, String> {
         let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
-        Ok(Datapath { shm, kick, notify, tap_queue, offloads: 0, counts: TapCounts::default(), was_idle: true, label })
+        Ok(Datapath { shm, kick, notify, tap_queue, offloads: 0, counts: TapCounts::default(), counts_read: Instant::now(),
+                      was_idle: true, label })
     }
 
     pub fn kick_fd(&self) -> BorrowedFd<'_> {
@@ -124,12 +129,27 @@ impl Datapath {
     }
 
     fn count_progress(&mut self, counts: TapCounts, moved: &mut Moved) {
+        let now = Instant::now();
         let sent = counts.sent.wrapping_sub(self.counts.sent) as u64;
         let dropped = counts.dropped.wrapping_sub(self.counts.dropped) as u64;
+        if sent > 0 {
+            let when = sent_at(self.shm.last_sent_ns(), coarse_now_ns(), now, self.counts_read);
+            moved.last_sent = moved.last_sent.max(Some(when));
+        }
         moved.sent += sent;
         moved.dropped += dropped;
         moved.completed += sent + dropped;
         self.counts = counts;
+        self.counts_read = now;
+    }
+
+    /// When the last frame went out through a driver that is gone, if it
+    /// sent any since the daemon last looked: a handover's outage counts
+    /// from there.
+    pub fn last_frame_of_the_dead(&mut self) -> Option<Instant> {
+        let mut moved = Moved::default();
+        self.count_progress(self.shm.tap_counts(), &mut moved);
+        moved.last_sent
     }
 
     /// The TAP leaves to the driver the offloads it takes (REGISTERED's).
@@ -153,7 +173,10 @@ impl Datapath {
         while let Some(done) = self.shm.reap_tx_done().map_err(|e| Fault::Violation(e.to_string()))? {
             moved.dropped += done.dropped as u64;
             moved.completed += 1;
-            moved.sent += !done.dropped as u64;
+            if !done.dropped {
+                moved.sent += 1;
+                moved.last_sent = Some(Instant::now());
+            }
         }
         Ok(())
     }
@@ -165,6 +188,7 @@ impl Datapath {
         let mut uncompleted = self.shm.reclaim_all();
         let held = self.shm.reclaim_held();
         self.counts = TapCounts::default();
+        self.counts_read = Instant::now();
         self.was_idle = true;
         if !held.refused.is_empty() {
             warn!("{}: {} record(s) of frames the driver held were refused: {}", self.label, held.refused.len(),
@@ -202,6 +226,21 @@ impl Datapath {
     }
 }
 
+/// The daemon's reading of the driver's word that it last sent a frame at
+/// `claimed_ns` on the coarse clock, which reads `coarse_now_ns` at `now`:
+/// the daemon knows only that a frame went out after it last read the
+/// counts (`since`) and before `now`, and holds the driver's word to that.
+fn sent_at(claimed_ns: u64, coarse_now_ns: u64, now: Instant, since: Instant) -> Instant {
+    let ago = Duration::from_nanos(coarse_now_ns.saturating_sub(claimed_ns));
+    now.checked_sub(ago).unwrap_or(since).clamp(since, now)
+}
+
+/// CLOCK_MONOTONIC_COARSE, the clock the driver stamps its last sent frame with.
+fn coarse_now_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE).expect("a coarse monotonic clock");
+    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use understudy_protocol::tap_state_offset;
@@ -236,6 +275,31 @@ mod tests {
         let moved = look(&mut datapath);
         assert!(moved.progressed && moved.sent == 1 && moved.completed == 1);
         assert!(!look(&mut datapath).progressed, "the second frame is held on");
+    }
+
+    #[test]
+    fn the_drivers_word_on_its_last_frame_is_held_to_what_the_daemon_knows() {
+        let since = Instant::now();
+        let now = since + Duration::from_millis(500);
+        let second = 1_000_000_000;
+        assert_eq!(sent_at(10 * second, 10 * second + 200_000_000, now, since), now - Duration::from_millis(200));
+        assert_eq!(sent_at(1, 10 * second, now, since), since, "before the daemon last looked: a lie");
+        assert_eq!(sent_at(11 * second, 10 * second, now, since), now, "in the future: a lie");
+        assert_eq!(sent_at(0, u64::MAX, now, since), since, "no clock reads so far back");
+    }
+
+    #[test]
+    fn a_dead_drivers_last_frames_are_timed_by_its_stamp() {
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        let looked = Instant::now();
+        assert_eq!(datapath.last_frame_of_the_dead(), None, "it sent nothing");
+        std::thread::sleep(Duration::from_millis(30));
+        driver_counts(&datapath, 5, 5);
+        let at = tap_state_offset(GEOMETRY.ring_size) as usize + 80;
+        datapath.shm.rings().region().write(at, &coarse_now_ns().to_ne_bytes());
+        let last = datapath.last_frame_of_the_dead().expect("five frames went out");
+        assert!(last > looked && last <= Instant::now(), "between the last look and now");
+        assert_eq!(datapath.last_frame_of_the_dead(), None, "and none since");
     }
 
     #[test]

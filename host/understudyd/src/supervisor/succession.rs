@@ -187,6 +187,9 @@ impl Supervisor {
             Some(vfio) => device::stop(vfio),
             None => (DeviceStop { bus_master_off: true, irqs_disabled: true, reset: "released".into(), iommu_unmapped: true }, 0.0),
         };
+        if let Some(sent) = self.datapath.last_frame_of_the_dead() {
+            self.succession.last_packet = Some(sent);
+        }
         let uncompleted = self.datapath.reclaim();
         if let Some(job) = self.ethtool.take() {
             job.fail(format!("{}: the driver died before it answered", self.label()));
