@@ -30,16 +30,21 @@ static struct {
 
 static void (*device_memory_observer)(void *addr, size_t size);	/* the checker's gate */
 
-int ddekit_setup_device(const struct ddekit_device_fds *fds, const char *pci_name)
+void ddekit_name_device(const char *pci_name)
+{
+	snprintf(device.name, sizeof(device.name), "%s", pci_name);
+}
+
+int ddekit_setup_device(const struct ddekit_device_fds *fds)
 {
 	device.ops = fds->vfio >= 0 ? ddekit_vfio_backend(fds->vfio) : ddekit_uio_backend(fds->uio);
 	if (!device.ops)
 		return -EINVAL;
-	snprintf(device.name, sizeof(device.name), "%s", pci_name);
 	/*
 	 * The device's I/O BARs are this process's ports. ioperm() is per
 	 * thread and only threads created later inherit it, so it is granted
-	 * here, before the kernel half starts any thread.
+	 * here, before the kernel half starts any thread, and while the
+	 * process still has CAP_SYS_RAWIO (sandbox.c gives it up).
 	 */
 	for (int bar = 0; bar < PCI_STD_BARS; bar++) {
 		unsigned long long start, size;

@@ -13,14 +13,17 @@
 /*
  * The PCI function (docs/design.md §4): a VFIO device fd, or without an
  * IOMMU uio_pci_generic's files -- /dev/uioN, sysfs config, then resource0
- * to resource5 (-1 where a BAR has none) -- and the PCI address.
+ * to resource5 (-1 where a BAR has none). Set up before the process gives
+ * up its privileges (its I/O ports need them); named, by its PCI address,
+ * when the host says which it is.
  */
 #define DDEKIT_UIO_FDS	8
 struct ddekit_device_fds {
 	int vfio;			/* -1: the device is uio's */
 	int uio[DDEKIT_UIO_FDS];
 };
-int ddekit_setup_device(const struct ddekit_device_fds *fds, const char *pci_name);
+int ddekit_setup_device(const struct ddekit_device_fds *fds);
+void ddekit_name_device(const char *pci_name);
 /*
  * Maps the DMA arena memfd: the packet pool is [0, pool_size), the runtime
  * gets the rest. Without an arena fd (-1), size bytes of anonymous memory

@@ -27,7 +27,6 @@
 
 struct session {
 	int control_fd, arena_fd, rings_fd, kick_fd, notify_fd;
-	struct ddekit_device_fds device;
 	const char *runtime, *symvers;
 	bool hello, probed, tx_started;
 	/* LOAD was sent; its modules are loaded (and PROBE runs them) if it succeeded. */
@@ -166,8 +165,7 @@ static int probe(struct session *s, const struct us_probe *p)
 			     memcmp(p->modules, s->load.modules, sizeof(p->modules))))
 		violation("PROBE after %s", s->loaded ? "a LOAD of other modules" : "a refused LOAD");
 	s->probed = true;
-	if (ddekit_setup_device(&s->device, p->pci_address))
-		return -ENODEV;
+	ddekit_name_device(p->pci_address);
 	if (s->loaded)
 		err = run_modules(NULL, 0, &init_status);
 	else
@@ -442,11 +440,11 @@ static ssize_t receive(int fd, uint8_t *msg, size_t size, int *received_fd)
 	return n;
 }
 
-int control_loop(int control_fd, const struct ddekit_device_fds *device, int arena_fd,
-		 int rings_fd, int kick_fd, int notify_fd, const char *runtime, const char *symvers)
+int control_loop(int control_fd, int arena_fd, int rings_fd, int kick_fd, int notify_fd,
+		 const char *runtime, const char *symvers)
 {
 	struct session s = {
-		.control_fd = control_fd, .device = *device, .arena_fd = arena_fd,
+		.control_fd = control_fd, .arena_fd = arena_fd,
 		.rings_fd = rings_fd, .kick_fd = kick_fd, .notify_fd = notify_fd,
 		.runtime = runtime, .symvers = symvers,
 	};

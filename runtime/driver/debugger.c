@@ -79,7 +79,7 @@ static const struct ko_section *placed(const struct ko_module *m, const char *na
 	return NULL;
 }
 
-static bool perf_map_wanted(void)
+bool debugger_perf_map_wanted(void)
 {
 	const char *v = getenv("UNDERSTUDY_PERF_MAP");
 
@@ -143,7 +143,7 @@ void debugger_follow_fork(pid_t parent)
 {
 	char from[64], to[64];
 
-	if (!perf_map_wanted())
+	if (!debugger_perf_map_wanted())
 		return;
 	/* Same modules at the same addresses: the same map, under the fork's pid. */
 	perf_map_path(from, sizeof(from), parent);
@@ -186,7 +186,7 @@ void debugger_register_module(const struct ko_module *m)
 		if (s && !(s->flags & KO_SEC_PERCPU))
 			sh[i].sh_addr = s->addr;
 	}
-	if (perf_map_wanted())
+	if (debugger_perf_map_wanted())
 		write_perf_map(elf, size, eh, sh);
 	entry = calloc(1, sizeof(*entry));
 	if (!entry)

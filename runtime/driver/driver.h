@@ -133,6 +133,8 @@ bool remove_modules(void);
  */
 struct ko_module;
 void debugger_register_module(const struct ko_module *m);
+/* UNDERSTUDY_PERF_MAP asks for a perf map. */
+bool debugger_perf_map_wanted(void);
 /* In a fork of the template: the template's perf map becomes the fork's too. */
 void debugger_follow_fork(pid_t parent);
 
@@ -153,8 +155,16 @@ int template_spawn(int template_control, int child_control);
 bool template_taken(void);
 
 /* Serves the host's requests on the control socket until it closes. */
-struct ddekit_device_fds;
-int control_loop(int control_fd, const struct ddekit_device_fds *device, int arena_fd,
-		 int rings_fd, int kick_fd, int notify_fd, const char *runtime, const char *symvers);
+int control_loop(int control_fd, int arena_fd, int rings_fd, int kick_fd, int notify_fd,
+		 const char *runtime, const char *symvers);
+
+/*
+ * The sandbox (sandbox.c): prepared from the command line -- root given up
+ * for `uid`:`gid` unless `keep_root` (perf reads only a map written by root
+ * or by itself) -- and entered, if prepared, before the kernel world runs;
+ * a process that cannot enter it dies.
+ */
+void sandbox_prepare(uid_t uid, gid_t gid, bool keep_root);
+void sandbox_enter(void);
 
 #endif /* UNDERSTUDY_DRIVER_H */

@@ -12,7 +12,7 @@
  *
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
  *		--kick-fd N --notify-fd N [--tap-fd N] [--runtime KO] [--symvers FILE]
- *		[--trace-fd N --gate triage|permissive|stringent]
+ *		[--trace-fd N --gate triage|permissive|stringent] [--run-as UID:GID]
  *
  * or, for a device without an IOMMU (docs/design.md §4), instead of
  * --device-fd: --uio-fds UIO,CONFIG,BAR0,...,BAR5 (uio_pci_generic's
@@ -21,6 +21,8 @@
  *
  * the host's LOAD (live update), HELLO and PROBE name the modules, the
  * geometry and the PCI address, and later requests open, configure and query the device.
+ * With --run-as the process gives up root for that user and group, under a
+ * seccomp filter, before the kernel world runs (sandbox.c).
  *
  * Stand-alone, for tests and bring-up, the command line chooses instead:
  *
@@ -296,7 +298,7 @@ int main(int argc, char **argv)
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
 	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD, OPT_UIO_FDS,
-	       OPT_DMA_CHUNKS_FD };
+	       OPT_DMA_CHUNKS_FD, OPT_RUN_AS };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -322,12 +324,15 @@ int main(int argc, char **argv)
 		{ "param", required_argument, NULL, OPT_PARAM },
 		{ "trace-fd", required_argument, NULL, OPT_TRACE_FD },
 		{ "gate", required_argument, NULL, OPT_GATE },
+		{ "run-as", required_argument, NULL, OPT_RUN_AS },
 		{ 0 }
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
 	int kick_fd = -1, notify_fd = -1, tap_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
 	int dma_chunks_fd = -1;
+	bool sandboxed = false;
+	unsigned int run_as_uid = 0, run_as_gid = 0;
 	struct ddekit_device_fds device = { .vfio = -1, .uio = { -1, -1, -1, -1, -1, -1, -1, -1 } };
 	unsigned long long arena_iova = DEFAULT_ARENA_IOVA, arena_size = DEFAULT_ARENA_SIZE;
 	unsigned long long pool_size = DEFAULT_POOL_SIZE;
@@ -372,6 +377,15 @@ int main(int argc, char **argv)
 			if (!inet_aton(optarg, &arp_src) || !inet_aton(comma + 1, &arp_dst))
 				die("--arp: bad address");
 			arp = true;
+			break;
+		}
+		case OPT_RUN_AS: {
+			char end;
+
+			if (sscanf(optarg, "%u:%u%c", &run_as_uid, &run_as_gid, &end) != 2 ||
+			    !run_as_uid || !run_as_gid)
+				die("--run-as wants UID:GID, neither 0, not %s", optarg);
+			sandboxed = true;
 			break;
 		}
 		case OPT_REMOVE: remove = true; break;
@@ -420,20 +434,27 @@ int main(int argc, char **argv)
 		if (uio && ddekit_setup_dma_chunks(dma_chunks_fd))
 			die("--dma-chunks-fd %d: not a table of u64 addresses", dma_chunks_fd);
 		device.vfio = device_fd;
+		if (ddekit_setup_device(&device))
+			die("the device's fds are unusable");
+		if (sandboxed)
+			sandbox_prepare(run_as_uid, run_as_gid, debugger_perf_map_wanted());
 		ddekit_setup_tap(tap_fd);
-		return control_loop(control_fd, &device, arena_fd, rings_fd, kick_fd, notify_fd,
-				    runtime, symvers);
+		return control_loop(control_fd, arena_fd, rings_fd, kick_fd, notify_fd, runtime, symvers);
 	}
 	if (device.uio[0] >= 0 || dma_chunks_fd >= 0)
 		die("--uio-fds and --dma-chunks-fd are the host's (with --control-fd)");
+	if (sandboxed)
+		die("--run-as is the host's (with --control-fd)");
 
 	if ((device_fd >= 0) != (pci_address != NULL))
 		die("--device-fd and --pci-address go together");
 	if (device_fd < 0)
 		pool_size = 0, arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
 	device.vfio = device_fd;
-	if (device_fd >= 0 && ddekit_setup_device(&device, pci_address))
+	if (device_fd >= 0 && ddekit_setup_device(&device))
 		die("VFIO device fd %d unusable", device_fd);
+	if (pci_address)
+		ddekit_name_device(pci_address);
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
 	ddekit_setup_rx(on_rx);

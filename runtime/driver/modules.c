@@ -285,6 +285,7 @@ int run_modules(const char *const *params, int n_params, int *init_status)
 	ddekit_setup_event_observer(watch_events);
 	find_kernel_api();
 	setup_percpu();
+	sandbox_enter();
 	if (checked) {
 		void *arena;
 		unsigned long long iova;

@@ -72,7 +72,7 @@ def test_memcheck_runs_the_e1000_driver_process_through_traffic(no_leftover_qemu
     """Debian's e1000 under memcheck carries a ping and a hash-checked transfer;
     memcheck, ended by SIGTERM, reports no error in the template that loaded and
     probed the module nor in its fork that drove the traffic."""
-    wrapper = f"valgrind --tool=memcheck --leak-check=no --log-file={MEMCHECK_LOG}.%p"
+    wrapper = f"valgrind --tool=memcheck --leak-check=no --vgdb=no --log-file={MEMCHECK_LOG}.%p"
     # Everything is several times slower under memcheck: generous deadlines.
     with Guest(devices=["e1000"]) as g:
         d, status = up_on_us0(g, bins, {"UNDERSTUDY_DRIVER_WRAPPER": wrapper},

@@ -30,6 +30,21 @@ CARRIER_THEN_PING = ("for i in $(seq 300); do [ \"$(cat /sys/class/net/us0/carri
                      "sleep 0.1; done; ping -n -c 1 -i 0.1 -w 30 10.0.2.2")
 
 
+def driver_uid(bdf: str) -> str:
+    """The user a device's driver process runs as: understudyd's default
+    --driver-uid-base plus the PCI address as a number."""
+    domain, bus, rest = bdf.split(":")
+    dev, fn = rest.split(".")
+    return str(0x4000_0000 + (int(domain, 16) << 16 | int(bus, 16) << 8 | int(dev, 16) << 3 | int(fn, 16)))
+
+
+def proc_status(g, pid: int) -> dict:
+    """The credentials and confinement lines of a process's /proc status."""
+    keys = ("Uid", "Gid", "Groups", "CapEff", "NoNewPrivs", "Seccomp")
+    lines = g.run(f"cat /proc/{pid}/status", check=True).out.splitlines()
+    return {k: v.split() for k, _, v in (line.partition(":") for line in lines) if k in keys}
+
+
 @pytest.fixture(scope="session")
 def understudyd() -> dict:
     subprocess.run(["cargo", "build", "--locked", "--quiet", "--manifest-path",
@@ -105,8 +120,13 @@ def test_guest_traffic_through_us0_and_the_driver_process(lab_ready, no_leftover
         assert net.ping(g, count=20, interval=0.02)["loss_pct"] == 0
 
         [status] = json.loads(cli("status", "--json").out)["devices"]
+        sandbox = proc_status(g, status["pid"])
         daemon.kill(15)   # SIGTERM: stop the driver, release the device
         out = daemon.wait(30)
+    # All of it ran in the sandbox (docs/design.md §13): the device's own
+    # user, no capabilities, the seccomp filter (I/O ports granted before).
+    assert sandbox == {"Uid": [driver_uid(bdf)] * 4, "Gid": [driver_uid(bdf)] * 4, "Groups": [],
+                       "CapEff": ["0000000000000000"], "NoNewPrivs": ["1"], "Seccomp": ["2"]}, sandbox
     assert status["state"] == "open" and status["carrier"], status
     assert status["driver_name"] == name and status["mac"] == "52:54:00:12:34:56", status
     assert {"tx-checksum", "tso4", "tso6", "tso-ecn"} <= set(status["offloads"]), status

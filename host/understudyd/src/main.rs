@@ -147,11 +147,18 @@ struct Args {
     /// Also `hook` in the config's [recovery].
     #[arg(long)]
     recovery_hook: Option<PathBuf>,
+    /// Driver processes give up root once they hold their device, and run
+    /// as user and group this number plus the device's PCI address
+    /// (domain << 16 | bus << 8 | devfn): IDs no account has, one per
+    /// device (docs/design.md §13).
+    #[arg(long, default_value_t = process::DEFAULT_DRIVER_UID_BASE, value_parser = clap::value_parser!(u32).range(65536..))]
+    driver_uid_base: u32,
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    process::set_driver_uid_base(args.driver_uid_base);
     let driver = std::fs::canonicalize(&args.driver).unwrap_or(args.driver);
     if !driver.exists() {
         log::warn!("the driver executable {} does not exist yet: `understudy run` will fail until it does \

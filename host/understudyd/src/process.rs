@@ -8,9 +8,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use understudy_api::GateMode;
-use understudy_vfio::Handoff;
+use understudy_vfio::{Handoff, PciAddress};
 
 use crate::placement::Placement;
 
@@ -38,6 +39,40 @@ pub struct DriverProcess {
     pub pidfd: OwnedFd,
 }
 
+/// The user and group a driver process runs as once it holds its device
+/// (docs/design.md §13, "The driver process's sandbox").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// understudyd --driver-uid-base's default.
+pub const DEFAULT_DRIVER_UID_BASE: u32 = 0x4000_0000;
+
+/// understudyd --driver-uid-base, set once at start.
+static UID_BASE: OnceLock<u32> = OnceLock::new();
+
+pub fn set_driver_uid_base(base: u32) {
+    UID_BASE.set(base).expect("the base is set once");
+}
+
+impl Identity {
+    /// A device's own: the base plus its PCI address as a number, an ID no
+    /// account has, so that no two drivers and no user share one.
+    pub fn of_device(address: &PciAddress) -> Result<Identity, String> {
+        let base = *UID_BASE.get_or_init(|| DEFAULT_DRIVER_UID_BASE);
+        Self::from_base(base, address)
+    }
+
+    fn from_base(base: u32, address: &PciAddress) -> Result<Identity, String> {
+        match base.checked_add(address.number()).filter(|&id| id != u32::MAX) {
+            Some(id) => Ok(Identity { uid: id, gid: id }),
+            None => Err(format!("{address}: no driver user ID above --driver-uid-base {base} for this address")),
+        }
+    }
+}
+
 /// The environment variable naming a command the driver process is run
 /// under: its words (split at whitespace, no quoting) come before the
 /// driver's own command line, e.g. `valgrind --tool=memcheck`
@@ -59,9 +94,11 @@ fn driver_command(wrapper: Option<&str>, binary: &Path) -> Command {
     }
 }
 
-/// Starts `binary` with `fds`, bound to `placement`'s CPU if given, under
-/// the command in $UNDERSTUDY_DRIVER_WRAPPER if set.
-pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io::Result<DriverProcess> {
+/// Starts `binary` with `fds`, to run as `identity` once it holds its
+/// device, bound to `placement`'s CPU if given, under the command in
+/// $UNDERSTUDY_DRIVER_WRAPPER if set.
+pub fn spawn(binary: &Path, fds: &DriverFds, identity: Identity, placement: Option<Placement>)
+             -> io::Result<DriverProcess> {
     let named: [(&str, RawFd); 5] = [
         ("--control-fd", fds.control.as_raw_fd()),
         ("--arena-fd", fds.arena.as_raw_fd()),
@@ -73,6 +110,7 @@ pub fn spawn(binary: &Path, fds: &DriverFds, placement: Option<Placement>) -> io
     for (opt, fd) in named {
         cmd.arg(opt).arg(fd.to_string());
     }
+    cmd.arg("--run-as").arg(format!("{}:{}", identity.uid, identity.gid));
     let mut inherited: Vec<RawFd> = named.iter().map(|&(_, fd)| fd).collect();
     for (opt, value) in &fds.device.args {
         cmd.arg(opt).arg(value);
@@ -204,6 +242,15 @@ mod tests {
         assert_eq!(words(&driver_command(Some(" "), driver)), ["/x/understudy-driver"]);
         assert_eq!(words(&driver_command(Some("valgrind  --tool=memcheck -q"), driver)),
                    ["valgrind", "--tool=memcheck", "-q", "/x/understudy-driver"]);
+    }
+
+    #[test]
+    fn each_device_has_its_own_driver_user() {
+        let id = |a: &str| Identity::from_base(0x4000_0000, &a.parse().unwrap());
+        assert_eq!(id("0000:00:03.0"), Ok(Identity { uid: 0x4000_0018, gid: 0x4000_0018 }));
+        assert_eq!(id("0000:01:00.0").unwrap().uid, 0x4000_0100);
+        assert!(Identity::from_base(u32::MAX - 0x18, &"0000:00:03.0".parse().unwrap()).is_err(), "-1 is no ID");
+        assert!(Identity::from_base(u32::MAX - 5, &"0000:00:03.0".parse().unwrap()).is_err(), "past the last ID");
     }
 
     #[test]

@@ -86,6 +86,15 @@ impl PciAddress {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The address as one number: domain << 16 | bus << 8 | device << 3 | function.
+    pub fn number(&self) -> u32 {
+        let field = |f: &str| u32::from_str_radix(f, 16).expect("checked when parsed");
+        let (domain, rest) = self.0.split_once(':').expect("checked when parsed");
+        let (bus, rest) = rest.split_once(':').expect("checked when parsed");
+        let (dev, func) = rest.split_once('.').expect("checked when parsed");
+        field(domain) << 16 | field(bus) << 8 | field(dev) << 3 | field(func)
+    }
 }
 
 pub(crate) fn link_name(path: &Path) -> Option<String> {
@@ -391,6 +400,7 @@ mod tests {
         assert_eq!(addr("0000:00:02.0").as_str(), "0000:00:02.0");
         assert_eq!(addr("01:00.0").as_str(), "0000:01:00.0");
         assert_eq!(addr("0000:0A:1f.7").as_str(), "0000:0a:1f.7");
+        assert_eq!(addr("0001:0a:1f.7").number(), 0x1_0aff);
         for bad in ["", "0000:00:02", "0000:00:20.0", "0000:00:02.8", "x000:00:02.0", "0000:00:02.0/../..", "0:0:2.0"] {
             assert!(bad.parse::<PciAddress>().is_err(), "{bad:?} accepted");
         }

@@ -67,6 +67,7 @@ pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[Modul
         None => None,
     };
     let (region, mut checker) = checked.unzip();
+    let identity = process::Identity::of_device(vfio.address())?;
     let driver = process::spawn(spawn.binary, &DriverFds {
         control: driver_control.as_fd(),
         device: vfio.handoff(),
@@ -77,7 +78,7 @@ pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[Modul
         notify: datapath.notify_fd(),
         tap: datapath.tap_queue(),
         trace: region.as_ref().zip(spawn.check).map(|(r, c)| (r.as_fd(), c.mode)),
-    }, spawn.placement)
+    }, identity, spawn.placement)
     .map_err(|e| e.to_string())?;
     if let (Some(c), Some(checking)) = (checker.as_mut(), spawn.check) {
         c.driver_started(driver.pid);
