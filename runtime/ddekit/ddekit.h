@@ -334,6 +334,9 @@ struct ddekit_rx_part {
 	unsigned long len;
 };
 
+/* The most parts one received frame may have: a GRO merge's, or an skb's head and frags. */
+#define DDEKIT_RX_MAX_PARTS 128
+
 void ddekit_net_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
 		   unsigned int n);
 

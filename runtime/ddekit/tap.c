@@ -277,9 +277,6 @@ void ddekit_tap_done(const void *buffer, int dropped)
 _Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
 	       "ddekit_rx_meta is the TAP's virtio_net_hdr");
 
-/* Every merge gro.c writes fits: a header and 64 segments, or an skb's head and frags. */
-#define TAP_MAX_PARTS 128
-
 /*
  * One frame to the host's stack: the TAP runs it there in this thread, as a
  * NIC's poll runs the kernel's stack. The stack may refuse it (the interface
@@ -289,11 +286,11 @@ _Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
 bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
 		   unsigned int n)
 {
-	struct iovec iov[1 + TAP_MAX_PARTS];
+	struct iovec iov[1 + DDEKIT_RX_MAX_PARTS];
 
 	if (tap_fd < 0)
 		return false;
-	if (n > TAP_MAX_PARTS)
+	if (n > DDEKIT_RX_MAX_PARTS)
 		ddekit_panic("a received frame of more parts than the TAP write takes");
 	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
 	for (unsigned int i = 0; i < n; i++)

@@ -19,7 +19,9 @@
  *
  * Nothing is copied: the skbs are held until their merge is written, the
  * first one's headers fixed up, and the TAP gathers every payload from
- * where the NIC put it.
+ * where the NIC put it -- the rest of an skb's head after the headers, and
+ * its fragments (virtio_net's mergeable buffers put most of a segment in
+ * one), at most DDEKIT_RX_MAX_PARTS parts in all.
  */
 #include <linux/etherdevice.h>
 #include <linux/ip.h>
@@ -48,6 +50,7 @@ static struct {
 	unsigned int hlen;	/* Ethernet, IP and TCP headers */
 	unsigned int ip_len;	/* the merged IP packet's length so far */
 	unsigned int gso_size;
+	unsigned int parts;	/* at most, for the TAP's write */
 	u32 next_seq;
 	bool closed;		/* a PSH or a short segment ended it */
 } held;
@@ -59,25 +62,74 @@ struct segment {
 	struct iphdr *ip;
 	struct tcphdr *tcp;
 	unsigned int hlen, payload;
+	unsigned int parts;	/* its head and fragments: the most parts its bytes take */
 };
 
-static bool tcp_checksum_ok(const struct segment *s)
+/* The Ethernet header's length: eth_type_trans() pulled it. */
+static unsigned int mac_len(const struct sk_buff *skb)
 {
-	unsigned int tcp_len = ntohs(s->ip->tot_len) - sizeof(struct iphdr);
-
-	return !csum_tcpudp_magic(s->ip->saddr, s->ip->daddr, tcp_len, IPPROTO_TCP,
-				  csum_partial(s->tcp, tcp_len, 0));
+	return skb->data - skb_mac_header(skb);
 }
 
-/* Whether skb is a TCP/IPv4 segment GRO would merge; fills s if so. */
+/*
+ * len bytes of the frame from `from` (counted from its MAC header) as parts
+ * for the TAP, where they lie: in the skb's head, then in its fragments.
+ * At most 1 + nr_frags parts.
+ */
+static unsigned int span_parts(struct sk_buff *skb, unsigned int from, unsigned int len,
+			       struct ddekit_rx_part *parts)
+{
+	unsigned int head = mac_len(skb) + skb_headlen(skb), at = head, n = 0;
+
+	if (from < head) {
+		unsigned int take = min(len, head - from);
+
+		parts[n++] = (struct ddekit_rx_part){ skb_mac_header(skb) + from, take };
+		from += take;
+		len -= take;
+	}
+	for (unsigned int i = 0; len && i < skb_shinfo(skb)->nr_frags; i++) {
+		const skb_frag_t *frag = &skb_shinfo(skb)->frags[i];
+		unsigned int size = skb_frag_size(frag);
+
+		if (from < at + size) {
+			unsigned int take = min(len, at + size - from);
+
+			parts[n++] = (struct ddekit_rx_part){ skb_frag_address(frag) + (from - at), take };
+			from += take;
+			len -= take;
+		}
+		at += size;
+	}
+	return n;
+}
+
+static bool tcp_checksum_ok(struct sk_buff *skb, const struct segment *s)
+{
+	struct ddekit_rx_part parts[1 + MAX_SKB_FRAGS];
+	unsigned int tcp_len = ntohs(s->ip->tot_len) - sizeof(struct iphdr), done = 0;
+	unsigned int n = span_parts(skb, ETH_HLEN + sizeof(struct iphdr), tcp_len, parts);
+	__wsum sum = 0;
+
+	for (unsigned int i = 0; i < n; i++) {
+		sum = csum_block_add(sum, csum_partial(parts[i].base, parts[i].len, 0), done);
+		done += parts[i].len;
+	}
+	return !csum_tcpudp_magic(s->ip->saddr, s->ip->daddr, tcp_len, IPPROTO_TCP, sum);
+}
+
+/*
+ * Whether skb is a TCP/IPv4 segment GRO would merge; fills s if so. Its
+ * headers must be in its head; its payload may be in fragments too.
+ */
 static bool parse(struct sk_buff *skb, struct segment *s)
 {
 	unsigned int total, tcp_hlen;
 	u8 flags;
 
-	if (skb_is_nonlinear(skb) || skb->protocol != htons(ETH_P_IP) ||
-	    skb->data - skb_mac_header(skb) != ETH_HLEN ||
-	    skb->len < sizeof(struct iphdr) + sizeof(struct tcphdr))
+	if (skb_has_frag_list(skb) || skb->protocol != htons(ETH_P_IP) ||
+	    mac_len(skb) != ETH_HLEN ||
+	    skb_headlen(skb) < sizeof(struct iphdr) + sizeof(struct tcphdr))
 		return false;
 	s->ip = (struct iphdr *)skb->data;
 	total = ntohs(s->ip->tot_len);
@@ -88,12 +140,14 @@ static bool parse(struct sk_buff *skb, struct segment *s)
 	tcp_hlen = s->tcp->doff * 4;
 	flags = ((u8 *)s->tcp)[TCP_FLAGS_BYTE];
 	if (tcp_hlen < sizeof(struct tcphdr) || sizeof(struct iphdr) + tcp_hlen >= total ||
+	    sizeof(struct iphdr) + tcp_hlen > skb_headlen(skb) ||
 	    (flags & ~TCPHDR_PSH) != TCPHDR_ACK)
 		return false;
 	s->hlen = ETH_HLEN + sizeof(struct iphdr) + tcp_hlen;
 	s->payload = ETH_HLEN + total - s->hlen;
+	s->parts = 1 + skb_shinfo(skb)->nr_frags;
 	if (skb->ip_summed != CHECKSUM_UNNECESSARY) {
-		if (!tcp_checksum_ok(s))
+		if (!tcp_checksum_ok(skb, s))
 			return false;
 		skb->ip_summed = CHECKSUM_UNNECESSARY;
 	}
@@ -108,6 +162,7 @@ static bool continues(const struct segment *s)
 	const struct tcphdr *tcp = (struct tcphdr *)(ip + 1);
 
 	return !held.closed && held.n < GRO_MAX_SEGMENTS && s->hlen == held.hlen &&
+	       held.parts + s->parts <= DDEKIT_RX_MAX_PARTS &&
 	       ntohl(s->tcp->seq) == held.next_seq && s->payload <= held.gso_size &&
 	       held.ip_len + s->payload <= IP_MAX_MTU &&
 	       !memcmp(skb_mac_header(first), (u8 *)s->ip - ETH_HLEN, ETH_HLEN) &&
@@ -116,12 +171,6 @@ static bool continues(const struct segment *s)
 	       tcp->source == s->tcp->source && tcp->dest == s->tcp->dest &&
 	       tcp->ack_seq == s->tcp->ack_seq && tcp->window == s->tcp->window &&
 	       !memcmp(tcp + 1, s->tcp + 1, held.hlen - ETH_HLEN - sizeof(*ip) - sizeof(*tcp));
-}
-
-/* The Ethernet header's length: eth_type_trans() pulled it. */
-static unsigned int mac_len(const struct sk_buff *skb)
-{
-	return skb->data - skb_mac_header(skb);
 }
 
 /* The skb's bytes from its MAC header, as parts for the TAP. */
@@ -164,11 +213,12 @@ static void deliver_one(struct sk_buff *skb)
 /* Writes the merge under way, if any: one segment as received, several as one GSO frame. */
 void us_gro_flush(void)
 {
-	struct ddekit_rx_part parts[GRO_MAX_SEGMENTS];
+	static struct ddekit_rx_part parts[DDEKIT_RX_MAX_PARTS];
 	struct sk_buff *first = held.skb[0];
 	struct ddekit_rx_meta meta;
 	struct iphdr *ip;
 	struct tcphdr *tcp;
+	unsigned int n;
 
 	if (held.n <= 1) {
 		if (held.n) {
@@ -193,16 +243,15 @@ void us_gro_flush(void)
 		.csum_start = ETH_HLEN + sizeof(*ip),
 		.csum_offset = offsetof(struct tcphdr, check),
 	};
-	parts[0] = (struct ddekit_rx_part){ skb_mac_header(first), held.hlen + held.gso_size };
+	n = span_parts(first, 0, held.hlen + held.gso_size, parts);
 	for (unsigned int i = 1; i < held.n; i++) {
 		struct sk_buff *skb = held.skb[i];
 		struct iphdr *sip = (struct iphdr *)skb->data;
-		unsigned int hlen = ETH_HLEN + sizeof(*sip) + ((struct tcphdr *)(sip + 1))->doff * 4;
 
-		parts[i] = (struct ddekit_rx_part){ skb_mac_header(skb) + hlen,
-						    ETH_HLEN + ntohs(sip->tot_len) - hlen };
+		/* Every segment's headers are the first one's length (continues()). */
+		n += span_parts(skb, held.hlen, ETH_HLEN + ntohs(sip->tot_len) - held.hlen, parts + n);
 	}
-	ddekit_net_rx(&meta, parts, held.n);
+	ddekit_net_rx(&meta, parts, n);
 	frames_delivered += held.n;
 	for (unsigned int i = 0; i < held.n; i++)
 		consume_skb(held.skb[i]);
@@ -226,10 +275,12 @@ void us_gro_receive(struct sk_buff *skb)
 		held.hlen = s.hlen;
 		held.ip_len = s.hlen - ETH_HLEN;
 		held.gso_size = s.payload;
+		held.parts = 0;
 	} else if (s.tcp->psh) {
 		((struct tcphdr *)((struct iphdr *)held.skb[0]->data + 1))->psh = 1;
 	}
 	held.skb[held.n++] = skb;
+	held.parts += s.parts;
 	held.ip_len += s.payload;
 	held.next_seq = ntohl(s.tcp->seq) + s.payload;
 	held.closed = s.tcp->psh || s.payload < held.gso_size;
