@@ -173,40 +173,45 @@ static bool continues(const struct segment *s)
 	       !memcmp(tcp + 1, s->tcp + 1, held.hlen - ETH_HLEN - sizeof(*ip) - sizeof(*tcp));
 }
 
-/* The skb's bytes from its MAC header, as parts for the TAP. */
-static unsigned int skb_parts(struct sk_buff *skb, struct ddekit_rx_part *parts)
+/* One skb's head and fragments as parts, from `from`; false if they do not fit in `room`. */
+static bool add_parts(struct sk_buff *skb, const void *from, struct ddekit_rx_part *parts,
+		      unsigned int *n, unsigned int room)
 {
-	unsigned int n = 0;
-
-	parts[n++] = (struct ddekit_rx_part){ skb_mac_header(skb), mac_len(skb) + skb_headlen(skb) };
+	if (*n + 1 + skb_shinfo(skb)->nr_frags > room)
+		return false;
+	if (skb_tail_pointer(skb) > (u8 *)from)
+		parts[(*n)++] = (struct ddekit_rx_part){ from, skb_tail_pointer(skb) - (u8 *)from };
 	for (unsigned int i = 0; i < skb_shinfo(skb)->nr_frags; i++) {
 		const skb_frag_t *frag = &skb_shinfo(skb)->frags[i];
 
-		parts[n++] = (struct ddekit_rx_part){ skb_frag_address(frag), skb_frag_size(frag) };
+		parts[(*n)++] = (struct ddekit_rx_part){ skb_frag_address(frag), skb_frag_size(frag) };
 	}
-	return n;
+	return true;
 }
 
-/* One frame as received: gathered from where it lies, or copied if it is chained. */
+/*
+ * One frame as received, gathered from where it lies -- its head, its
+ * fragments and those of the skbs chained to it (a virtio device's GSO
+ * frame) -- with what the skb says of itself in the TAP's header: a GSO
+ * frame stays one, a checksum left to do or verified says so.
+ */
 static void deliver_one(struct sk_buff *skb)
 {
-	static u8 chained[ETH_HLEN + VLAN_HLEN + 64 * 1024];
-	struct ddekit_rx_part parts[1 + MAX_SKB_FRAGS];
-	struct ddekit_rx_meta meta = {
-		.flags = skb->ip_summed == CHECKSUM_UNNECESSARY ? VIRTIO_NET_HDR_F_DATA_VALID : 0,
-	};
-	unsigned int head = mac_len(skb);
+	static struct ddekit_rx_part parts[DDEKIT_RX_MAX_PARTS];	/* under the runtime's CPU */
+	struct virtio_net_hdr hdr;
+	struct sk_buff *chained;
+	unsigned int n = 0;
 
-	if (!skb_has_frag_list(skb)) {
-		ddekit_net_rx(&meta, parts, skb_parts(skb, parts));
-	} else if (head + skb->len <= sizeof(chained) &&
-		   !skb_copy_bits(skb, 0, chained + head, skb->len)) {
-		memcpy(chained, skb_mac_header(skb), head);
-		parts[0] = (struct ddekit_rx_part){ chained, head + skb->len };
-		ddekit_net_rx(&meta, parts, 1);
-	} else {
+	/* The header's offsets count from the frame's first byte. */
+	skb_push(skb, mac_len(skb));
+	if (virtio_net_hdr_from_skb(skb, &hdr, virtio_legacy_is_little_endian(), true, 0))
+		return;		/* a GSO type the TAP does not take: dropped */
+	if (!add_parts(skb, skb->data, parts, &n, DDEKIT_RX_MAX_PARTS))
 		return;
-	}
+	skb_walk_frags(skb, chained)
+		if (!add_parts(chained, chained->data, parts, &n, DDEKIT_RX_MAX_PARTS))
+			return;
+	ddekit_net_rx((const struct ddekit_rx_meta *)&hdr, parts, n);
 	frames_delivered++;
 }
 
