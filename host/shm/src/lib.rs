@@ -311,24 +311,13 @@ impl SharedMemory {
         unsafe { self.arena.slice_mut(offset, len) }
     }
 
-    /// Whether `send` would take a frame now: the tx ring has a free slot,
-    /// the driver holds fewer than ring_size tx frames, and there is a free
-    /// buffer to read it into (`large`: a slot). Checked before a frame is
-    /// read from the TAP, so a full driver leaves frames queued there (the
-    /// stack's queue) instead of having them dropped here.
-    pub fn can_send(&mut self, large: bool) -> Result<bool, ShmError> {
-        let room = if large { !self.free_slots.is_empty() } else { !self.free.is_empty() };
-        Ok(room && self.tx.space(&self.rings)? > 0 && self.lent < self.geometry.ring_size)
-    }
-
     /// Whether the host should ask to be woken for transmit completions:
-    /// once the driver holds half of what it may, or all the slots while
-    /// `large` frames are read. Below that the completions wait for the next
-    /// wakeup the host has anyway (a frame from the TAP),
+    /// once the driver holds half of what it may. Below that they wait for
+    /// the host's next look (its timers, a handover's wait for a frame),
     /// which saves the driver an eventfd write and the host a wakeup per
     /// completion batch (sDDF: signal only when the consumer asked).
-    pub fn tx_done_urgent(&self, large: bool) -> bool {
-        self.lent >= self.geometry.ring_size / 2 || (large && self.free_slots.is_empty())
+    pub fn tx_done_urgent(&self) -> bool {
+        self.lent >= self.geometry.ring_size / 2
     }
 
     /// Lends `frame` (its bytes in the buffers from `frame.buf`, taken with

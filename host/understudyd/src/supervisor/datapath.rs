@@ -106,7 +106,7 @@ impl Datapath {
         let mut moved = Moved::default();
         loop {
             self.reap_tx_done(&mut moved)?;
-            if self.shm.prepare_to_sleep(self.shm.tx_done_urgent(false) || want_progress) {
+            if self.shm.prepare_to_sleep(self.shm.tx_done_urgent() || want_progress) {
                 break;
             }
         }
