@@ -54,9 +54,10 @@ def fire_hang(hang: ArmedInjection) -> tuple[float, float | None]:
 
 
 def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str = "",
-               fault: str = "kill", daemon_options: tuple[str, ...] = ()) -> Report:
+               fault: str = "kill", daemon_options: tuple[str, ...] = (), iommu: bool = True) -> Report:
     """`fault` "kill": SIGKILL; "hang": a `jmp .` in a hot-path function
-    (lab/swifi's hang fault, seed + i for the i-th), found by the heartbeat."""
+    (lab/swifi's hang fault, seed + i for the i-th), found by the heartbeat.
+    Without `iommu`, in a guest without one, through uio_pci_generic."""
     dev = lookup_nic(driver)
     rng = random.Random(seed)
     # Kill points spread over the stream (the daemon's counter includes headers,
@@ -70,7 +71,7 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     log(f"booting a guest with {dev.name}; {dev.driver} behind understudyd; {kills} {what} "
         f"during {nbytes >> 20} MiB (seed {seed})")
     records: list[dict] = []
-    with Guest(devices=[dev.name], pcap=True, nic_props=nic_props) as guest:
+    with Guest(devices=[dev.name], pcap=True, nic_props=nic_props, iommu=iommu) as guest:
         daemon, bdf = understudy.start_understudy(guest, dev.name, kills + 10, *daemon_options)
         for i, hang in enumerate(hangs):
             guest.write_file(f"/tmp/hang-{i}.json", json.dumps(hang.to_json()).encode())
@@ -156,6 +157,7 @@ def crash_loop(driver: str, kills: int, nbytes: int, seed: int, nic_props: str =
     detects = [r["detect_ms"] for r in records if r.get("detect_ms") is not None]
     rep = Report({
         "scenario": "crash-loop", "driver": dev.driver, "device": dev.name, "nic_props": nic_props,
+        "dma": "iommu (vfio-pci)" if iommu else "unconfined (uio_pci_generic)",
         "fault": fault, "daemon_options": list(daemon_options), "seed": seed,
         "kills": kills, "bytes": nbytes, "bytes_received": summary["bytes"],
         "hash_ok": summary["hash_ok"], "resets": summary["resets"], "transfer": summary,
@@ -309,7 +311,7 @@ def cmd_scenario(args) -> int:
                                              ("--ping-timeout-ms", args.ping_timeout_ms))
                      if value is not None for opt in (name, str(value))]
         rep = crash_loop(args.driver, args.kills, args.bytes, args.seed, args.nic_props, args.fault,
-                         tuple(heartbeat))
+                         tuple(heartbeat), iommu=not args.no_iommu)
     else:
         rep = leak_check(args.driver, args.cycles, args.warmup if args.warmup is not None
                          else max(1, args.cycles // 10), args.rss_slack_kib, args.nic_props)
@@ -345,6 +347,9 @@ def add_parser(sub):
                    help="understudyd --ping-interval-ms (default: the daemon's)")
     c.add_argument("--ping-timeout-ms", type=positive, metavar="MS",
                    help="understudyd --ping-timeout-ms (default: the daemon's)")
+    c.add_argument("--no-iommu", action="store_true",
+                   help="a guest without an IOMMU: understudy runs the NIC through uio_pci_generic, "
+                   "its DMA unconfined (docs/design.md §4)")
     add_json(c)
     c.set_defaults(func=cmd_scenario)
     k = ssub.add_parser("leak-check", help="N kill/recover cycles; no growth of the daemon's resources",

@@ -113,11 +113,13 @@ def run_scenario(*args: str, timeout: float) -> tuple[int, dict, str]:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("driver", ["e1000", "pcnet32", "rtl8139"])
-def test_crash_loop_recovers_every_kill_and_the_transfer_is_intact(lab_ready, no_leftover_qemu, driver):
+@pytest.mark.parametrize("driver, dma", [("e1000", "iommu"), ("pcnet32", "iommu"), ("rtl8139", "iommu"),
+                                         ("e1000", "no-iommu")], ids=["e1000", "pcnet32", "rtl8139", "e1000-uio"])
+def test_crash_loop_recovers_every_kill_and_the_transfer_is_intact(lab_ready, no_leftover_qemu, driver, dma):
     rc, report, err = run_scenario("crash-loop", "--driver", driver, "--kills", "3", "--bytes", "60M",
-                                   "--seed", "7", timeout=900)
+                                   "--seed", "7", *(["--no-iommu"] if dma == "no-iommu" else []), timeout=900)
     print(json.dumps({k: v for k, v in report.items() if k != "per_recovery"}, indent=1))
+    assert report["dma"] == ("iommu (vfio-pci)" if dma == "iommu" else "unconfined (uio_pci_generic)")
     assert rc == 0 and report["ok"], report["failures"]
     assert report["hash_ok"] and report["bytes_received"] == 60 << 20
     assert report["resets"] == 0 and report["recoveries"] == 3 and report["recovered"] == 3
