@@ -120,7 +120,9 @@ static bool tcp_checksum_ok(struct sk_buff *skb, const struct segment *s)
 
 /*
  * Whether skb is a TCP/IPv4 segment GRO would merge; fills s if so. Its
- * headers must be in its head; its payload may be in fragments too.
+ * headers are pulled into its head, as GRO pulls them (virtio_net's
+ * mergeable buffers leave only the Ethernet header there); its payload may
+ * stay in fragments.
  */
 static bool parse(struct sk_buff *skb, struct segment *s)
 {
@@ -129,7 +131,10 @@ static bool parse(struct sk_buff *skb, struct segment *s)
 
 	if (skb_has_frag_list(skb) || skb->protocol != htons(ETH_P_IP) ||
 	    mac_len(skb) != ETH_HLEN ||
-	    skb_headlen(skb) < sizeof(struct iphdr) + sizeof(struct tcphdr))
+	    !pskb_may_pull(skb, sizeof(struct iphdr) + sizeof(struct tcphdr)))
+		return false;
+	tcp_hlen = ((struct tcphdr *)(skb->data + sizeof(struct iphdr)))->doff * 4;
+	if (tcp_hlen > sizeof(struct tcphdr) && !pskb_may_pull(skb, sizeof(struct iphdr) + tcp_hlen))
 		return false;
 	s->ip = (struct iphdr *)skb->data;
 	total = ntohs(s->ip->tot_len);
@@ -137,10 +142,8 @@ static bool parse(struct sk_buff *skb, struct segment *s)
 	    s->ip->protocol != IPPROTO_TCP || total > skb->len)
 		return false;
 	s->tcp = (struct tcphdr *)(s->ip + 1);
-	tcp_hlen = s->tcp->doff * 4;
 	flags = ((u8 *)s->tcp)[TCP_FLAGS_BYTE];
 	if (tcp_hlen < sizeof(struct tcphdr) || sizeof(struct iphdr) + tcp_hlen >= total ||
-	    sizeof(struct iphdr) + tcp_hlen > skb_headlen(skb) ||
 	    (flags & ~TCPHDR_PSH) != TCPHDR_ACK)
 		return false;
 	s->hlen = ETH_HLEN + sizeof(struct iphdr) + tcp_hlen;
