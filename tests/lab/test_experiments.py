@@ -33,10 +33,13 @@ def test_rx_profile_splits_a_transfer_by_thread_in_both_worlds(lab_ready, no_lef
     assert napi > 0.5, under
     assert under["guest_threads"].get("ksoftirqd", 0) < 0.5, under
     # No frame passes the daemon or crosses into another address space: the
-    # daemon's thread makes no system call per frame, and the driver's TX
-    # thread reads every frame the stack sends (the guest's ACKs) from the TAP.
+    # daemon's thread makes no system call per frame (a megabyte is ~700
+    # frames; what it makes are its timers' -- heartbeat, multicast poll --
+    # a few a second, so per megabyte they depend on the rate), and the
+    # driver's TX thread reads every frame the stack sends (the guest's
+    # ACKs) from the TAP.
     calls = under["guest_syscalls_per_mb"]
-    assert sum(v for t, v in calls.items() if t.startswith("dev-")) < 0.5, calls
+    assert sum(v for t, v in calls.items() if t.startswith("dev-")) < 5, calls
     assert calls.get("driver:understudy-tx", 0) > 0.5, calls
     assert under["guest_mm_switches_per_mb"] < 2, under
     assert "[rx_profile] round 1/1: understudy" in res.stderr, "progress goes to stderr"
