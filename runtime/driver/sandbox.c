@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The driver process's sandbox (docs/design.md §13): once it holds its
- * device -- the fds the host gave it, its I/O ports granted -- and has
- * linked its modules, and before the first instruction of the kernel world
- * runs, the process gives up root and installs a seccomp filter. A module
- * that takes the process over then has what the host gave it (the device,
- * the arena, the rings, its queue of the TAP) and nothing of the machine's:
+ * The driver process's sandbox (docs/design.md §0; its limits in §13):
+ * once it holds its device -- the fds the host gave it, its I/O ports
+ * granted -- and has linked its modules, and before the first instruction
+ * of the kernel world runs, the process gives up root and installs a
+ * seccomp filter. A module that takes the process over then has what the
+ * host gave it (the device, the arena, the rings, its queue of the TAP)
+ * and nothing of the machine's:
  *
  * - its own user and group, given by the host (one per device), no
  *   supplementary groups, no capabilities: it cannot signal or trace the

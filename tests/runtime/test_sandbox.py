@@ -1,4 +1,4 @@
-"""The driver process's sandbox (docs/design.md §13; runtime/driver/sandbox.c).
+"""The driver process's sandbox (docs/design.md §0; runtime/driver/sandbox.c).
 
 A probe enters the sandbox holding a queue of a real TAP, as a driver process
 does, and tries what the sandbox must refuse: the TAP's own ioctls on that

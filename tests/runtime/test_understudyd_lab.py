@@ -123,7 +123,7 @@ def test_guest_traffic_through_us0_and_the_driver_process(lab_ready, no_leftover
         sandbox = proc_status(g, status["pid"])
         daemon.kill(15)   # SIGTERM: stop the driver, release the device
         out = daemon.wait(30)
-    # All of it ran in the sandbox (docs/design.md §13): the device's own
+    # All of it ran in the sandbox (docs/design.md §0): the device's own
     # user, no capabilities, the seccomp filter (I/O ports granted before).
     assert sandbox == {"Uid": [driver_uid(bdf)] * 4, "Gid": [driver_uid(bdf)] * 4, "Groups": [],
                        "CapEff": ["0000000000000000"], "NoNewPrivs": ["1"], "Seccomp": ["2"]}, sandbox

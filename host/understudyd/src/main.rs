@@ -150,7 +150,7 @@ struct Args {
     /// Driver processes give up root once they hold their device, and run
     /// as user and group this number plus the device's PCI address
     /// (domain << 16 | bus << 8 | devfn): IDs no account has, one per
-    /// device (docs/design.md §13).
+    /// device (docs/design.md §0, "The driver process's sandbox").
     #[arg(long, default_value_t = process::DEFAULT_DRIVER_UID_BASE, value_parser = clap::value_parser!(u32).range(65536..))]
     driver_uid_base: u32,
 }

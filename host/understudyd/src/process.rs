@@ -40,7 +40,7 @@ pub struct DriverProcess {
 }
 
 /// The user and group a driver process runs as once it holds its device
-/// (docs/design.md §13, "The driver process's sandbox").
+/// (docs/design.md §0, "The driver process's sandbox").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
     pub uid: u32,
