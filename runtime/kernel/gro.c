@@ -207,15 +207,22 @@ static void deliver_one(struct sk_buff *skb)
 
 	/* The header's offsets count from the frame's first byte. */
 	skb_push(skb, mac_len(skb));
-	if (virtio_net_hdr_from_skb(skb, &hdr, virtio_legacy_is_little_endian(), true, 0))
-		return;		/* a GSO type the TAP does not take: dropped */
-	if (!add_parts(skb, skb->data, parts, &n, DDEKIT_RX_MAX_PARTS))
+	if (virtio_net_hdr_from_skb(skb, &hdr, virtio_legacy_is_little_endian(), true, 0)) {
+		net_warn_ratelimited("%s: a received frame of GSO type %#x dropped: the TAP takes no such frame\n",
+				     netdev_name(skb->dev), skb_shinfo(skb)->gso_type);
 		return;
+	}
+	if (!add_parts(skb, skb->data, parts, &n, DDEKIT_RX_MAX_PARTS))
+		goto too_many_parts;
 	skb_walk_frags(skb, chained)
 		if (!add_parts(chained, chained->data, parts, &n, DDEKIT_RX_MAX_PARTS))
-			return;
+			goto too_many_parts;
 	ddekit_net_rx((const struct ddekit_rx_meta *)&hdr, parts, n);
 	frames_delivered++;
+	return;
+too_many_parts:
+	net_warn_ratelimited("%s: a received frame of %u bytes dropped: more than %u pieces\n",
+			     netdev_name(skb->dev), skb->len, DDEKIT_RX_MAX_PARTS);
 }
 
 /* Writes the merge under way, if any: one segment as received, several as one GSO frame. */
