@@ -194,8 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     from .bench import add_parser as add_bench
+    from .bench_plot import add_parser as add_bench_plot
     from .bench_rt import add_parser as add_bench_rt
-    add_bench_rt(add_bench(sub))
+    bench = add_bench(sub)
+    add_bench_rt(bench)
+    add_bench_plot(bench)
     from .check import add_parser as add_check
     add_check(sub)
     from .coverage import add_parser as add_coverage

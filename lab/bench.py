@@ -22,6 +22,7 @@ import shlex
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from . import config, net, provenance, understudy
 from .devices import lookup_nic
@@ -205,10 +206,14 @@ def cmd_net(args) -> int:
     report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu)
     if args.no_iommu:
         vfio = bench_net(args.driver, args.runs, args.seconds, args.network)
-        report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy"]}
+        report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
+    report = {**report, **provenance.record()}
+    if args.plot:
+        from .bench_plot import write_plot
+        write_plot([report], Path(args.plot))
     if args.json:
-        print(json.dumps({**report, **provenance.record()}, indent=2))
+        print(json.dumps(report, indent=2))
     else:
         rows = [{"driver": f"in-kernel {report['driver']}", **report["kernel"]},
                 {"driver": "understudy" + (" (no IOMMU)" if args.no_iommu else ""), **report["understudy"]}]
@@ -255,6 +260,8 @@ def add_parser(sub):
     netp.add_argument("--no-iommu", action="store_true",
                       help="understudy through uio_pci_generic in a guest without an IOMMU, its DMA "
                       "unconfined (docs/design.md §4); then the same in a guest with one, for VFIO's ratios")
+    netp.add_argument("--plot", metavar="FILE", help="draw mean and maximum throughput into this PNG "
+                      "(`bench plot-net` draws saved reports)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")
     netp.set_defaults(func=cmd_net)
     return bsub

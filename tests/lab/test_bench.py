@@ -7,6 +7,7 @@ import pytest
 
 from lab import config
 from lab.bench import run_ratios, spread
+from lab.bench_plot import series, write_plot
 
 pytestmark = pytest.mark.lab
 REQUIRED = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "reload_downtime_ms"]
@@ -39,11 +40,12 @@ def test_a_driver_the_lab_cannot_run_is_refused_with_the_reason(lab_ready):
     assert "8139cp" in res.stderr and res.stdout == ""
 
 
-def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready, no_leftover_qemu):
+def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready, no_leftover_qemu, tmp_path):
     """`bench net`, on its default network (a bridged TAP): both worlds measured in
     the same guest, and the ratios are understudy's medians over the kernel's."""
+    plot = tmp_path / "net.png"
     res = subprocess.run([sys.executable, "-m", "lab", "bench", "net", "--driver", "e1000",
-                          "--runs", "1", "--seconds", "2", "--json"],
+                          "--runs", "1", "--seconds", "2", "--json", "--plot", str(plot)],
                          cwd=config.REPO_DIR, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -65,6 +67,7 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
     assert report["ping_loss_pct"] == 0
     # On the bridge the far end is the host's TCP, whose window is not slirp's 64 KiB.
     assert report["kernel"]["tx_peer_window_kib_max"] > 64
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
@@ -73,3 +76,22 @@ def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
     assert run_ratios(under, kernel, "tx_mbps") == [0.5, 0.9]
     assert spread([0.5, 0.9, 0.7]) == {"min": 0.5, "median": 0.7, "max": 0.9}
     assert spread([]) is None
+
+
+def run(mbps: float) -> dict:
+    return {"tx_mbps": mbps, "rx_mbps": mbps / 2, "cpu_utilisation": 0.5}
+
+
+def test_a_no_iommu_report_is_drawn_as_two_pairs_each_beside_its_own_guests_kernel(tmp_path):
+    report = {"driver": "e1000", "runs": 2, "seconds": 5, "machine": {"cpu_model": "test"},
+              "per_run": {"kernel": [run(900), run(1100)], "understudy": [run(600), run(800)]},
+              "vfio": {"per_run": {"kernel": [run(500), run(700)], "understudy": [run(450), run(650)]}}}
+    cases = series(report)
+    assert list(cases) == ["in-kernel, guest without IOMMU", "understudy over UIO",
+                           "in-kernel, guest with IOMMU", "understudy over VFIO"]
+    assert [r["tx_mbps"] for r in cases["understudy over VFIO"]] == [450, 650]
+    del report["vfio"]
+    assert list(series(report)) == ["in-kernel", "understudy"]
+    path = tmp_path / "fig.png"
+    write_plot([report], path)
+    assert path.read_bytes()[:4] == b"\x89PNG"
