@@ -1,7 +1,7 @@
 """python3 -m lab — the understudy lab: QEMU guests with Debian's kernel and the papers' devices.
 
 Exit codes: boot returns the guest command's own exit code; 0 success otherwise;
-1 a scenario failed one of its checks (hash mismatch, reset, missing recovery, growth); 2 usage errors; 3 a lab problem the message explains (missing setup, unknown
+1 a scenario or benchmark failed one of its checks (hash mismatch, reset, missing recovery, growth); 2 usage errors; 3 a lab problem the message explains (missing setup, unknown
 device); 4 the guest panicked, hung or died.
 """
 from __future__ import annotations

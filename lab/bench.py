@@ -167,12 +167,23 @@ def driver_cpu(guest: Guest) -> int:
     return guest.cpus - 1
 
 
+# Each world of each run also moves this much each way by a hash-checked transfer:
+# iperf3 counts bytes, it does not check them.
+HASHED_BYTES = 16 << 20
+
+
+def hashed_transfers(guest: Guest, network: LabNetwork) -> dict:
+    """Whether a hash-checked transfer each way arrived whole (lab/net.py `bulk`)."""
+    return {way: net.bulk(guest, way, HASHED_BYTES, network=network).hash_ok for way in ("tx", "rx")}
+
+
 def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True) -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device
     (without `iommu`: in a guest without one, understudy over uio_pci_generic)."""
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
+    hashes = {"kernel": [], "understudy": []}
     log(f"booting a guest {'with' if iommu else 'WITHOUT'} an IOMMU, {dev.name} on {NETWORKS[network_kind]}")
     with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu) as lab:
         guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
@@ -183,9 +194,11 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
                 understudy.bind_kernel(guest, bdf, dev.driver)
                 net.bring_up(guest, "nic0", network=network)
                 kernel_runs.append(measure_traffic(guest, seconds, network))
+                hashes["kernel"].append(hashed_transfers(guest, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
                 understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
                 understudy_runs.append(measure_traffic(guest, seconds, network))
+                hashes["understudy"].append(hashed_transfers(guest, network))
                 understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
@@ -199,6 +212,9 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
             # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
             "spread": spreads,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
+            # every run's hash-checked transfers, each way, arrived whole
+            "hash_ok": {world: all(ok for run in checked for ok in run.values()) for world, checked in hashes.items()},
+            "hashed_mib_per_way_and_run": HASHED_BYTES >> 20,
             "per_run": {"kernel": kernel_runs, "understudy": understudy_runs}}
 
 
@@ -206,7 +222,7 @@ def cmd_net(args) -> int:
     report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu)
     if args.no_iommu:
         vfio = bench_net(args.driver, args.runs, args.seconds, args.network)
-        report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run"]}
+        report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run", "hash_ok"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     report = {**report, **provenance.record()}
     if args.plot:
@@ -224,9 +240,19 @@ def cmd_net(args) -> int:
         if args.no_iommu:
             print("VFIO: " + "  ".join(f"{k} {_fmt(report['vfio'][k])}{_range(report['vfio']['spread'][k])}"
                                        for k in NET_RATIOS))
+        print(f"hash-checked transfers ({HASHED_BYTES >> 20} MiB each way per run and world) whole: "
+              + ", ".join(f"{world} {'yes' if ok else 'NO'}" for world, ok in all_hashes(report).items()))
         print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
               f"host {provenance.machine()['cpu_model']}; {command})")
+    if not all(all_hashes(report).values()):
+        log("a hash-checked transfer arrived changed or short: see hash_ok in the report")
+        return 1
     return 0
+
+
+def all_hashes(report: dict) -> dict:
+    """Each world's hash verdict, the VFIO guest's too after --no-iommu."""
+    return {**report["hash_ok"], **{f"{w} (VFIO)": ok for w, ok in report.get("vfio", {}).get("hash_ok", {}).items()}}
 
 
 def add_parser(sub):
@@ -247,7 +273,8 @@ def add_parser(sub):
     netp = bsub.add_parser("net", help="understudy against the in-kernel driver, same guest and NIC",
                            description="Alternating runs on one device, rebound between the "
                            "in-kernel driver and vfio-pci + understudyd: iperf3 both ways, 100 "
-                           "pings, guest CPU per byte (daemon and driver process included). "
+                           "pings, guest CPU per byte (daemon and driver process included), and a "
+                           "hash-checked transfer each way (exit 1 if one arrives changed). "
                            "Medians, and understudy ÷ in-kernel ratios.")
     netp.add_argument("--driver", default="e1000",
                       help=f"a lab NIC's in-kernel driver: {', '.join(BASELINE_DRIVERS)} "

@@ -65,6 +65,7 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
         assert s["min"] == s["median"] == s["max"] == pytest.approx(under / kernel, rel=0.01), (ratio, s)
     assert report["machine"]["cpu_model"]      # the host, beside the guest's emulated CPU
     assert report["ping_loss_pct"] == 0
+    assert report["hash_ok"] == {"kernel": True, "understudy": True}
     # On the bridge the far end is the host's TCP, whose window is not slirp's 64 KiB.
     assert report["kernel"]["tx_peer_window_kib_max"] > 64
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
