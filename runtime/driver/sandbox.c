@@ -23,6 +23,7 @@
  * what fails next, not by a silent death.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <signal.h>
@@ -131,13 +132,35 @@ static int enter(const char **why)
 	return load_filter();
 }
 
+/* The process's threads, from /proc/self/task; -errno if it cannot say. */
+static int count_threads(void)
+{
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!tasks)
+		return -errno;
+	while ((e = readdir(tasks)))
+		n += e->d_name[0] != '.';
+	closedir(tasks);
+	return n;
+}
+
 void sandbox_enter(void)
 {
 	const char *why;
-	int err;
+	int err, threads;
 
 	if (!sandbox.wanted)
 		return;
+	/* prctl's filter binds the calling thread and those it starts later. */
+	threads = count_threads();
+	if (threads < 0)
+		die("cannot count the process's threads before the sandbox: %s", strerror(-threads));
+	if (threads != 1)
+		die("cannot enter the sandbox: the process has %d threads, and the filter would bind one",
+		    threads);
 	err = enter(&why);
 	if (err)
 		die("cannot enter the sandbox (%s): %s", why, strerror(-err));

@@ -158,7 +158,6 @@ struct Args {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
-    process::set_driver_uid_base(args.driver_uid_base);
     let driver = std::fs::canonicalize(&args.driver).unwrap_or(args.driver);
     if !driver.exists() {
         log::warn!("the driver executable {} does not exist yet: `understudy run` will fail until it does \
@@ -201,6 +200,7 @@ fn main() -> ExitCode {
         retry_max: Duration::from_secs(args.retry_max_s.or(config.recovery.retry_max_s).unwrap_or(60).max(1)),
         hook,
     };
+    let driver = process::DriverCommand { binary: driver, uid_base: args.driver_uid_base };
     match server::serve(&args.socket, driver, checker, detection, restarts, agent, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

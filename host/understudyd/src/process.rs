@@ -6,9 +6,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use understudy_api::GateMode;
 use understudy_vfio::{Handoff, PciAddress};
@@ -50,22 +49,25 @@ pub struct Identity {
 /// understudyd --driver-uid-base's default.
 pub const DEFAULT_DRIVER_UID_BASE: u32 = 0x4000_0000;
 
-/// understudyd --driver-uid-base, set once at start.
-static UID_BASE: OnceLock<u32> = OnceLock::new();
+/// How the daemon starts driver processes: the executable (understudyd
+/// --driver) and the base of the users they run as (--driver-uid-base).
+#[derive(Debug, Clone)]
+pub struct DriverCommand {
+    pub binary: PathBuf,
+    pub uid_base: u32,
+}
 
-pub fn set_driver_uid_base(base: u32) {
-    UID_BASE.set(base).expect("the base is set once");
+impl DriverCommand {
+    /// The user and group of the driver process of the device at `address`.
+    pub fn identity(&self, address: &PciAddress) -> Result<Identity, String> {
+        Identity::of_device(self.uid_base, address)
+    }
 }
 
 impl Identity {
     /// A device's own: the base plus its PCI address as a number, an ID no
     /// account has, so that no two drivers and no user share one.
-    pub fn of_device(address: &PciAddress) -> Result<Identity, String> {
-        let base = *UID_BASE.get_or_init(|| DEFAULT_DRIVER_UID_BASE);
-        Self::from_base(base, address)
-    }
-
-    fn from_base(base: u32, address: &PciAddress) -> Result<Identity, String> {
+    fn of_device(base: u32, address: &PciAddress) -> Result<Identity, String> {
         match base.checked_add(address.number()).filter(|&id| id != u32::MAX) {
             Some(id) => Ok(Identity { uid: id, gid: id }),
             None => Err(format!("{address}: no driver user ID above --driver-uid-base {base} for this address")),
@@ -246,11 +248,11 @@ mod tests {
 
     #[test]
     fn each_device_has_its_own_driver_user() {
-        let id = |a: &str| Identity::from_base(0x4000_0000, &a.parse().unwrap());
+        let id = |a: &str| Identity::of_device(0x4000_0000, &a.parse().unwrap());
         assert_eq!(id("0000:00:03.0"), Ok(Identity { uid: 0x4000_0018, gid: 0x4000_0018 }));
         assert_eq!(id("0000:01:00.0").unwrap().uid, 0x4000_0100);
-        assert!(Identity::from_base(u32::MAX - 0x18, &"0000:00:03.0".parse().unwrap()).is_err(), "-1 is no ID");
-        assert!(Identity::from_base(u32::MAX - 5, &"0000:00:03.0".parse().unwrap()).is_err(), "past the last ID");
+        assert!(Identity::of_device(u32::MAX - 0x18, &"0000:00:03.0".parse().unwrap()).is_err(), "-1 is no ID");
+        assert!(Identity::of_device(u32::MAX - 5, &"0000:00:03.0".parse().unwrap()).is_err(), "past the last ID");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::handover::Driver;
 use crate::modtree;
 use crate::placement::Placement;
+use crate::process::DriverCommand;
 use crate::supervisor::{self, Handle, Setup};
 use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
@@ -54,7 +55,7 @@ impl Slot {
 }
 
 struct Daemon {
-    driver: PathBuf,
+    driver: DriverCommand,
     /// `understudyd --checker`: for `run --check`.
     checker: PathBuf,
     detection: Detection,
@@ -66,7 +67,7 @@ struct Daemon {
 /// Serves the CLI on `socket`; first starts the devices of `config`. A device
 /// of the config that cannot start is logged and left out, and the daemon
 /// serves the others (`understudy status` shows which run).
-pub fn serve(socket: &Path, driver: PathBuf, checker: PathBuf, detection: Detection, restarts: RestartPolicy,
+pub fn serve(socket: &Path, driver: DriverCommand, checker: PathBuf, detection: Detection, restarts: RestartPolicy,
              agent: AgentPolicy, config: Config) -> Result<(), String> {
     if UnixStream::connect(socket).is_ok() {
         return Err(format!("another understudyd already answers on {}", socket.display()));
@@ -87,7 +88,7 @@ pub fn serve(socket: &Path, driver: PathBuf, checker: PathBuf, detection: Detect
                                    fix the cause and `understudy run` it", d.pci),
         }
     }
-    info!("understudyd listening on {} (driver executable {})", socket.display(), daemon.driver.display());
+    info!("understudyd listening on {} (driver executable {})", socket.display(), daemon.driver.binary.display());
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {
@@ -236,8 +237,8 @@ impl Daemon {
             let modules = resolve_modules(&s.modules, &infos, &device)?;
             Ok(Driver { device, modules: module_infos(&modules)? })
         }).collect::<Result<Vec<_>, String>>()?;
-        if !self.driver.is_file() {
-            return Err(format!("the driver executable {} does not exist (build it with `make -C runtime`, or start understudyd with --driver)", self.driver.display()));
+        if !self.driver.binary.is_file() {
+            return Err(format!("the driver executable {} does not exist (build it with `make -C runtime`, or start understudyd with --driver)", self.driver.binary.display()));
         }
         if check.is_some() && !self.checker.is_file() {
             return Err(format!("--check: the checker executable {} does not exist (build it with `make -C host`, \
@@ -261,7 +262,7 @@ impl Daemon {
             device: addr.clone(),
             modules: infos,
             ifname,
-            driver_binary: self.driver.clone(),
+            driver: self.driver.clone(),
             placement,
             geometry: Geometry::default(),
             detection: self.detection,

@@ -34,7 +34,6 @@ pub use handle::{start, Handle, Requester, Setup};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
@@ -50,6 +49,7 @@ use crate::ethtool_job::{Answer, EthtoolJob};
 use crate::fd;
 use crate::handover::{describe, Event};
 use crate::placement::Placement;
+use crate::process::DriverCommand;
 use crate::ratelimit::TokenBucket;
 use crate::shadow::{Action, NetShadow, Phase};
 use crate::standby::Standbys;
@@ -144,7 +144,7 @@ struct Supervisor {
     status: Arc<Mutex<DeviceStatus>>,
     log_limit: TokenBucket,
     detection: Detection,
-    driver_binary: PathBuf,
+    driver: DriverCommand,
     placement: Option<Placement>,
     /// How every driver process is checked (`run --check`); `None`: unchecked.
     checking: Option<Checking>,
@@ -169,7 +169,7 @@ impl Supervisor {
         let mut interface = Interface::create(&setup.ifname, label.clone())?;
         let datapath = Datapath::new(shm, interface.tap.take_driver_queue(), label.clone())?;
         let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
-        let spawn = Spawn { binary: &setup.driver_binary, placement: setup.placement, detection: setup.detection,
+        let spawn = Spawn { driver: &setup.driver, placement: setup.placement, detection: setup.detection,
                             check: checking.as_ref() };
         let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
@@ -186,14 +186,14 @@ impl Supervisor {
                             datapath.shm.bus_chunks().first().copied().unwrap_or(0)),
         };
         info!("{label}: driver process {pid} started ({}), interface {}, {dma}",
-              setup.driver_binary.display(), setup.ifname);
+              setup.driver.binary.display(), setup.ifname);
         let status = DeviceStatus {
             device: label,
             ifname: setup.ifname.clone(),
             iommu_group: vfio.iommu_group().unwrap_or(0),
             dma_unconfined: vfio.iommu_group().is_none(),
             modules: setup.modules.clone(),
-            driver_binary: setup.driver_binary.display().to_string(),
+            driver_binary: setup.driver.binary.display().to_string(),
             pid: Some(pid as u32),
             cpu: setup.placement.map(|p| p.cpu),
             state: DriverState::Starting,
@@ -243,7 +243,7 @@ impl Supervisor {
             status: Arc::new(Mutex::new(status)),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
             detection: setup.detection,
-            driver_binary: setup.driver_binary,
+            driver: setup.driver,
             placement: setup.placement,
             checking,
         };
@@ -261,7 +261,7 @@ impl Supervisor {
 
     /// How this device's driver processes are started.
     fn spawn_options(&self) -> Spawn<'_> {
-        Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
+        Spawn { driver: &self.driver, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
     }
 
     /// LOAD (unless `load` is false: the process did already), HELLO and

@@ -19,6 +19,7 @@ use crate::handover::Driver;
 use crate::ethtool_job::Answer;
 use crate::fd;
 use crate::placement::Placement;
+use crate::process::DriverCommand;
 use crate::policy::AgentPolicy;
 use crate::recovery::RestartPolicy;
 use crate::watchdog::Detection;
@@ -35,7 +36,7 @@ pub struct Setup {
     pub device: PciAddress,
     pub modules: Vec<ModuleInfo>,
     pub ifname: String,
-    pub driver_binary: PathBuf,
+    pub driver: DriverCommand,
     pub placement: Option<Placement>,
     pub geometry: Geometry,
     pub detection: Detection,

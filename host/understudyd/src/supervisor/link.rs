@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 use std::time::Instant;
 
 use log::info;
@@ -22,7 +21,7 @@ use super::{Fault, Purpose};
 use crate::check::{self, Alarm, Checker, Checking};
 use crate::fd;
 use crate::placement::Placement;
-use crate::process::{self, DriverFds, DriverProcess};
+use crate::process::{self, DriverCommand, DriverFds, DriverProcess};
 use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
 
 pub struct DriverLink {
@@ -42,7 +41,7 @@ pub struct DriverLink {
 /// How a driver process is started.
 #[derive(Clone, Copy)]
 pub struct Spawn<'a> {
-    pub binary: &'a Path,
+    pub driver: &'a DriverCommand,
     pub placement: Option<Placement>,
     pub detection: Detection,
     /// How it is checked; `None`: it is not.
@@ -67,8 +66,8 @@ pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[Modul
         None => None,
     };
     let (region, mut checker) = checked.unzip();
-    let identity = process::Identity::of_device(vfio.address())?;
-    let driver = process::spawn(spawn.binary, &DriverFds {
+    let identity = spawn.driver.identity(vfio.address())?;
+    let driver = process::spawn(&spawn.driver.binary, &DriverFds {
         control: driver_control.as_fd(),
         device: vfio.handoff(),
         arena: datapath.shm.arena().as_fd(),

@@ -204,7 +204,8 @@ impl Supervisor {
     /// device until HELLO and PROBE); on the destination of a move it also
     /// probes it, on scratch memory (loader.rs).
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
-        let spawn = Spawn { binary: &self.driver_binary, placement: self.placement, detection: self.detection,
+        // Built from the fields, not spawn_options(): `self.devices` is borrowed mutably below.
+        let spawn = Spawn { driver: &self.driver, placement: self.placement, detection: self.detection,
                             check: self.checking.as_ref() };
         let started = match self.devices.serving() {
             Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
