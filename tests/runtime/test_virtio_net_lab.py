@@ -75,6 +75,21 @@ def test_a_virtio_device_without_access_platform_is_refused(no_leftover_qemu, ru
     assert not events(res.out, "REGISTERED"), res.out
 
 
+def test_a_device_granting_fewer_vectors_than_asked_gets_the_drivers_fallback(no_leftover_qemu, runtime_built):
+    """QEMU's `vectors=2`: an MSI-X table of two. virtio_pci asks for one vector
+    per queue and one for configuration changes (three), is refused (-ENOSPC,
+    runtime/kernel/msi.c, before anything is enabled), and falls back as in
+    the kernel to one for configuration and one its queues share."""
+    with Guest(devices=[DEVICE], nic_props="vectors=2") as g:
+        res = stand_alone(g, "--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2", "--remove")
+    assert res.returncode == 0, res.out + res.err
+    assert events(res.out, "IRQ_VECTORS") == [{"source": "msix", "vectors": "2", "granted": "2",
+                                                "first_irq": "32"}], res.out
+    [reply] = events(res.out, "ARP_REPLY")
+    assert reply["ip"] == "10.0.2.2", res.out
+    assert events(res.out, "STATS")[-1]["skbs_live"] == "0", res.out
+
+
 def test_guest_traffic_and_recovery_through_us0(no_leftover_qemu, bins):
     with Guest(devices=[DEVICE]) as g:
         bdf, _ = understudy.hand_over(g, "nic0", "virtio_net")

@@ -22,7 +22,15 @@ pub fn with_dependencies(module: &Path) -> Result<Vec<String>, String> {
         .find_map(|l| l.split_once(':').filter(|(m, _)| Path::new(m) == inside).map(|(_, d)| d.to_string()))
         .ok_or_else(|| format!("{} is not in {}/modules.dep", inside.display(), tree.display()))?;
     // modules.dep lists the dependencies in the order modprobe removes them: load them in reverse.
-    let mut chain: Vec<String> = line.split_whitespace().rev().map(|d| tree.join(d).display().to_string()).collect();
+    let mut chain = Vec::new();
+    for dep in line.split_whitespace().rev().map(|d| tree.join(d)) {
+        // Refused here, before any device is touched, rather than by the loader mid-start.
+        if !dep.is_file() {
+            return Err(format!("{} needs {} (modules.dep), which is missing: the module tree is incomplete \
+                                (reinstall the kernel's modules)", inside.display(), dep.display()));
+        }
+        chain.push(dep.display().to_string());
+    }
     chain.push(module.display().to_string());
     Ok(chain)
 }
@@ -134,15 +142,23 @@ mod tests {
         let tree = std::env::temp_dir().join(format!("understudy-modtree-{}", std::process::id()));
         let dir = tree.join("kernel/drivers/net");
         std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(tree.join("kernel/lib")).unwrap();
         std::fs::write(tree.join("modules.dep"),
                        "kernel/drivers/net/a-b.ko: kernel/drivers/net/mii.ko kernel/lib/crc.ko\nkernel/drivers/net/mii.ko:\n")
             .unwrap();
+        for file in ["kernel/drivers/net/a-b.ko", "kernel/drivers/net/mii.ko", "kernel/lib/crc.ko"] {
+            std::fs::write(tree.join(file), b"").unwrap();
+        }
         let chain = with_dependencies(&dir.join("a-b.ko")).unwrap();
         let t = tree.display();
         assert_eq!(chain, vec![format!("{t}/kernel/lib/crc.ko"), format!("{t}/kernel/drivers/net/mii.ko"),
                                format!("{t}/kernel/drivers/net/a-b.ko")]);
         assert_eq!(module_name("kernel/drivers/net/a-b.ko"), "a_b");
         assert!(with_dependencies(&dir.join("missing.ko")).unwrap_err().contains("is not in"));
+        std::fs::remove_file(tree.join("kernel/lib/crc.ko")).unwrap();
+        let missing = with_dependencies(&dir.join("a-b.ko")).unwrap_err();
+        assert!(missing.contains("kernel/drivers/net/a-b.ko needs") && missing.contains("kernel/lib/crc.ko (modules.dep), which is missing"),
+                "{missing}");
         std::fs::remove_dir_all(&tree).unwrap();
     }
 }
