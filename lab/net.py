@@ -79,8 +79,16 @@ def bring_up_iface(guest: Guest, iface: str, timeout: float = 30, what: str = ""
     address = guest_address(1) if network else GUEST_ADDRESS
     # On a LabNetwork the peer is on the guest's own subnet: no route to add.
     route = "" if network else f"ip route replace default via {SLIRP_GATEWAY} dev {iface} && "
+    # Carrier first: a ping sent before it is an ARP request lost, and ping
+    # gives up on the "unreachable" that follows (e1000e's link comes up
+    # seconds after it is opened). Then pings until one is answered.
     script = (f"ip link set {iface} up && ip addr replace {address} dev {iface} && {route}"
-              f"ping -n -c 1 -i 0.05 -w {int(timeout)} {peer} >/dev/null")
+              f"end=$(( $(date +%s) + {int(timeout)} )); "
+              f"until [ \"$(cat /sys/class/net/{iface}/carrier 2>/dev/null)\" = 1 ]; do "
+              f"[ $(date +%s) -ge $end ] && {{ echo 'no carrier in {int(timeout)} s' >&2; exit 1; }}; sleep 0.1; done; "
+              f"until ping -n -c 1 -W 1 {peer} >/dev/null 2>&1; do "
+              f"[ $(date +%s) -ge $end ] && {{ echo 'no answer from {peer} in {int(timeout)} s' >&2; exit 1; }}; "
+              f"sleep 0.2; done")
     res = guest.run(script, timeout=timeout + 10)
     if res.returncode != 0:
         raise LabError(f"{iface} ({what or iface}) did not come up: {res.err.strip()}")
