@@ -42,9 +42,14 @@ def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = Non
     whatever interface carries the guest's traffic to its peer (slirp's, or `network`'s)."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
-    sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network)
+    try:
+        sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network)
+        rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network)
+    except TimeoutError as e:
+        raise LabError(f"{e}: the transfer stalled, the NIC stopped moving frames (QEMU's i82559er "
+                       "does now and then under e100, in-kernel too: docs/performance.md §9); "
+                       "run the series again") from None
     tx = sent.pop("mbps")
-    rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network)
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
