@@ -1,0 +1,105 @@
+"""Sending through understudy, session by session, after the in-kernel driver.
+
+e1000e's sending through understudy is fast in some `understudy run` sessions
+and crawls with thousands of retransmissions in others (docs/performance.md
+§9). This alternates the two worlds on one device, as `bench net` does, and
+for each understudy session measures one guest -> host transfer with the
+counters that tell where frames go missing:
+
+    python3 -m lab.experiments.session_loss --driver e1000e [--sessions 4] [--json]
+
+Per session: Mbit/s and retransmissions (iperf3), the host TCP's
+out-of-order segments (holes: `TcpExtTCPOFOQueue` in the lab's network
+namespace), the frames us0 sent and dropped against the frames the driver
+completed (`understudy ethtool --stats`) and the driver process's own
+counts (`understudy status`). --no-kernel leaves the in-kernel driver out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from .. import net, understudy
+from ..errors import LabError
+
+TRANSFER_S = 3
+
+
+def host_counter(network, name: str) -> int:
+    """A counter of the host's stack in the lab's namespace (nstat's absolute value)."""
+    res = subprocess.run(["ip", "netns", "exec", network.name, "nstat", "-az", "--json", name],
+                         capture_output=True, text=True, check=True)
+    return json.loads(res.stdout)["kernel"].get(name, 0)
+
+
+def frame_counts(guest, daemon) -> dict:
+    """us0's sent and dropped frames, and what the driver says it completed."""
+    us0 = json.loads(guest.run("ip -s -j link show us0", check=True).out)[0]["stats64"]["tx"]
+    stats = {}
+    for line in daemon.cli("ethtool", "us0", "--stats").out.splitlines():
+        key, _, value = line.strip().partition(":")
+        if value.strip().isdigit():
+            stats[key] = int(value)
+    return {"us0_sent": us0["packets"], "us0_dropped": us0["dropped"],
+            "driver_tx_packets": stats.get("tx_packets"),
+            "process": daemon.status_of("us0")["counters"]}
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: (delta(v, before[k]) if isinstance(v, dict) else
+                v - before[k] if isinstance(v, int) and isinstance(before.get(k), int) else v)
+            for k, v in after.items()}
+
+
+def session_loss(driver: str, sessions: int, with_kernel: bool) -> list[dict]:
+    bins = understudy.build(release=True)
+    results = []
+    with understudy.nic_lab(driver) as lab:
+        g = lab.guest
+        daemon = understudy.Daemon(g, bins)
+        try:
+            for i in range(sessions):
+                if with_kernel:
+                    understudy.bind_kernel(g, lab.bdf, driver)
+                    net.bring_up(g, "nic0", network=lab.network)
+                    net.iperf3_run(g, reverse=False, seconds=2, network=lab.network)
+                understudy.understudy_up(g, daemon, lab.bdf, lab.modules, lab.network, g.cpus - 1)
+                holes0, frames0 = host_counter(lab.network, "TcpExtTCPOFOQueue"), frame_counts(g, daemon)
+                sent = net.iperf3_run(g, reverse=False, seconds=TRANSFER_S, network=lab.network)
+                result = {"session": i + 1, "mbps": round(sent["mbps"]), "retransmits": sent["retransmits"],
+                          "host_out_of_order": host_counter(lab.network, "TcpExtTCPOFOQueue") - holes0,
+                          **delta(frame_counts(g, daemon), frames0)}
+                print(f"[session_loss] {json.dumps(result)}", file=sys.stderr, flush=True)
+                results.append(result)
+                understudy.understudy_down(g, daemon, lab.bdf)
+        finally:
+            daemon.stop()
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--driver", default="e1000e", help="a lab NIC's in-kernel driver (default: e1000e)")
+    p.add_argument("--sessions", type=int, default=4, help="understudy sessions (default: 4)")
+    p.add_argument("--no-kernel", action="store_true", help="no in-kernel driver before each session")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args()
+    try:
+        results = session_loss(args.driver, args.sessions, not args.no_kernel)
+    except LabError as e:
+        print(f"session_loss: {e}", file=sys.stderr)
+        return 3
+    if args.json:
+        print(json.dumps({"driver": args.driver, "sessions": results}, indent=1))
+    else:
+        for r in results:
+            print(f"session {r['session']}: {r['mbps']} Mbit/s, {r['retransmits']} retransmitted, "
+                  f"{r['host_out_of_order']} holes at the host; us0 sent {r['us0_sent']} "
+                  f"(dropped {r['us0_dropped']}), the driver completed {r['driver_tx_packets']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
