@@ -1,10 +1,11 @@
-"""Sending through understudy, session by session, after the in-kernel driver.
+"""Sending through understudy, session by session.
 
 e1000e's sending through understudy is fast in some `understudy run` sessions
 and crawls with thousands of retransmissions in others (docs/performance.md
-§9). This alternates the two worlds on one device, as `bench net` does, and
-for each understudy session measures one guest -> host transfer with the
-counters that tell where frames go missing:
+§9). This runs several sessions on one device and one daemon, each after the
+in-kernel driver as in `bench net` (or not, with --no-kernel), and for each
+measures one guest -> host transfer with the counters that tell where frames
+go missing:
 
     python3 -m lab.experiments.session_loss --driver e1000e [--sessions 4] [--json]
 
