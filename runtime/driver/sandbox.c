@@ -77,9 +77,10 @@ static int load_filter(void)
 	if (!ctx)
 		return -ENOMEM;
 	/*
-	 * The process is one thread still (threads start with the kernel
-	 * world), and those to come inherit the filter. (Synchronising threads
-	 * would need seccomp(2), which Valgrind does not know; prctl will do.)
+	 * The process is one thread still (sandbox_enter checked; threads start
+	 * with the kernel world), and those to come inherit the filter.
+	 * (Synchronising threads would need seccomp(2), which Valgrind does not
+	 * know; prctl will do.)
 	 */
 	for (unsigned int nr = TUN_IOCTL_FIRST; !err && nr <= 0xff; nr++) {
 		struct scmp_arg_cmp tun = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffff, TUN_IOCTL_TYPE | nr);
@@ -154,7 +155,7 @@ void sandbox_enter(void)
 
 	if (!sandbox.wanted)
 		return;
-	/* prctl's filter binds the calling thread and those it starts later. */
+	/* load_filter's prctl binds this thread and those it starts later, no other. */
 	threads = count_threads();
 	if (threads < 0)
 		die("cannot count the process's threads before the sandbox: %s", strerror(-threads));
