@@ -9,7 +9,10 @@ in-kernel driver and by understudy (the same module file in a driver process
 behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
 With --no-iommu the guest has no IOMMU and understudy drives the NIC through
 uio_pci_generic (docs/design.md §4); the same benchmark in a guest with the
-IOMMU follows, so that its ratios stand beside VFIO's.
+IOMMU follows, so that its ratios stand beside VFIO's. With --queues N a
+virtio-net NIC has N queue pairs (understudy run --queues N; the in-kernel
+driver takes them as it probes), and with --parallel P iperf3 runs P
+connections: the report then counts each queue's packets in both worlds.
 
 bench rt --driver D: real-time latency (cyclictest) beside the same two, idle and
 under traffic (lab/bench_rt.py).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import statistics
 import sys
@@ -37,14 +41,15 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = None) -> dict:
-    """Throughput both ways (iperf3), guest CPU per byte moved, and 100 pings, through
-    whatever interface carries the guest's traffic to its peer (slirp's, or `network`'s)."""
+def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = None, parallel: int = 1) -> dict:
+    """Throughput both ways (iperf3, `parallel` connections), guest CPU per byte moved,
+    and 100 pings, through whatever interface carries the guest's traffic to its
+    peer (slirp's, or `network`'s)."""
     busy0 = net.cpu_busy_seconds(guest)
     t0 = time.monotonic()
     try:
-        sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network)
-        rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network)
+        sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network, parallel=parallel)
+        rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network, parallel=parallel)
     except TimeoutError as e:
         raise LabError(f"{e}: the transfer stalled, the NIC stopped moving frames (QEMU's i82559er "
                        "does now and then under e100, in-kernel too: docs/performance.md §9); "
@@ -182,15 +187,41 @@ def hashed_transfers(guest: Guest, network: LabNetwork) -> dict:
     return {way: net.bulk(guest, way, HASHED_BYTES, network=network).hash_ok for way in ("tx", "rx")}
 
 
-def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True) -> dict:
+QUEUE_PACKETS = re.compile(r"^(tx|rx)_queue_\d+_packets$")
+
+
+def queue_packets(stats: dict[str, int]) -> dict[str, int]:
+    """A driver's per-queue packet counters (virtio_net's tx_queue_N_packets, ...)."""
+    return {name: value for name, value in stats.items() if QUEUE_PACKETS.match(name)}
+
+
+def kernel_queue_packets(guest: Guest, dev_id: str) -> dict[str, int]:
+    """The in-kernel driver's per-queue counters (`ethtool -S`)."""
+    out = guest.run(["ethtool", "-S", net.iface_of(guest, dev_id)], check=True).out
+    pairs = (line.strip().split(": ", 1) for line in out.splitlines() if ": " in line)
+    return queue_packets({name: int(value) for name, value in pairs if value.strip().isdigit()})
+
+
+def understudy_queue_packets(daemon: understudy.Daemon, bdf: str) -> dict[str, int]:
+    """The driver process's per-queue counters (`understudy ethtool --stats --json`)."""
+    status, report = daemon.cli_json("ethtool", "--stats", bdf)
+    if status:
+        raise LabError(f"understudy ethtool --stats {bdf} failed: {report}")
+    return queue_packets({s["name"]: s["value"] for s in report["ethtool"]["stats"]})
+
+
+def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True,
+              queues: int = 1, parallel: int = 1) -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device
-    (without `iommu`: in a guest without one, understudy over uio_pci_generic)."""
+    (without `iommu`: in a guest without one, understudy over uio_pci_generic;
+    with `queues`, a NIC of that many queue pairs; `parallel` iperf3 connections)."""
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     hashes = {"kernel": [], "understudy": []}
-    log(f"booting a guest {'with' if iommu else 'WITHOUT'} an IOMMU, {dev.name} on {NETWORKS[network_kind]}")
-    with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu) as lab:
+    log(f"booting a guest {'with' if iommu else 'WITHOUT'} an IOMMU, {dev.name}"
+        f"{f' ({queues} queue pairs)' if queues > 1 else ''} on {NETWORKS[network_kind]}")
+    with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu, queues=queues) as lab:
         guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         daemon = understudy.Daemon(guest, bins)
         try:
@@ -198,11 +229,13 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
                 log(f"run {i + 1}/{runs}: in-kernel {dev.driver}")
                 understudy.bind_kernel(guest, bdf, dev.driver)
                 net.bring_up(guest, "nic0", network=network)
-                kernel_runs.append(measure_traffic(guest, seconds, network))
+                kernel_runs.append({**measure_traffic(guest, seconds, network, parallel),
+                                    "queue_packets": kernel_queue_packets(guest, "nic0")})
                 hashes["kernel"].append(hashed_transfers(guest, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
                 understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
-                understudy_runs.append(measure_traffic(guest, seconds, network))
+                understudy_runs.append({**measure_traffic(guest, seconds, network, parallel),
+                                        "queue_packets": understudy_queue_packets(daemon, bdf)})
                 hashes["understudy"].append(hashed_transfers(guest, network))
                 understudy.understudy_down(guest, daemon, bdf)
         finally:
@@ -213,7 +246,8 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
     spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, k)) for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "dma": "iommu (vfio-pci)" if iommu else "unconfined (uio_pci_generic)",
-            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest), **ratios,
+            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest),
+            "queues": queues, "parallel": parallel, **ratios,
             # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
             "spread": spreads,
             "ping_loss_pct": under.get("ping_loss_pct"), "kernel": kernel, "understudy": under,
@@ -224,9 +258,11 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
 
 
 def cmd_net(args) -> int:
-    report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu)
+    report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu,
+                       queues=args.queues, parallel=args.parallel)
     if args.no_iommu:
-        vfio = bench_net(args.driver, args.runs, args.seconds, args.network)
+        vfio = bench_net(args.driver, args.runs, args.seconds, args.network, queues=args.queues,
+                         parallel=args.parallel)
         report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run", "hash_ok"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     report = {**report, **provenance.record()}
@@ -245,6 +281,11 @@ def cmd_net(args) -> int:
         if args.no_iommu:
             print("VFIO: " + "  ".join(f"{k} {_fmt(report['vfio'][k])}{_range(report['vfio']['spread'][k])}"
                                        for k in NET_RATIOS))
+        if args.queues > 1:
+            for world in ("kernel", "understudy"):
+                counts = report["per_run"][world][-1]["queue_packets"]
+                print(f"{world}, last run, packets per queue: "
+                      + ", ".join(f"{name.removesuffix('_packets')} {n}" for name, n in sorted(counts.items())))
         print(f"hash-checked transfers ({HASHED_BYTES >> 20} MiB each way per run and world) whole: "
               + ", ".join(f"{world} {'yes' if ok else 'NO'}" for world, ok in all_hashes(report).items()))
         print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
@@ -292,6 +333,11 @@ def add_parser(sub):
     netp.add_argument("--no-iommu", action="store_true",
                       help="understudy through uio_pci_generic in a guest without an IOMMU, its DMA "
                       "unconfined (docs/design.md §4); then the same in a guest with one, for VFIO's ratios")
+    netp.add_argument("--queues", type=int, default=1, metavar="N",
+                      help="queue pairs of the NIC (virtio_net on a TAP only): QEMU's mq=on, "
+                      "`understudy run --queues N`; per-queue packet counts join the report")
+    netp.add_argument("--parallel", type=int, default=1, metavar="P",
+                      help="iperf3 connections each way (-P), to spread flows over the queues")
     netp.add_argument("--plot", metavar="FILE", help="draw mean and maximum throughput into this PNG "
                       "(`bench plot-net` draws saved reports)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")

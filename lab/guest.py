@@ -49,8 +49,8 @@ class GuestFailed(LabError):
 class TapSource(Protocol):
     """Where a guest's NICs get their TAPs when not on slirp (lab.netns.LabNetwork)."""
 
-    def open_tap(self) -> int:
-        """An open TAP file descriptor, already attached to its network."""
+    def open_tap(self, queues: int = 1) -> list[int]:
+        """An open TAP's file descriptors, one per queue, already attached to its network."""
 
 
 def _die_with_parent() -> None:
@@ -91,6 +91,9 @@ class Guest:
     # starts: "rx" tells what each one put on the wire.
     pcap_queue: str = "all"
     nic_props: str = ""               # more QEMU -device properties for each NIC ("autonegotiation=off")
+    # Queue pairs of each virtio-net NIC (mq=on, a vector per queue and two
+    # more), each a queue of its multi-queue TAP: needs a TapSource netdev.
+    nic_queues: int = 1
     # False: a machine without an IOMMU (no intel-iommu device, no IOMMU
     # groups, so VFIO refuses), with NO_IOMMU_HUGEPAGES 2 MiB hugepages
     # reserved at boot for `understudy run --no-iommu` (docs/design.md §4).
@@ -113,7 +116,11 @@ class Guest:
         # very same ones, whatever was unplugged or plugged since (incoming_twin).
         self.ports = [f"rp{i}" for i in range(len(self.placed) + SPARE_ROOT_PORTS)]
         self.host_root_attached = True   # see detach_host_root()
-        self._tap_fds: dict[str, int] = {}  # NIC id -> TAP fd, from start() until QEMU has it
+        self._tap_fds: dict[str, list[int]] = {}  # NIC id -> its TAP's fds, from start() until QEMU has them
+        if self.nic_queues > 1 and (self.netdev == "user" or any(
+                pd.device.qemu_model != "virtio-net-pci" for pd in self.placed if pd.device.kind == NIC)):
+            raise LabError(f"nic_queues={self.nic_queues}: several queues are a virtio-net NIC's on a TAP "
+                           "(slirp has one queue, the other NIC models one queue pair)")
         self.qemu: subprocess.Popen | None = None
         self.qmp = None   # qemu.qmp's QEMUMonitorProtocol once started
         self.agent = AgentClient(str(self.rundir / "agent.sock"))
@@ -129,7 +136,10 @@ class Guest:
     def _netdev_args(self, pd: PlacedDevice) -> list[str]:
         if self.netdev == "user":
             return ["-netdev", f"user,id=net-{pd.id}"]
-        return ["-netdev", f"tap,id=net-{pd.id},fd={self._tap_fds[pd.id]}"]
+        fds = self._tap_fds[pd.id]
+        if len(fds) == 1:
+            return ["-netdev", f"tap,id=net-{pd.id},fd={fds[0]}"]
+        return ["-netdev", f"tap,id=net-{pd.id},fds={':'.join(map(str, fds))}"]
 
     def pcap_path(self, dev_id: str) -> Path:
         """With `pcap`, the NIC's frames as its backend saw them, both ways (or
@@ -144,9 +154,10 @@ class Guest:
             # Headers are enough to time frames; whole frames would cost disk and CPU.
             dump = ["-object", f"filter-dump,id=dump-{pd.id},netdev=net-{pd.id},maxlen={PCAP_SNAPLEN},"
                     f"file={self.pcap_path(pd.id)},queue={self.pcap_queue}"] if self.pcap else []
+            queues = f"mq=on,vectors={2 * self.nic_queues + 2}" if self.nic_queues > 1 else ""
             return [*self._netdev_args(pd), *dump, "-device",
                     f"{dev.qemu_model},id={pd.id},netdev=net-{pd.id},mac={pd.mac},bus={bus}"
-                    + "".join(f",{p}" for p in (dev.props, self.nic_props) if p)]
+                    + "".join(f",{p}" for p in (dev.props, queues, self.nic_props) if p)]
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",
                     "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]
@@ -204,7 +215,7 @@ class Guest:
         if self.kvm and not os.access("/dev/kvm", os.W_OK):
             raise LabError("--kvm asked for but /dev/kvm is not usable")
         if self.netdev != "user":
-            self._tap_fds = {pd.id: self.netdev.open_tap()
+            self._tap_fds = {pd.id: self.netdev.open_tap(self.nic_queues)
                              for pd in self.placed if pd.device.kind == NIC}
         try:
             argv = self.qemu_argv()
@@ -212,11 +223,12 @@ class Guest:
             self._qemu_stderr = open(self.rundir / "qemu.stderr", "wb")
             self.qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._qemu_stderr,
                                          stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-                                         pass_fds=list(self._tap_fds.values()))
+                                         pass_fds=[fd for fds in self._tap_fds.values() for fd in fds])
         finally:
             # QEMU has its own copies: a TAP must vanish when the QEMU using it exits.
-            for fd in self._tap_fds.values():
-                os.close(fd)
+            for fds in self._tap_fds.values():
+                for fd in fds:
+                    os.close(fd)
             self._tap_fds = {}
         deadline = time.monotonic() + timeout
         try:
@@ -431,7 +443,7 @@ class Guest:
             self.qmp.cmd("netdev_add", type="user", id=f"net-{dev_id}")
         else:
             # The TAP reaches QEMU over the QMP socket (SCM_RIGHTS), named by getfd.
-            fd = self.netdev.open_tap()
+            [fd] = self.netdev.open_tap()
             try:
                 self.qmp.send_fd_scm(fd)
             finally:

@@ -177,17 +177,18 @@ def free_port() -> int:
 
 
 def iperf3(guest: Guest, reverse: bool, seconds: int = 5, network: LabNetwork | None = None,
-           timeout: float | None = None) -> float:
+           timeout: float | None = None, parallel: int = 1) -> float:
     """iperf3 through the NIC: Mbit/s received (guest→host, or host→guest with reverse)."""
-    return iperf3_run(guest, reverse, seconds, network, timeout)["mbps"]
+    return iperf3_run(guest, reverse, seconds, network, timeout, parallel)["mbps"]
 
 
 def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5,
-               network: LabNetwork | None = None, timeout: float | None = None) -> dict:
+               network: LabNetwork | None = None, timeout: float | None = None, parallel: int = 1) -> dict:
     """iperf3 through the NIC against a host server on the host's loopback (through
-    slirp) or on `network`'s bridge: Mbit/s received and, guest→host, the sending
-    TCP's figures (sender_figures). A run still going after `timeout` seconds
-    (default: a minute more than asked for) raises TimeoutError."""
+    slirp) or on `network`'s bridge, with `parallel` TCP connections: Mbit/s
+    received and, guest→host, the sending TCP's figures (sender_figures). A run
+    still going after `timeout` seconds (default: a minute more than asked for)
+    raises TimeoutError."""
     port = free_port()
     peer = peer_address(network)
     argv = ["iperf3", "-s", "-1", "--forceflush", "-p", str(port), "-B", peer if network else "127.0.0.1"]
@@ -199,7 +200,8 @@ def iperf3_run(guest: Guest, reverse: bool, seconds: int = 5,
             if not line:
                 raise LabError(f"the host's iperf3 server did not start ({shlex.join(argv)})")
         res = guest.run(["iperf3", "-c", peer, "-p", str(port), "-t", str(seconds),
-                         "-J", *(["-R"] if reverse else [])], timeout=timeout or seconds + 60)
+                         "-J", *(["-R"] if reverse else []), *(["-P", str(parallel)] if parallel > 1 else [])],
+                        timeout=timeout or seconds + 60)
         data = json.loads(res.out)
         if "error" in data:
             raise LabError(f"iperf3 failed: {data['error']}")

@@ -42,7 +42,7 @@ BRIDGE_MAC = "02:00:0a:cb:00:01"
 
 CLONE_NEWNET = 0x40000000
 TUNSETIFF = 0x400454CA
-IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
+IFF_TAP, IFF_NO_PI, IFF_MULTI_QUEUE = 0x0002, 0x1000, 0x0100
 IFNAMSIZ = 16
 
 
@@ -81,15 +81,22 @@ def _in_namespace(netns_path: str, fn):
     return outcome["value"]
 
 
-def _open_tap() -> tuple[int, str]:
-    """Creates a TAP (the kernel names it tapN) and returns its fd and name."""
-    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+def _open_tap(queues: int = 1) -> tuple[list[int], str]:
+    """Creates a TAP (the kernel names it tapN) with `queues` queues
+    (IFF_MULTI_QUEUE when more than one) and returns their fds and its name."""
+    flags = IFF_TAP | IFF_NO_PI | (IFF_MULTI_QUEUE if queues > 1 else 0)
+    fds: list[int] = []
+    name = b""
     try:
-        ifr = fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", b"", IFF_TAP | IFF_NO_PI))
+        for _ in range(queues):
+            fds.append(os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC))
+            ifr = fcntl.ioctl(fds[-1], TUNSETIFF, struct.pack("16sH22x", name, flags))
+            name = ifr[:IFNAMSIZ].rstrip(b"\0")
     except OSError:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
         raise
-    return fd, ifr[:IFNAMSIZ].rstrip(b"\0").decode()
+    return fds, name.decode()
 
 
 class LabNetwork:
@@ -129,15 +136,16 @@ class LabNetwork:
             self.close()
             raise
 
-    def open_tap(self) -> int:
-        """A new TAP on the bridge, as an fd for QEMU; the TAP lives as long as the fd."""
-        fd, name = _in_namespace(f"/run/netns/{self.name}", _open_tap)
+    def open_tap(self, queues: int = 1) -> list[int]:
+        """A new TAP on the bridge, as an fd per queue for QEMU; the TAP lives as long as they do."""
+        fds, name = _in_namespace(f"/run/netns/{self.name}", lambda: _open_tap(queues))
         try:
             self.ip("link", "set", name, "master", BRIDGE, "up")
         except BaseException:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
             raise
-        return fd
+        return fds
 
     def spawn(self, argv: list[str], **popen_kw) -> subprocess.Popen:
         """Starts a host process inside the namespace (a peer); close() kills it."""

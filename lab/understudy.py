@@ -22,7 +22,7 @@ from pathlib import Path
 from . import config, net
 from .devices import BY_DRIVER, lookup_nic
 from .errors import LabError
-from .guest import SLIRP_GATEWAY, Guest
+from .guest import Guest
 from .netns import LabNetwork
 
 HOST_DIR = config.REPO_DIR / "host"
@@ -67,13 +67,15 @@ class NicLab:
 
 
 @contextlib.contextmanager
-def nic_lab(device: str, network: bool = True, iommu: bool = True) -> Iterator[NicLab]:
+def nic_lab(device: str, network: bool = True, iommu: bool = True, queues: int = 1) -> Iterator[NicLab]:
     """A guest with the lab NIC `device` on a LabNetwork (or, without `network`,
     on slirp), VFIO and TAP loaded, as the benchmarks and `lab check` use it;
-    without `iommu`, a guest with no IOMMU and hugepages instead (Guest.iommu)."""
+    without `iommu`, a guest with no IOMMU and hugepages instead (Guest.iommu);
+    with `queues`, that many queue pairs (a virtio-net NIC, Guest.nic_queues)."""
     with contextlib.ExitStack() as stack:
         lab_network = stack.enter_context(LabNetwork()) if network else None
-        guest = stack.enter_context(Guest(devices=[device], netdev=lab_network or "user", iommu=iommu))
+        guest = stack.enter_context(Guest(devices=[device], netdev=lab_network or "user", iommu=iommu,
+                                          nic_queues=queues))
         prepare(guest)
         yield NicLab(guest, lab_network, guest.pci_address("nic0"),
                      module_chain(guest, guest.placed[0].device.driver))
@@ -195,13 +197,13 @@ class Daemon:
                           timeout=timeout, in_initramfs=self.in_initramfs)
 
     def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None,
-            check: str | None = None, no_iommu: bool = False) -> None:
+            check: str | None = None, no_iommu: bool = False, queues: int = 1) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if
         given; under the checker with gate mode `check`, if given; with `no_iommu`
-        through uio_pci_generic, docs/design.md §4)."""
+        through uio_pci_generic, docs/design.md §4; with `queues` queue pairs)."""
         res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
                        *(["--check", check] if check else []), *(["--no-iommu"] if no_iommu else []),
-                       *module_args(modules))
+                       *(["--queues", str(queues)] if queues > 1 else []), *module_args(modules))
         if res.returncode:
             raise LabError(f"understudy run {bdf} failed: {res.err.strip()}")
 
@@ -258,12 +260,13 @@ def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
                   check: str | None = None) -> None:
     """understudy runs the device's driver (on `cpu`, if given; under the checker with
     gate mode `check`, if given; through uio_pci_generic in a guest without an
-    IOMMU) and us0 carries the slirp network (or `network`)."""
+    IOMMU; with as many queues as the guest's NIC has) and us0 carries the slirp
+    network (or `network`)."""
     if guest.iommu:
         bind_vfio(guest, bdf)
     else:
         unbind(guest, bdf)
-    daemon.run(bdf, modules, "us0", cpu, check, no_iommu=not guest.iommu)
+    daemon.run(bdf, modules, "us0", cpu, check, no_iommu=not guest.iommu, queues=guest.nic_queues)
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)
@@ -326,15 +329,17 @@ def wait_recovery(daemon: Daemon, bdf: str, count: int,
         time.sleep(0.05)
 
 
-def kill_and_recover(guest: Guest, daemon: Daemon, bdf: str, count: int) -> dict:
-    """One cycle: SIGKILL the driver, ping until the fresh one answers (its first
-    frame is timed), and check the daemon's verdict; returns the record."""
+def kill_and_recover(guest: Guest, daemon: Daemon, bdf: str, count: int,
+                     network: LabNetwork | None = None) -> dict:
+    """One cycle: SIGKILL the driver, ping the peer (slirp's, or `network`'s)
+    until the fresh one answers (its first frame is timed), and check the
+    daemon's verdict; returns the record."""
     pid = daemon.status()[bdf]["pid"]
     # ping gives up early once the neighbour entry fails (3 s of ARP without an
     # answer, as when the fresh driver's link is slow to come up): ping again.
     res = guest.run(f"kill -9 {int(pid)} && end=$(($(date +%s) + 60)) && "
                     f"while [ $(date +%s) -lt $end ]; do "
-                    f"ping -n -q -c 1 -i 0.1 -w 10 {SLIRP_GATEWAY} >/dev/null && exit 0; done; exit 1",
+                    f"ping -n -q -c 1 -i 0.1 -w 10 {net.peer_address(network)} >/dev/null && exit 0; done; exit 1",
                     timeout=90)
     if res.returncode:
         raise LabError(f"no ping answered through us0 within 60 s of killing driver {pid}: "

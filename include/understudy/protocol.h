@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#define US_PROTOCOL_VERSION 4u
+#define US_PROTOCOL_VERSION 5u
 
 /* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
 
@@ -32,6 +32,11 @@
 #define US_POOL_BUFFERS  4096u
 #define US_BUFFER_SIZE   2048u
 #define US_RING_SIZE     512u
+
+/* The most queues of the TAP a driver process is given (--tap-fd, once
+ * each): the device's transmit queue of a frame is the index of the TAP
+ * queue it was read from, modulo the queues the driver runs. */
+#define US_MAX_QUEUES    8u
 
 /* ---- rings ---------------------------------------------------------------- */
 
@@ -57,6 +62,8 @@ struct us_ring_entry {
 	uint16_t gso_size;    /* tx with a US_TX_GSO_* flag: TCP payload bytes per segment */
 	uint16_t csum_start;  /* tx with US_TX_CSUM: checksum the bytes from here to the end */
 	uint16_t csum_offset; /* ... and store it at csum_start + csum_offset */
+	uint16_t queue;       /* tx: the transmit queue, < US_MAX_QUEUES; 0 in tx_done */
+	uint16_t reserved;    /* 0 */
 } __attribute__((packed));
 
 /*
@@ -102,7 +109,7 @@ struct us_ring {
 
 #define US_RING_ENTRIES_OFFSET 192u
 _Static_assert(sizeof(struct us_ring) == US_RING_ENTRIES_OFFSET, "ring header layout");
-_Static_assert(sizeof(struct us_ring_entry) == 16, "ring entry layout");
+_Static_assert(sizeof(struct us_ring_entry) == 20, "ring entry layout");
 #define US_PAGE_SIZE 4096u
 
 /* Ring i starts at i * us_ring_stride(ring_size) in the rings memfd: each ring
@@ -129,6 +136,8 @@ struct us_held {
 	uint16_t gso_size;
 	uint16_t csum_start;
 	uint16_t csum_offset;
+	uint16_t queue;       /* the TAP queue it was read from, < US_MAX_QUEUES */
+	uint8_t pad[6];
 } __attribute__((packed));
 
 struct us_tap_state {
@@ -147,7 +156,7 @@ struct us_tap_state {
 
 #define US_HELD_OFFSET 192u
 _Static_assert(sizeof(struct us_tap_state) == US_HELD_OFFSET, "TAP state layout");
-_Static_assert(sizeof(struct us_held) == 24, "held frame layout");
+_Static_assert(sizeof(struct us_held) == 32, "held frame layout");
 
 /* Where the TAP's state starts in the rings memfd, and the memfd's size. */
 static inline uint64_t us_tap_state_offset(uint32_t ring_size)
@@ -180,6 +189,7 @@ enum us_msg_type {
 	US_MSG_SPAWN = 11,
 	/* before HELLO: load and check modules, run nothing; the reply's data is text */
 	US_MSG_LOAD = 12,
+	US_MSG_SET_CHANNELS = 13,
 	/* driver -> host */
 	US_MSG_REPLY = 64,
 	US_MSG_REGISTERED = 65,
@@ -265,6 +275,11 @@ struct us_set_rx_mode {
 
 struct us_set_features {
 	uint64_t features; /* NETIF_F_* bits as the kernel ABI defines them */
+} __attribute__((packed));
+
+/* ethtool -L DEV combined N: the queue pairs the driver runs, <= US_MAX_QUEUES. */
+struct us_set_channels {
+	uint32_t combined;
 } __attribute__((packed));
 
 enum us_ethtool_cmd {

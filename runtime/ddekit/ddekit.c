@@ -536,13 +536,13 @@ void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
 	rx_handler = handler;
 }
 
-void ddekit_net_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
-		   unsigned int n)
+void ddekit_net_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n)
 {
 	static uint8_t frame[64 * 1024 + 64];
 	size_t len = 0;
 
-	if (ddekit_tap_rx(meta, parts, n) || !rx_handler)
+	if (ddekit_tap_rx(queue, meta, parts, n) || !rx_handler)
 		return;
 	for (unsigned int i = 0; i < n && len + parts[i].len <= sizeof(frame); i++) {
 		memcpy(frame + len, parts[i].base, parts[i].len);

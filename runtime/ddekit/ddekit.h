@@ -295,12 +295,13 @@ struct ddekit_tx_frame {
 	unsigned short gso_size;
 	unsigned short csum_start;
 	unsigned short csum_offset;
+	unsigned short queue;	/* the TAP queue it was read from: its transmit queue */
 	int status;		/* out: 0 the driver took it, else -errno (dropped) */
 };
 
 /*
- * The stack's frames, from the driver's queue of the host's TAP
- * (docs/protocol.md, "Sending"): the next one into
+ * The stack's frames, from the driver's queues of the host's TAP
+ * (docs/protocol.md, "Sending"): the next one of queue `queue` into
  * buffer (at most size bytes), its length and offloads into f; 0 if the TAP
  * has none, the host's gate is closed or every record of a held frame is in
  * use. ddekit_tap_hold(f) then records it where it is (f->buffer, a block
@@ -308,7 +309,9 @@ struct ddekit_tx_frame {
  * ddekit_tap_done(f->buffer, dropped) ends the record once the driver is
  * done with it. Only ddekit_tap_done() needs the CPU held.
  */
-int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f);
+int ddekit_tap_read(unsigned int queue, void *buffer, unsigned int size, struct ddekit_tx_frame *f);
+/* How many queues of the TAP the process has (0 without a host). */
+unsigned int ddekit_tap_queues(void);
 void ddekit_tap_hold(const struct ddekit_tx_frame *f);
 void ddekit_tap_moved(const void *from, const void *to);
 void ddekit_tap_done(const void *buffer, int dropped);
@@ -337,7 +340,7 @@ struct ddekit_rx_part {
 /* The most parts one received frame may have: a GRO merge's, or an skb's head and frags. */
 #define DDEKIT_RX_MAX_PARTS 128
 
-void ddekit_net_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
-		   unsigned int n);
+void ddekit_net_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n);
 
 #endif /* UNDERSTUDY_DDEKIT_H */

@@ -225,22 +225,22 @@ static bool consume(struct us_ring *r, struct us_ring_entry *e)
  */
 static void wait_for_frames(struct us_ring *r)
 {
-	struct pollfd fds[3] = { { .fd = rings.kick_fd, .events = POLLIN } };
-	int tap_fds[2];
+	struct pollfd fds[2 + US_MAX_QUEUES] = { { .fd = rings.kick_fd, .events = POLLIN } };
+	int tap_fds[1 + US_MAX_QUEUES], n;
 	uint64_t count;
 
 	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
 		return;
-	ddekit_tap_wait_fds(tap_fds);
-	for (int i = 0; i < 2; i++)
+	n = ddekit_tap_wait_fds(tap_fds);
+	for (int i = 0; i < n; i++)
 		fds[1 + i] = (struct pollfd){ .fd = tap_fds[i], .events = POLLIN };
-	if (poll(fds, 3, -1) < 0 && errno != EINTR)
+	if (poll(fds, 1 + n, -1) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for frames (poll)");
 	if (fds[0].revents && read(rings.kick_fd, &count, sizeof(count)) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for the host (kick eventfd)");
-	if (fds[2].revents)
+	if (fds[1].revents)
 		ddekit_tap_woken();
 }
 
@@ -279,7 +279,7 @@ static void tx_thread(void *unused)
 			uint32_t span = us_tx_span(e.len, rings.buffer_size);
 
 			if (e.len > US_TX_MAX_FRAME || e.buf >= rings.pool_buffers ||
-			    span > rings.pool_buffers - e.buf)
+			    span > rings.pool_buffers - e.buf || e.queue >= US_MAX_QUEUES)
 				ddekit_panic("the host sent a bad tx entry");
 			batch[n++] = (struct ddekit_tx_frame){
 				.buffer = rings.pool + (uint64_t)e.buf * rings.buffer_size,
@@ -289,6 +289,7 @@ static void tx_thread(void *unused)
 				.gso_size = e.gso_size,
 				.csum_start = e.csum_start,
 				.csum_offset = e.csum_offset,
+				.queue = e.queue,
 			};
 		}
 		if (n) {

@@ -78,21 +78,25 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 		    unsigned int (*from_tap)(void));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /*
- * The driver's queue of the host's TAP: the stack's frames are read from
- * it, received frames written to it (docs/protocol.md, "Sending", "Receiving").
+ * The driver's queues of the host's TAP (up to US_MAX_QUEUES): the stack's
+ * frames are read from them, received frames written to them
+ * (docs/protocol.md, "Sending", "Receiving").
  */
-int ddekit_setup_tap(int tap_fd);
+int ddekit_setup_tap(const int *fds, unsigned int n);
 /* Between ddekit's files: the TAP's state in the rings memfd (tap.c), ... */
 struct us_tap_state;
 int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int notify_fd);
-/* ... the two fds the TX thread also waits on (-1: not now), and after it woke, ... */
+/*
+ * ... the fds the TX thread also waits on, a record freed and each queue
+ * (-1: not now), 1 + US_MAX_QUEUES at most, and after it woke, ...
+ */
 int ddekit_tap_wait_fds(int *fds);
 void ddekit_tap_woken(void);
 /* ... a received frame to the TAP (false: none), log records. */
 struct ddekit_rx_meta;
 struct ddekit_rx_part;
-bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
-		   unsigned int n);
+bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n);
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

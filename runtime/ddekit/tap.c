@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The driver's queue of the host's TAP (docs/protocol.md, "Sending" and
- * "Receiving"): the stack's frames are read from it, received frames are
- * written to it, neither through the host.
+ * The driver's queues of the host's TAP (docs/protocol.md, "Sending" and
+ * "Receiving"): the stack's frames are read from them, received frames are
+ * written to them, neither through the host. The host's steering spreads
+ * flows over the queues; a frame read from queue q goes to the device's
+ * transmit queue q (modulo those the driver runs, xmit.c), and a frame the
+ * device received on queue q is written to TAP queue q (modulo those there
+ * are), so that a flow keeps one queue each way.
  *
  * Each frame read is recorded in the TAP's state in shared memory, where it
  * lies in the arena and what it asks of the driver, until the driver is
  * done with it: if this process dies, the host gives those frames to its
  * successor. A frame is read only while the host's gate is open (a
  * successor replays and sends its predecessor's frames first) and a record
- * is free. The TX thread (host.c) waits on tap_fd and on a_record_freed.
+ * is free. The TX thread (host.c) waits on the queues and on a_record_freed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,7 +40,8 @@
  */
 #define BLOCK_SHIFT 11
 
-static int tap_fd = -1;
+static int tap_fds[US_MAX_QUEUES];
+static unsigned int n_tap_fds;
 
 static struct {
 	struct us_tap_state *state;	/* NULL without a host */
@@ -52,10 +57,18 @@ static struct {
 	pthread_mutex_t lock;		/* frames are done on any thread */
 } held = { .next_seq = 1, .a_record_freed = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
 
-int ddekit_setup_tap(int fd)
+int ddekit_setup_tap(const int *fds, unsigned int n)
 {
-	tap_fd = fd;
+	if (n > US_MAX_QUEUES)
+		return -EINVAL;
+	memcpy(tap_fds, fds, n * sizeof(*fds));
+	n_tap_fds = n;
 	return 0;
+}
+
+unsigned int ddekit_tap_queues(void)
+{
+	return n_tap_fds;
 }
 
 int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int notify_fd)
@@ -94,7 +107,7 @@ static bool may_read(void)
 		if (held.a_record_freed < 0)
 			ddekit_panic("cannot open the TX thread's eventfd");
 	}
-	if (tap_fd < 0 || !held.state || !__atomic_load_n(&held.state->gate, __ATOMIC_ACQUIRE))
+	if (!n_tap_fds || !held.state || !__atomic_load_n(&held.state->gate, __ATOMIC_ACQUIRE))
 		return false;
 	pthread_mutex_lock(&held.lock);
 	may = held.n_free > 0;
@@ -105,9 +118,12 @@ static bool may_read(void)
 
 int ddekit_tap_wait_fds(int *fds)
 {
-	fds[0] = may_read() ? tap_fd : -1;
-	fds[1] = held.a_record_freed;
-	return 2;
+	bool may = may_read();
+
+	fds[0] = held.a_record_freed;
+	for (unsigned int q = 0; q < n_tap_fds; q++)
+		fds[1 + q] = may ? tap_fds[q] : -1;
+	return 1 + n_tap_fds;
 }
 
 void ddekit_tap_woken(void)
@@ -143,8 +159,10 @@ static bool tx_offloads(const struct virtio_net_hdr *h, struct ddekit_tx_frame *
 	return true;
 }
 
-int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f)
+int ddekit_tap_read(unsigned int queue, void *buffer, unsigned int size, struct ddekit_tx_frame *f)
 {
+	if (queue >= n_tap_fds)
+		return 0;
 	for (;;) {
 		struct virtio_net_hdr h;
 		struct iovec iov[2] = { { &h, sizeof(h) }, { buffer, size } };
@@ -152,7 +170,7 @@ int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f)
 
 		if (!may_read())
 			return 0;
-		n = readv(tap_fd, iov, 2);
+		n = readv(tap_fds[queue], iov, 2);
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return 0;
 		if (n < 0) {
@@ -172,6 +190,7 @@ int ddekit_tap_read(void *buffer, unsigned int size, struct ddekit_tx_frame *f)
 			continue;
 		}
 		f->len = n - sizeof(h);
+		f->queue = queue;
 		return f->len;
 	}
 }
@@ -204,6 +223,7 @@ void ddekit_tap_hold(const struct ddekit_tx_frame *f)
 	h->gso_size = f->gso_size;
 	h->csum_start = f->csum_start;
 	h->csum_offset = f->csum_offset;
+	h->queue = f->queue;
 	__atomic_store_n(&h->seq, held.next_seq++, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&held.state->taken, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&held.lock);
@@ -283,19 +303,19 @@ _Static_assert(sizeof(struct ddekit_rx_meta) == sizeof(struct virtio_net_hdr),
  * is down: EIO; no memory), which drops it, as a NIC drops a frame the stack
  * has no room for; any other error means a header this process built wrong.
  */
-bool ddekit_tap_rx(const struct ddekit_rx_meta *meta, const struct ddekit_rx_part *parts,
-		   unsigned int n)
+bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n)
 {
 	struct iovec iov[1 + DDEKIT_RX_MAX_PARTS];
 
-	if (tap_fd < 0)
+	if (!n_tap_fds)
 		return false;
 	if (n > DDEKIT_RX_MAX_PARTS)
 		ddekit_panic("a received frame of more parts than the TAP write takes");
 	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
 	for (unsigned int i = 0; i < n; i++)
 		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
-	if (writev(tap_fd, iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
+	if (writev(tap_fds[queue % n_tap_fds], iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
 	    errno != EAGAIN) {
 		char why[96];
 

@@ -280,6 +280,7 @@ static size_t body_size(uint16_t type)
 	case US_MSG_SET_MTU: return sizeof(struct us_set_mtu);
 	case US_MSG_SET_MAC: return sizeof(struct us_set_mac);
 	case US_MSG_SET_FEATURES: return sizeof(struct us_set_features);
+	case US_MSG_SET_CHANNELS: return sizeof(struct us_set_channels);
 	case US_MSG_ETHTOOL: return sizeof(struct us_ethtool);
 	}
 	violation("unknown message type %u", type);
@@ -382,6 +383,14 @@ static void handle(struct session *s, const uint8_t *msg, size_t n, int received
 
 		memcpy(&f, body, sizeof(f));
 		ret = kernel.net_set_features(f.features);
+		break;
+	}
+	case US_MSG_SET_CHANNELS: {
+		struct us_set_channels c;
+
+		memcpy(&c, body, sizeof(c));
+		ret = c.combined && c.combined <= US_MAX_QUEUES ? kernel.net_set_channels(c.combined)
+								 : -EINVAL;
 		break;
 	}
 	case US_MSG_ETHTOOL: {

@@ -26,6 +26,7 @@ struct kernel_api {
 	int (*net_set_mac)(const uint8_t *mac);
 	int (*net_set_rx_mode)(uint32_t flags, unsigned int n_mc, const uint8_t *mc);
 	int (*net_set_features)(uint64_t features);
+	int (*net_set_channels)(unsigned int combined);
 	int (*net_drvinfo)(char *driver, char *version, char *fw_version, char *bus_info,
 			   unsigned int len);
 	int (*net_link)(uint32_t *speed, uint8_t *duplex, uint8_t *autoneg, uint8_t *port,

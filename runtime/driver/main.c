@@ -11,8 +11,11 @@
  * Under the host daemon (docs/protocol.md; control.c):
  *
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
- *		--kick-fd N --notify-fd N [--tap-fd N] [--runtime KO] [--symvers FILE]
+ *		--kick-fd N --notify-fd N [--tap-fd N]... [--runtime KO] [--symvers FILE]
  *		[--trace-fd N --gate triage|permissive|stringent] [--run-as UID:GID]
+ *
+ * --tap-fd once per queue of the host's TAP the driver is given (up to
+ * US_MAX_QUEUES; docs/protocol.md, "Several queues").
  *
  * or, for a device without an IOMMU (docs/design.md §4), instead of
  * --device-fd: --uio-fds UIO,CONFIG,BAR0,...,BAR5 (uio_pci_generic's
@@ -59,6 +62,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <understudy/protocol.h>
 
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
@@ -329,7 +334,7 @@ int main(int argc, char **argv)
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
-	int kick_fd = -1, notify_fd = -1, tap_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
+	int kick_fd = -1, notify_fd = -1, tap_fds[US_MAX_QUEUES], n_tap_fds = 0, opt, status = 0, init_status, trace_fd = -1, gate = -1;
 	int dma_chunks_fd = -1;
 	bool sandboxed = false;
 	unsigned int run_as_uid = 0, run_as_gid = 0;
@@ -365,7 +370,11 @@ int main(int argc, char **argv)
 		case OPT_RINGS_FD: rings_fd = number(optarg, "--rings-fd"); break;
 		case OPT_KICK_FD: kick_fd = number(optarg, "--kick-fd"); break;
 		case OPT_NOTIFY_FD: notify_fd = number(optarg, "--notify-fd"); break;
-		case OPT_TAP_FD: tap_fd = number(optarg, "--tap-fd"); break;
+		case OPT_TAP_FD:
+			if (n_tap_fds == US_MAX_QUEUES)
+				die("at most %u --tap-fd", US_MAX_QUEUES);
+			tap_fds[n_tap_fds++] = number(optarg, "--tap-fd");
+			break;
 		case OPT_OPEN: open_dev = true; break;
 		case OPT_WAIT_CARRIER: wait_carrier = strtod(optarg, NULL); break;
 		case OPT_ARP: {
@@ -438,7 +447,7 @@ int main(int argc, char **argv)
 			die("the device's fds are unusable");
 		if (sandboxed)
 			sandbox_prepare(run_as_uid, run_as_gid, debugger_perf_map_wanted());
-		ddekit_setup_tap(tap_fd);
+		ddekit_setup_tap(tap_fds, n_tap_fds);
 		return control_loop(control_fd, arena_fd, rings_fd, kick_fd, notify_fd, runtime, symvers);
 	}
 	if (device.uio[0] >= 0 || dma_chunks_fd >= 0)

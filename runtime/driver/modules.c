@@ -133,6 +133,7 @@ static void find_kernel_api(void)
 	kernel.net_set_mac = kernel_export("us_net_set_mac");
 	kernel.net_set_rx_mode = kernel_export("us_net_set_rx_mode");
 	kernel.net_set_features = kernel_export("us_net_set_features");
+	kernel.net_set_channels = kernel_export("us_net_set_channels");
 	kernel.net_drvinfo = kernel_export("us_net_drvinfo");
 	kernel.net_link = kernel_export("us_net_link");
 	kernel.net_stats = kernel_export("us_net_stats");

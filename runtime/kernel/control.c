@@ -259,6 +259,34 @@ EXPORT_SYMBOL_GPL(us_net_set_features);
 
 /* ---- ethtool -------------------------------------------------------------- */
 
+/*
+ * ethtool -L combined N, as ethtool_set_channels() checks it: within the
+ * driver's maximum, the other counts left as they are. A driver without
+ * the operations runs one queue pair.
+ */
+static int do_set_channels(struct net_device *dev, void *arg)
+{
+	const struct ethtool_ops *ops = dev->ethtool_ops;
+	struct ethtool_channels channels = {};
+	unsigned int combined = *(unsigned int *)arg;
+
+	if (!ops || !ops->get_channels || !ops->set_channels)
+		return combined == 1 ? 0 : -EOPNOTSUPP;
+	ops->get_channels(dev, &channels);
+	if (combined == channels.combined_count)
+		return 0;
+	if (!combined || combined > channels.max_combined)
+		return -EINVAL;
+	channels.combined_count = combined;
+	return ops->set_channels(dev, &channels);
+}
+
+int us_net_set_channels(unsigned int combined)
+{
+	return with_rtnl(do_set_channels, &combined);
+}
+EXPORT_SYMBOL_GPL(us_net_set_channels);
+
 struct drvinfo_out {
 	char *driver, *version, *fw_version, *bus_info;
 	unsigned int len;

@@ -192,6 +192,12 @@ static bool add_parts(struct sk_buff *skb, const void *from, struct ddekit_rx_pa
 	return true;
 }
 
+/* The device's receive queue of a frame, which the TAP queue it is written to follows. */
+static unsigned int rx_queue(const struct sk_buff *skb)
+{
+	return skb_rx_queue_recorded(skb) ? skb_get_rx_queue(skb) : 0;
+}
+
 /*
  * One frame as received, gathered from where it lies -- its head, its
  * fragments and those of the skbs chained to it (a virtio device's GSO
@@ -217,7 +223,7 @@ static void deliver_one(struct sk_buff *skb)
 	skb_walk_frags(skb, chained)
 		if (!add_parts(chained, chained->data, parts, &n, DDEKIT_RX_MAX_PARTS))
 			goto too_many_parts;
-	ddekit_net_rx((const struct ddekit_rx_meta *)&hdr, parts, n);
+	ddekit_net_rx(rx_queue(skb), (const struct ddekit_rx_meta *)&hdr, parts, n);
 	frames_delivered++;
 	return;
 too_many_parts:
@@ -266,7 +272,7 @@ void us_gro_flush(void)
 		/* Every segment's headers are the first one's length (continues()). */
 		n += span_parts(skb, held.hlen, ETH_HLEN + ntohs(sip->tot_len) - held.hlen, parts + n);
 	}
-	ddekit_net_rx(&meta, parts, n);
+	ddekit_net_rx(rx_queue(first), &meta, parts, n);
 	frames_delivered += held.n;
 	for (unsigned int i = 0; i < held.n; i++)
 		consume_skb(held.skb[i]);

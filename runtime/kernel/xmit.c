@@ -6,6 +6,12 @@
  * in batches, each with its offloads applied or done in software. Called
  * by the executable's TX thread, which does not hold the CPU: each entry
  * point takes it.
+ *
+ * Several queues: a frame goes to the transmit queue of the TAP queue it
+ * came from (the host's steering keeps a flow on one), modulo the queues
+ * the driver runs. One thread sends on all of them, as one CPU would: the
+ * runtime has one (docs/design.md §3), so threads per queue would only
+ * take turns at it.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -16,22 +22,28 @@
 
 #include "internal.h"
 
+static struct netdev_queue *tx_queue(struct net_device *dev, unsigned int queue)
+{
+	return netdev_get_tx_queue(dev, queue % dev->real_num_tx_queues);
+}
+
 /*
- * __dev_queue_xmit() of one skb to queue 0. more is xmit_more: another
+ * __dev_queue_xmit() of one skb to a queue. more is xmit_more: another
  * frame follows at once, so the driver may leave its doorbell (e1000's
  * tail register write, an MMIO exit under emulation and a TX interrupt
  * each) for the last frame of a batch -- or for when it stops the queue,
  * which drivers must flush on, as in the kernel.
  */
-static int xmit_one(struct net_device *dev, struct sk_buff *skb, bool wait, bool more)
+static int xmit_one(struct net_device *dev, struct sk_buff *skb, unsigned int queue, bool wait,
+		    bool more)
 {
-	struct netdev_queue *txq = netdev_get_tx_queue(dev, 0);
+	struct netdev_queue *txq = tx_queue(dev, queue);
 	int ret;
 
 	skb->dev = dev;
 	skb_reset_mac_header(skb);
 	skb->protocol = eth_hdr(skb)->h_proto;
-	skb_set_queue_mapping(skb, 0);
+	skb_set_queue_mapping(skb, txq - dev->_tx);
 	/* A stopped queue holds frames back until the driver wakes it. */
 	if (wait)
 		us_net_wait_tx_queue(dev, txq);
@@ -70,7 +82,7 @@ int us_net_xmit(const void *frame, unsigned int len)
 	if (!skb)
 		goto out;
 	skb_put_data(skb, frame, len);
-	ret = xmit_one(dev, skb, false, false);
+	ret = xmit_one(dev, skb, 0, false, false);
 	if (ret != NETDEV_TX_OK)
 		kfree_skb(skb);
 out:
@@ -142,7 +154,8 @@ static struct sk_buff *segment_if_needed(struct net_device *dev, struct sk_buff 
  * it refuses (the link went down meanwhile) is dropped, as the kernel drops
  * what a stopped device's queue held, and TCP sends it again.
  */
-static int xmit_segments(struct net_device *dev, struct sk_buff *segs, bool more)
+static int xmit_segments(struct net_device *dev, struct sk_buff *segs, unsigned int queue,
+			 bool more)
 {
 	bool sent = false;
 	int ret = NETDEV_TX_OK;
@@ -152,7 +165,7 @@ static int xmit_segments(struct net_device *dev, struct sk_buff *segs, bool more
 
 		segs = seg->next;
 		seg->next = NULL;
-		ret = xmit_one(dev, seg, true, segs || more);
+		ret = xmit_one(dev, seg, queue, true, segs || more);
 		if (ret != NETDEV_TX_OK) {
 			kfree_skb(seg);
 			kfree_skb_list(segs);
@@ -215,9 +228,9 @@ static void xmit_frames(struct net_device *dev, struct ddekit_tx_frame *frames, 
 		if (!skb)
 			continue;
 		if (segs[i])
-			ret = xmit_segments(dev, segs[i], i < last);
+			ret = xmit_segments(dev, segs[i], frames[i].queue, i < last);
 		else
-			ret = xmit_one(dev, skb, true, i < last);
+			ret = xmit_one(dev, skb, frames[i].queue, true, i < last);
 		if (ret == NETDEV_TX_OK) {
 			if (segs[i])
 				consume_skb(skb);	/* copied: its buffer is done with now */
@@ -277,18 +290,25 @@ static void *tap_blocks[TAP_BATCH];
 /*
  * Reads up to TAP_BATCH frames into the blocks, without the CPU: the IRQ
  * thread completes frames and takes received ones meanwhile (holding the
- * CPU across these system calls cost e1000's sending a fifth). Each is
- * recorded with the host as held at once. Returns how many.
+ * CPU across these system calls cost e1000's sending a fifth). The queues
+ * take turns, a frame each, until every one has come up empty in a row.
+ * Each frame is recorded with the host as held at once. Returns how many.
  */
 static unsigned int read_tap_frames(struct ddekit_tx_frame *frames)
 {
-	unsigned int n = 0;
+	static unsigned int next_queue;
+	unsigned int n = 0, queues = ddekit_tap_queues(), empty = 0;
 
-	while (n < TAP_BATCH && tap_blocks[n]) {
+	while (n < TAP_BATCH && tap_blocks[n] && empty < queues) {
 		struct ddekit_tx_frame *f = &frames[n];
+		unsigned int queue = next_queue;
 
-		if (ddekit_tap_read(tap_blocks[n], TAP_FRAME_ROOM - DDEKIT_TX_TAILROOM, f) <= 0)
-			break;
+		next_queue = (next_queue + 1) % queues;
+		if (ddekit_tap_read(queue, tap_blocks[n], TAP_FRAME_ROOM - DDEKIT_TX_TAILROOM, f) <= 0) {
+			empty++;
+			continue;
+		}
+		empty = 0;
 		f->buffer = tap_blocks[n];
 		f->room = TAP_FRAME_ROOM;
 		ddekit_tap_hold(f);
@@ -315,8 +335,8 @@ static void settle_tap_frame(struct ddekit_tx_frame *f, unsigned int i)
 }
 
 /*
- * Frames from the driver's queue of the host's TAP (docs/protocol.md,
- * "Sending"), up to a batch, once the driver's queue runs: each read into
+ * Frames from the driver's queues of the host's TAP (docs/protocol.md,
+ * "Sending"), up to a batch, once the driver's queues run: each read into
  * a block of the arena, recorded with the host as held, and sent from
  * there. Returns how many were read: 0 when the TAP has none, the host's
  * gate is closed or every record is in use.
@@ -329,8 +349,8 @@ unsigned int us_net_xmit_tap(void)
 
 	us_cpu_enter();
 	dev = us_first_netdev();
-	if (dev)
-		us_net_wait_tx_queue(dev, netdev_get_tx_queue(dev, 0));
+	for (i = 0; dev && i < dev->real_num_tx_queues; i++)
+		us_net_wait_tx_queue(dev, netdev_get_tx_queue(dev, i));
 	for (i = 0; i < TAP_BATCH && dev; i++)
 		if (!tap_blocks[i])
 			tap_blocks[i] = kmalloc(TAP_FRAME_ROOM, GFP_ATOMIC);

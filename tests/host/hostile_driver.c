@@ -441,6 +441,7 @@ static void forge_records(void *rings, struct us_hello *hello)
 		{ .offset = 0, .len = 60 },				/* the pool, the host's */
 		{ .offset = hello->arena_size - 4, .len = 100 },	/* past the arena */
 		{ .offset = hello->pool_size, .len = 70000 },		/* longer than a frame */
+		{ .offset = hello->pool_size, .len = 60, .queue = US_MAX_QUEUES },	/* no such queue */
 	};
 
 	while (!__atomic_load_n(&st->gate, __ATOMIC_ACQUIRE))
@@ -449,8 +450,8 @@ static void forge_records(void *rings, struct us_hello *hello)
 		st->held[i] = forged[i];
 		__atomic_store_n(&st->held[i].seq, next_seq++, __ATOMIC_RELEASE);
 	}
-	st->taken = 3;
-	fprintf(stderr, "hostile-driver: forged 3 records, killing myself\n");
+	st->taken = sizeof forged / sizeof forged[0];
+	fprintf(stderr, "hostile-driver: forged %zu records, killing myself\n", sizeof forged / sizeof forged[0]);
 	raise(SIGKILL);
 }
 

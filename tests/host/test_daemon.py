@@ -107,8 +107,9 @@ def test_refusals_and_hostile_drivers(lab_ready, no_leftover_qemu, host_binaries
         assert "killed by signal 9" in dead["death"], dead
         assert interface_exists(g, "us0") and d.alive()
         log = d.stop()
-        assert "3 record(s) of frames the driver held were refused" in log, log
+        assert "4 record(s) of frames the driver held were refused" in log, log
         assert "are not in the driver's memory" in log and "length 70000 is not a frame's" in log, log
+        assert "queue 8 (at most 8 queues)" in log, log
 
         # A stuck transmitter: its control loop answers, the frame it read is never finished.
         d = Daemon(g, bins, "tx-hole", "--tx-timeout-ms", "500")

@@ -10,23 +10,38 @@ pub use check::{CheckReport, CheckStatus, Finding, FindingSite, GateMode, Incarn
 
 pub const DEFAULT_SOCKET: &str = "/run/understudy/understudyd.sock";
 
+/// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunRequest {
+    pub device: String,
+    pub modules: Vec<String>,
+    pub ifname: Option<String>,
+    /// The CPU the driver process runs on, the daemon's thread for the
+    /// device kept off it (`understudy run --cpu`).
+    pub cpu: Option<u32>,
+    /// Devices the interface may move to, each with its modules (as
+    /// `Migrate`'s); the interface advertises only what every one's driver offers.
+    #[serde(default)]
+    pub standby: Vec<StandbyRequest>,
+    /// Run every driver process of the device under a checker with this
+    /// gate (docs/checking.md); absent, unchecked. Left out of the JSON when
+    /// absent, so a request without it reads as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<GateMode>,
+    /// The device goes to uio_pci_generic, its DMA unconfined
+    /// (docs/design.md §4, "Without an IOMMU"); never chosen without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_iommu: bool,
+    /// Queues of the interface for the driver, and the queue pairs its
+    /// driver is asked to run (`ethtool -L combined`); absent, one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "request", rename_all = "snake_case")]
 pub enum Request {
-    /// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
-    /// `cpu`: the CPU the driver process runs on, the daemon's thread for the
-    /// device kept off it (`understudy run --cpu`).
-    /// `standby`: devices the interface may move to, each with its modules
-    /// (as `Migrate`'s); the interface advertises only what every one's driver offers.
-    /// `check`: run every driver process of the device under a checker with
-    /// this gate (docs/checking.md); absent, unchecked. Left out of the JSON
-    /// when absent, so a request without it reads as before.
-    /// `no_iommu`: the device goes to uio_pci_generic, its DMA unconfined
-    /// (docs/design.md §4, "Without an IOMMU"); never chosen without it.
-    Run { device: String, modules: Vec<String>, ifname: Option<String>, cpu: Option<u32>,
-          #[serde(default)] standby: Vec<StandbyRequest>,
-          #[serde(default, skip_serializing_if = "Option::is_none")] check: Option<GateMode>,
-          #[serde(default, skip_serializing_if = "std::ops::Not::not")] no_iommu: bool },
+    Run(RunRequest),
     Status,
     /// Ask the driver of `device` (a PCI address or an interface name) its ethtool answers.
     Ethtool { device: String, queries: EthtoolQueries },
@@ -404,8 +419,8 @@ mod tests {
 
     #[test]
     fn run_carries_its_gate_mode_and_reads_without_one() {
-        let run = |check| Request::Run { device: "0000:00:02.0".into(), modules: vec!["/m/e1000.ko".into()], ifname: None,
-                                         cpu: Some(1), standby: Vec::new(), check, no_iommu: false };
+        let run = |check| Request::Run(RunRequest { device: "0000:00:02.0".into(), modules: vec!["/m/e1000.ko".into()],
+                                                    cpu: Some(1), check, ..Default::default() });
         let checked = serde_json::to_string(&run(Some(GateMode::Stringent))).unwrap();
         assert!(checked.contains(r#""check":"stringent""#), "{checked}");
         assert_eq!(serde_json::from_str::<Request>(&checked).unwrap(), run(Some(GateMode::Stringent)));

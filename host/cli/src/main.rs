@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, Request, Response,
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, Request, Response, RunRequest,
                      StandbyRequest, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
@@ -88,6 +88,14 @@ enum Command {
         /// device no kernel driver holds; not with --check or --standby.
         #[arg(long)]
         no_iommu: bool,
+        /// Give the interface N queues for the driver, each flow steered to
+        /// one by its hash, and ask the driver to run N queue pairs
+        /// (`ethtool -L combined N`; asked again of every successor). For
+        /// drivers of multi-queue devices (virtio_net); one that cannot is
+        /// logged and runs its own count, the TAP's queues feeding it (1 to 8;
+        /// default 1; docs/protocol.md, "Several queues").
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=8))]
+        queues: Option<u16>,
     },
     /// Show every device: driver module and its sha256, process, uptime,
     /// counters, carrier, and why a driver died.
@@ -396,12 +404,13 @@ fn main() -> ExitCode {
             };
             (Request::Update { device, modules, allow_feature_loss }, json)
         }
-        Command::Run { device, modules, ifname, cpu, standby, check, no_iommu } => {
+        Command::Run { device, modules, ifname, cpu, standby, check, no_iommu, queues } => {
             let standby = standby.into_iter().map(|s| match s.split_once('=') {
                 Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
                 None => StandbyRequest { device: s, modules: Vec::new() },
             }).collect();
-            (Request::Run { device, modules, ifname, cpu, standby, check: check.map(GateMode::from), no_iommu }, false)
+            (Request::Run(RunRequest { device, modules, ifname, cpu, standby, check: check.map(GateMode::from), no_iommu,
+                                       queues }), false)
         }
         Command::Check { command: CheckCommand::Report { device, json } } => return check::report(&cli.socket, device, json),
         Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),
@@ -428,10 +437,10 @@ fn main() -> ExitCode {
         response.handover.iter().for_each(print_update);
     } else {
         match &request {
-            Request::Run { check: None, .. } => response.devices.iter().for_each(|d| {
+            Request::Run(RunRequest { check: None, .. }) => response.devices.iter().for_each(|d| {
                 println!("{}: driver process {} started, interface {}", d.device, d.pid.unwrap_or(0), d.ifname)
             }),
-            Request::Run { check: Some(mode), .. } => {
+            Request::Run(RunRequest { check: Some(mode), .. }) => {
                 for d in &response.devices {
                     let Some(c) = &d.check else {
                         // A daemon older than checking ignores the option: say so, never run unchecked silently.

@@ -31,13 +31,14 @@ macro_rules! protocol_constants {
 }
 
 protocol_constants! {
-    PROTOCOL_VERSION: u32 = 4;
+    PROTOCOL_VERSION: u32 = 5;
 
     ARENA_SIZE: u64 = 64 << 20;
     ARENA_IOVA: u64 = 0x1000_0000;
     POOL_BUFFERS: u32 = 4096;
     BUFFER_SIZE: u32 = 2048;
     RING_SIZE: u32 = 512;
+    MAX_QUEUES: usize = 8;
 
     RING_TX: usize = 0;
     RING_TX_DONE: usize = 1;
@@ -72,6 +73,7 @@ protocol_constants! {
     MSG_PING: u16 = 10;
     MSG_SPAWN: u16 = 11;
     MSG_LOAD: u16 = 12;
+    MSG_SET_CHANNELS: u16 = 13;
     MSG_REPLY: u16 = 64;
     MSG_REGISTERED: u16 = 65;
     MSG_CARRIER: u16 = 66;
@@ -222,6 +224,7 @@ wire_structs! {
     pub struct RingEntry as us_ring_entry {
         pub buf: u32, pub len: u32, pub flags: u16,
         pub gso_size: u16, pub csum_start: u16, pub csum_offset: u16,
+        pub queue: u16, pub reserved: u16,
     }
 
     /// The header of one ring; `RING_ENTRIES_OFFSET` bytes, entries follow.
@@ -236,6 +239,7 @@ wire_structs! {
     pub struct Held as us_held {
         pub seq: u64, pub offset: u32, pub len: u32, pub flags: u16,
         pub gso_size: u16, pub csum_start: u16, pub csum_offset: u16,
+        pub queue: u16, pub pad: [u8; 6],
     }
 
     /// The TAP's state; `HELD_OFFSET` bytes, the held frames follow.
@@ -276,6 +280,7 @@ wire_structs! {
     pub struct SetMac as us_set_mac { pub mac: [u8; 6], }
     pub struct SetRxMode as us_set_rx_mode { pub flags: u32, pub n_mc: u16, }
     pub struct SetFeatures as us_set_features { pub features: u64, }
+    pub struct SetChannels as us_set_channels { pub combined: u32, }
     pub struct Ethtool as us_ethtool { pub cmd: u32, pub first: u32, }
 
     pub struct EthtoolDrvinfo as us_ethtool_drvinfo {
@@ -460,7 +465,7 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             let (warn, text) = with_tail::<Warn>(type_, body, TEXT_MAX)?;
             Ok(DriverMessage::Warn { file: c_string("warn.file", &warn.file)?, line: warn.line, text: printable(text) })
         }
-        MSG_HELLO..=MSG_LOAD => Err(ProtocolError::NotFromDriver(type_)),
+        MSG_HELLO..=MSG_SET_CHANNELS => Err(ProtocolError::NotFromDriver(type_)),
         other => Err(ProtocolError::UnknownType(other)),
     }
 }
@@ -476,6 +481,8 @@ pub enum Request {
     SetMac([u8; 6]),
     SetRxMode { flags: u32, multicast: Vec<[u8; 6]> },
     SetFeatures(u64),
+    /// `ethtool -L combined N`: the queue pairs the driver runs, 1 to `MAX_QUEUES`.
+    SetChannels(u32),
     /// An `ETHTOOL_*` command; `first` is the first statistic wanted (0 otherwise).
     Ethtool { cmd: u32, first: u32 },
     Ping,
@@ -540,6 +547,7 @@ impl Request {
             Request::SetMac(_) => MSG_SET_MAC,
             Request::SetRxMode { .. } => MSG_SET_RX_MODE,
             Request::SetFeatures(_) => MSG_SET_FEATURES,
+            Request::SetChannels(_) => MSG_SET_CHANNELS,
             Request::Ethtool { .. } => MSG_ETHTOOL,
             Request::Ping => MSG_PING,
             Request::Spawn => MSG_SPAWN,
@@ -558,6 +566,7 @@ impl Request {
             Request::SetMac(_) => "SET_MAC",
             Request::SetRxMode { .. } => "SET_RX_MODE",
             Request::SetFeatures(_) => "SET_FEATURES",
+            Request::SetChannels(_) => "SET_CHANNELS",
             Request::Ethtool { .. } => "ETHTOOL",
             Request::Ping => "PING",
             Request::Spawn => "SPAWN",
@@ -592,6 +601,12 @@ impl Request {
                 multicast.iter().for_each(|mac| out.extend_from_slice(mac));
             }
             Request::SetFeatures(f) => out.extend_from_slice(SetFeatures { features: *f }.as_bytes()),
+            Request::SetChannels(n) => {
+                if *n == 0 || *n as usize > MAX_QUEUES {
+                    return Err(EncodeError(format!("1 to {MAX_QUEUES} channels, not {n}")));
+                }
+                out.extend_from_slice(SetChannels { combined: *n }.as_bytes());
+            }
             Request::Ethtool { cmd, first } => out.extend_from_slice(Ethtool { cmd: *cmd, first: *first }.as_bytes()),
         }
         Ok(out)
@@ -629,7 +644,7 @@ mod tests {
         assert_eq!(ring_stride(128), 4096);
         assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
         assert_eq!(size_of::<TapState>(), HELD_OFFSET);
-        assert_eq!(rings_size(512), 2 * 12288 + 16384);
+        assert_eq!(rings_size(512), 2 * 12288 + 20480);
     }
 
     #[test]

@@ -136,6 +136,8 @@ pub struct TxFrame {
     pub buf: u32,
     pub len: u32,
     pub offload: TxOffload,
+    /// The transmit queue it goes to (`MAX_QUEUES` at most): the one it was read for.
+    pub queue: u16,
 }
 
 pub struct SharedMemory {
@@ -342,7 +344,8 @@ impl SharedMemory {
         self.lent += 1;
         self.tx_in_flight.push_back(frame);
         let TxOffload { flags, gso_size, csum_start, csum_offset } = frame.offload;
-        self.tx.push(&self.rings, RingEntry { buf: frame.buf, len: frame.len, flags, gso_size, csum_start, csum_offset });
+        self.tx.push(&self.rings, RingEntry { buf: frame.buf, len: frame.len, flags, gso_size, csum_start, csum_offset,
+                                                   queue: frame.queue, reserved: 0 });
         Ok(true)
     }
 

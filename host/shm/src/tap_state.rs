@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use understudy_protocol::{tap_state_offset, Held, Wire, HELD_OFFSET, TX_CSUM, TX_GSO_ECN, TX_GSO_TCPV4, TX_GSO_TCPV6,
+use understudy_protocol::{tap_state_offset, Held, Wire, HELD_OFFSET, MAX_QUEUES, TX_CSUM, TX_GSO_ECN, TX_GSO_TCPV4, TX_GSO_TCPV6,
                           TX_MAX_FRAME};
 
 use crate::{SharedMemory, TxFrame, TxOffload};
@@ -142,6 +142,10 @@ impl SharedMemory {
         if flags & !known != 0 {
             return Err(format!("frame {seq}: unknown flags {flags:#x}"));
         }
+        let queue = held.queue;
+        if queue as usize >= MAX_QUEUES {
+            return Err(format!("frame {seq}: queue {queue} (at most {MAX_QUEUES} queues)"));
+        }
         Ok(())
     }
 
@@ -153,6 +157,6 @@ impl SharedMemory {
         self.host_buffer(buf)[..len].copy_from_slice(&frame);
         let offload = TxOffload { flags: held.flags, gso_size: held.gso_size, csum_start: held.csum_start,
                                   csum_offset: held.csum_offset };
-        Some(TxFrame { buf, len: held.len, offload })
+        Some(TxFrame { buf, len: held.len, offload, queue: held.queue })
     }
 }

@@ -58,7 +58,7 @@ fn send_one(host: &mut SharedMemory, payload: &[u8]) -> u32 {
 }
 
 fn frame(buf: u32, len: u32) -> TxFrame {
-    TxFrame { buf, len, offload: TxOffload::default() }
+    TxFrame { buf, len, offload: TxOffload::default(), queue: 0 }
 }
 
 fn violation<T: std::fmt::Debug>(r: Result<T, ShmError>) -> String {
@@ -427,7 +427,7 @@ fn a_frame_longer_than_a_buffer_goes_out_in_a_slot_and_comes_back_whole() {
     host.host_buffer(slot)[..len as usize].fill(7);
     let offload = TxOffload { flags: understudy_protocol::TX_CSUM | understudy_protocol::TX_GSO_TCPV4,
                               gso_size: 1448, csum_start: 34, csum_offset: 16 };
-    assert!(host.send(TxFrame { buf: slot, len, offload }).unwrap());
+    assert!(host.send(TxFrame { buf: slot, len, offload, queue: 0 }).unwrap());
     let e = driver.consume(RING_TX).unwrap();
     assert_eq!(({ e.buf }, { e.len }, { e.flags }, { e.gso_size }, { e.csum_start }, { e.csum_offset }),
                (slot, len, offload.flags, 1448, 34, 16));

@@ -9,6 +9,7 @@
 //! cpu = 1                                               # optional: `understudy run --cpu`
 //! check = "stringent"                                   # optional: `understudy run --check`
 //! no_iommu = true                                       # optional: `understudy run --no-iommu`
+//! queues = 2                                            # optional: `understudy run --queues`
 //!
 //! [recovery]                                            # optional; understudyd's options win
 //! on_exhausted = "retry"                                # or "down" (--on-exhausted)
@@ -22,7 +23,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use understudy_api::GateMode;
+use understudy_api::{GateMode, RunRequest};
 
 use crate::policy::OnExhausted;
 
@@ -58,6 +59,16 @@ pub struct DeviceConfig {
     /// Bind it to uio_pci_generic, its DMA unconfined (docs/design.md §4).
     #[serde(default)]
     pub no_iommu: bool,
+    /// Queues of the interface and queue pairs of the driver (`run --queues`).
+    pub queues: Option<u16>,
+}
+
+impl DeviceConfig {
+    /// What `understudy run` would ask for this device.
+    pub fn into_request(self) -> RunRequest {
+        let DeviceConfig { pci, modules, ifname, cpu, check, no_iommu, queues } = self;
+        RunRequest { device: pci, modules, ifname, cpu, standby: Vec::new(), check, no_iommu, queues }
+    }
 }
 
 pub fn parse(text: &str) -> Result<Config, String> {

@@ -529,6 +529,7 @@ pub fn describe(request: &Request) -> String {
     match request {
         Request::SetMtu(mtu) => format!("SET_MTU {mtu}"),
         Request::SetMac(mac) => format!("SET_MAC {}", shadow::format_mac(mac)),
+        Request::SetChannels(n) => format!("SET_CHANNELS combined {n}"),
         Request::SetRxMode { flags, multicast } => format!(
             "SET_RX_MODE{}{} with {} multicast address(es)",
             if flags & RX_MODE_PROMISC != 0 { " promisc" } else { "" },

@@ -25,9 +25,9 @@ pub struct DriverFds<'a> {
     pub rings: BorrowedFd<'a>,
     pub kick: BorrowedFd<'a>,
     pub notify: BorrowedFd<'a>,
-    /// The driver's queue of the TAP (`--tap-fd`), attached again before
-    /// the process starts; a prober has none.
-    pub tap: Option<BorrowedFd<'a>>,
+    /// The driver's queues of the TAP (`--tap-fd`, once each), attached
+    /// again before the process starts; a prober has none.
+    pub tap: Vec<BorrowedFd<'a>>,
     /// A checked driver's trace region and gate (`--trace-fd N --gate MODE`).
     pub trace: Option<(BorrowedFd<'a>, GateMode)>,
 }
@@ -122,7 +122,7 @@ pub fn spawn(binary: &Path, fds: &DriverFds, identity: Identity, placement: Opti
         cmd.arg("--dma-chunks-fd").arg(chunks.as_raw_fd().to_string());
         inherited.push(chunks.as_raw_fd());
     }
-    if let Some(queue) = fds.tap {
+    for &queue in &fds.tap {
         // A predecessor may have detached it.
         crate::tap::attach_driver_queue(queue)?;
         cmd.arg("--tap-fd").arg(queue.as_raw_fd().to_string());

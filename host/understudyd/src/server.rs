@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use sha2::{Digest, Sha256};
-use understudy_api::{GateMode, ModuleInfo, Request, Response, StandbyRequest};
-use understudy_protocol::{MAX_MODULES, PATH_MAX};
+use understudy_api::{ModuleInfo, Request, Response, RunRequest};
+use understudy_protocol::{MAX_MODULES, MAX_QUEUES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
@@ -82,10 +82,11 @@ pub fn serve(socket: &Path, driver: DriverCommand, checker: PathBuf, detection: 
     let daemon = Arc::new(Daemon { driver, checker, detection, restarts, agent, devices: Mutex::new(Vec::new()) });
     spawn_signal_handler(daemon.clone(), socket.to_path_buf())?;
     for d in config.devices {
-        match daemon.run(&d.pci, &d.modules, d.ifname, d.cpu, Vec::new(), d.check, d.no_iommu) {
+        let pci = d.pci.clone();
+        match daemon.run(d.into_request()) {
             Ok(status) => info!("{}: started from the config, interface {}", status.device, status.ifname),
             Err(e) => log::error!("{}: the config's device could not start: {e}. The daemon goes on without it; \
-                                   fix the cause and `understudy run` it", d.pci),
+                                   fix the cause and `understudy run` it", pci),
         }
     }
     info!("understudyd listening on {} (driver executable {})", socket.display(), daemon.driver.binary.display());
@@ -173,10 +174,10 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run { device, modules, ifname, cpu, standby, check, no_iommu } => match self.run(&device, &modules, ifname, cpu, standby, check, no_iommu) {
+            Request::Run(run) => match self.run(run.clone()) {
                 Ok(status) => Response::ok(vec![status]),
                 Err(e) => {
-                    warn!("run {device}: refused: {e}");
+                    warn!("run {}: refused: {e}", run.device);
                     Response::error(e)
                 }
             },
@@ -219,16 +220,19 @@ impl Daemon {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run(&self, device: &str, modules: &[String], ifname: Option<String>, cpu: Option<u32>,
-           standby: Vec<StandbyRequest>, check: Option<GateMode>, no_iommu: bool) -> Result<understudy_api::DeviceStatus, String> {
-        let addr = parse_address(device)?;
+    fn run(&self, request: RunRequest) -> Result<understudy_api::DeviceStatus, String> {
+        let RunRequest { device, modules, ifname, cpu, standby, check, no_iommu, queues } = request;
+        let addr = parse_address(&device)?;
+        let queues = queues.unwrap_or(1);
+        if queues == 0 || queues as usize > MAX_QUEUES {
+            return Err(format!("--queues {queues}: 1 to {MAX_QUEUES} queues"));
+        }
         if no_iommu && (check.is_some() || !standby.is_empty()) {
             // A checker relates DMA to IOVAs, and a standby is probed on an arena of its own.
             return Err("--no-iommu goes with neither --check nor --standby".into());
         }
         let placement = cpu.map(Placement::on).transpose()?;
-        let infos = module_infos(&given_chain(modules, &addr))?;
+        let infos = module_infos(&given_chain(&modules, &addr))?;
         let standby = standby.iter().map(|s| {
             let device = parse_address(&s.device)?;
             if device == addr {
@@ -272,6 +276,7 @@ impl Daemon {
             check,
             checker_binary: self.checker.clone(),
             no_iommu,
+            queues,
         };
         let result = supervisor::start(setup);
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

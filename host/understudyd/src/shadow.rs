@@ -6,9 +6,10 @@
 //! driver's net_device is its understudy. After `REGISTERED` the shadow knows
 //! the driver's MTU, MAC and MTU range; it then sends one request at a time
 //! until the driver has what the TAP has, in this order: STOP if the TAP went
-//! down, MTU, MAC, OPEN if the TAP is up, then the receive mode (only while
-//! open: the kernel calls ndo_set_rx_mode only on an up device, and always
-//! right after ndo_open).
+//! down, MTU, MAC, the queue pairs if the TAP has several queues for the
+//! driver, OPEN if the TAP is up, then the receive mode (only while open:
+//! the kernel calls ndo_set_rx_mode only on an up device, and always right
+//! after ndo_open).
 //!
 //! The phases of the driver's net_device:
 //!
@@ -21,7 +22,9 @@
 //! A refused request is undone on the TAP where the kernel would have
 //! refused it: the MTU and MAC go back to the driver's, a refused OPEN takes
 //! the TAP down again (dev_open fails the same way). A refused receive mode
-//! cannot be undone on a TAP; it is not asked again until the TAP's mode changes.
+//! cannot be undone on a TAP; it is not asked again until the TAP's mode
+//! changes. Nor can refused queue pairs: the TAP's queues then all feed the
+//! queues the driver runs, and they are not asked again of this driver.
 
 use understudy_protocol::{RegisteredInfo, Request, MAX_MC, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
 
@@ -64,6 +67,9 @@ pub struct TapConfig {
     pub mtu: u32,
     pub mac: [u8; 6],
     pub rx: RxMode,
+    /// The TAP's queues for the driver (`run --queues`): above one, the
+    /// driver is asked to run as many queue pairs.
+    pub queues: u16,
 }
 
 /// The change a request in flight makes if the driver accepts it.
@@ -73,6 +79,7 @@ enum Change {
     Stop,
     Mtu(u32),
     Mac([u8; 6]),
+    Channels(u16),
     Rx(RxMode),
 }
 
@@ -115,6 +122,8 @@ pub struct PassiveLog {
     pub mac: [u8; 6],
     /// `None` until the driver has been told since it last opened.
     pub rx: Option<RxMode>,
+    /// The queue pairs it took (`ethtool -L combined`); `None`, its own choice.
+    pub channels: Option<u16>,
 }
 
 impl PassiveLog {
@@ -154,6 +163,8 @@ impl PassiveLog {
     /// The requests that bring a newly registered driver (compatible, see
     /// `incompatibility`) to this log's state, in the order the shadow sends
     /// them: configuration before OPEN, the receive mode right after it.
+    /// Not the queue pairs: a successor on another device may have fewer,
+    /// and is asked for them once it serves, as the first driver was.
     pub fn replay(&self, fresh: &RegisteredInfo) -> Vec<Request> {
         let mut requests = Vec::new();
         if self.mtu != fresh.mtu {
@@ -208,6 +219,7 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
 pub struct NetShadow {
     log: PassiveLog,
     refused_rx: Option<RxMode>,
+    refused_channels: Option<u16>,
     in_flight: Option<Change>,
 }
 
@@ -217,8 +229,9 @@ fn errno_text(status: i32) -> String {
 
 impl NetShadow {
     pub fn registered(info: RegisteredInfo) -> Self {
-        let log = PassiveLog { phase: Phase::Registered, mtu: info.mtu, mac: info.dev_addr, rx: None, carrier: false, registered: info };
-        NetShadow { log, refused_rx: None, in_flight: None }
+        let log = PassiveLog { phase: Phase::Registered, mtu: info.mtu, mac: info.dev_addr, rx: None, carrier: false,
+                               channels: None, registered: info };
+        NetShadow { log, refused_rx: None, refused_channels: None, in_flight: None }
     }
 
     pub fn log(&self) -> &PassiveLog {
@@ -274,6 +287,8 @@ impl NetShadow {
             Change::Mtu(tap.mtu)
         } else if tap.mac != self.log.mac {
             Change::Mac(tap.mac)
+        } else if tap.queues > 1 && self.log.channels != Some(tap.queues) && self.refused_channels != Some(tap.queues) {
+            Change::Channels(tap.queues)
         } else if tap.up && self.log.phase != Phase::Open {
             Change::Open
         } else if self.log.phase == Phase::Open && self.log.rx.as_ref() != Some(&tap.rx) && self.refused_rx.as_ref() != Some(&tap.rx) {
@@ -286,6 +301,7 @@ impl NetShadow {
             Change::Stop => Request::Stop,
             Change::Mtu(m) => Request::SetMtu(*m),
             Change::Mac(m) => Request::SetMac(*m),
+            Change::Channels(n) => Request::SetChannels((*n).into()),
             Change::Rx(rx) => rx.request(),
         };
         self.in_flight = Some(change);
@@ -321,6 +337,8 @@ impl NetShadow {
                 })
             }
             Change::Mac(mac) => self.log.mac = mac,
+            Change::Channels(n) if refused => self.refused_channels = Some(n),
+            Change::Channels(n) => self.log.channels = Some(n),
             Change::Rx(rx) if refused => self.refused_rx = Some(rx),
             Change::Rx(rx) => {
                 self.log.rx = Some(rx);
@@ -338,7 +356,7 @@ mod tests {
     const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 
     fn tap(up: bool, mtu: u32) -> TapConfig {
-        TapConfig { up, mtu, mac: MAC, rx: RxMode::default() }
+        TapConfig { up, mtu, mac: MAC, rx: RxMode::default(), queues: 1 }
     }
 
     fn e1000() -> RegisteredInfo {
@@ -403,7 +421,7 @@ mod tests {
     #[test]
     fn config_goes_before_open_and_stop_before_config() {
         let mut s = shadow();
-        let mut t = TapConfig { up: true, mtu: 1400, mac: [2, 0, 0, 0, 0, 9], rx: RxMode::default() };
+        let mut t = TapConfig { up: true, mtu: 1400, mac: [2, 0, 0, 0, 0, 9], rx: RxMode::default(), queues: 1 };
         assert_eq!(s.next(&t), Some(Action::Send(Request::SetMtu(1400))));
         s.answered(0);
         assert_eq!(s.next(&t), Some(Action::Send(Request::SetMac([2, 0, 0, 0, 0, 9]))));
@@ -447,7 +465,7 @@ mod tests {
     #[test]
     fn the_log_records_only_accepted_settings() {
         let mut s = shadow();
-        let mut t = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default() };
+        let mut t = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default(), queues: 1 };
         s.next(&t);
         assert_eq!(s.log().mtu, 1500, "not answered yet");
         s.answered(0);
@@ -467,11 +485,38 @@ mod tests {
     }
 
     #[test]
+    fn queue_pairs_are_asked_once_of_a_driver_that_refuses_them_and_never_with_one_queue() {
+        let mut s = shadow();
+        assert_eq!(s.next(&tap(true, 1500)), Some(Action::Send(Request::Open)), "one queue: the driver's own count");
+        s.answered(0);
+        let mut t = TapConfig { queues: 4, ..tap(true, 1500) };
+        assert_eq!(s.next(&t), Some(Action::Send(Request::SetChannels(4))), "asked of an open driver too");
+        assert_eq!(s.answered(-95), None, "nothing on the TAP to undo");
+        assert!(matches!(s.next(&t), Some(Action::Send(Request::SetRxMode { .. }))));
+        s.answered(0);
+        assert_eq!(s.next(&t), None, "not asked again");
+        assert_eq!(s.log().channels, None);
+        assert!(s.log().replay(&e1000()).iter().all(|r| !matches!(r, Request::SetChannels(_))));
+        t.queues = 2;
+        assert_eq!(s.next(&t), Some(Action::Send(Request::SetChannels(2))), "another count is another question");
+        s.answered(0);
+        assert_eq!(s.log().channels, Some(2));
+        // Not replayed (a successor on another device may have fewer queues):
+        // a successor is asked once it serves, as any driver is.
+        let replay = s.log().replay(&e1000());
+        assert!(replay.iter().all(|r| !matches!(r, Request::SetChannels(_))), "{replay:?}");
+        let mut successor = NetShadow::registered(e1000());
+        replay.iter().for_each(|r| successor.replayed(r, s.log()));
+        assert_eq!(successor.next(&t), Some(Action::Send(Request::SetChannels(2))));
+    }
+
+    #[test]
     fn replay_gives_a_fresh_driver_the_accepted_settings_in_the_shadows_order() {
         let mut s = shadow();
         let t = TapConfig {
             up: true, mtu: 1400, mac: [2, 0, 0, 0, 0, 9],
             rx: RxMode { promisc: true, allmulti: false, multicast: vec![[1, 0, 0x5e, 0, 0, 7]] },
+            queues: 1,
         };
         // The live driver's own sequence is what replay must repeat.
         let mut live = Vec::new();

@@ -166,8 +166,8 @@ impl Supervisor {
              SharedMemory::create(g).map_err(|e| e.to_string())?)
         };
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
-        let mut interface = Interface::create(&setup.ifname, label.clone())?;
-        let datapath = Datapath::new(shm, interface.tap.take_driver_queue(), label.clone())?;
+        let mut interface = Interface::create(&setup.ifname, setup.queues, label.clone())?;
+        let datapath = Datapath::new(shm, interface.tap.take_driver_queues(), label.clone())?;
         let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
         let spawn = Spawn { driver: &setup.driver, placement: setup.placement, detection: setup.detection,
                             check: checking.as_ref() };

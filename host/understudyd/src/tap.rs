@@ -4,12 +4,13 @@
 //! interface disappear, and the daemon's exit always removes it.
 //!
 //! Frames never pass the daemon: the TAP has several queues
-//! (IFF_MULTI_QUEUE), the daemon's and the driver's, which the daemon opens
-//! and keeps for every driver process of the interface; a steering program
-//! sends every frame the stack transmits to the driver's queue, and the
-//! driver process writes received frames to it (docs/protocol.md, "Sending"
-//! and "Receiving"). The daemon's queue is there for its ioctls: they need a
-//! queue that is attached, and the driver could detach its own.
+//! (IFF_MULTI_QUEUE), the daemon's and the driver's (one or more), which the
+//! daemon opens and keeps for every driver process of the interface; a
+//! steering program sends every frame the stack transmits to a driver's
+//! queue, by its flow's hash when there are several, and the driver process
+//! writes received frames to them (docs/protocol.md, "Sending", "Receiving"
+//! and "Several queues"). The daemon's queue is there for its ioctls: they
+//! need a queue that is attached, and the driver could detach its own.
 //!
 //! Offloads: every frame crosses the TAP with a virtio_net_hdr (IFF_VNET_HDR).
 //! Once the driver registers, `set_offloads` tells the stack (TUNSETOFFLOAD)
@@ -29,7 +30,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
+use understudy_protocol::{MAX_QUEUES, OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETQUEUE: libc::c_ulong = 0x4004_54d9; // _IOW('T', 217, int)
@@ -91,9 +92,9 @@ fn ioctl<T>(fd: BorrowedFd, request: libc::c_ulong, arg: *mut T) -> io::Result<(
 
 pub struct Tap {
     file: File,
-    /// The driver process's queue, until the device's datapath takes it
-    /// (`take_driver_queue`) to keep across driver processes.
-    driver_queue: Option<OwnedFd>,
+    /// The driver process's queues, until the device's datapath takes them
+    /// (`take_driver_queues`) to keep across driver processes.
+    driver_queues: Vec<OwnedFd>,
     name: String,
 }
 
@@ -131,14 +132,24 @@ struct BpfProgLoad {
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 
-/// Every frame the stack sends goes to the driver's queue: a steering
-/// program that answers queue 1, the second one opened. Without one the TAP
-/// would spread flows over both queues, and the daemon reads none. A driver
-/// that detaches its queue leaves the daemon's as the only one: the frames
-/// go there, unread, as if the driver did not read its own.
-fn steer_to_driver_queue(tap: BorrowedFd) -> io::Result<()> {
-    // r0 = 1; exit
-    let insns = [BpfInsn { code: 0xb7, regs: 0, off: 0, imm: 1 }, BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 }];
+/// `struct __sk_buff`'s `hash` (include/uapi/linux/bpf.h): the flow's hash,
+/// which TCP and connected sockets set on every frame they send.
+const SK_BUFF_HASH: i16 = 68;
+
+/// Every frame the stack sends goes to a driver's queue: a steering
+/// program that answers 1 + hash % n, the queues opened after the daemon's
+/// (tun takes the answer modulo the queues attached). Without one the TAP
+/// would spread flows over all queues, the daemon's too, and the daemon
+/// reads none. A frame without a hash goes to the first. A driver that
+/// detaches its queues leaves the daemon's as the only one: the frames go
+/// there, unread, as if the driver did not read its own.
+fn steer_to_driver_queues(tap: BorrowedFd, n: u16) -> io::Result<()> {
+    let insns = [
+        BpfInsn { code: 0x61, regs: 0x10, off: SK_BUFF_HASH, imm: 0 }, // r0 = *(u32 *)(r1 + hash)
+        BpfInsn { code: 0x97, regs: 0, off: 0, imm: n.into() },         // r0 %= n
+        BpfInsn { code: 0x07, regs: 0, off: 0, imm: 1 },                // r0 += 1
+        BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 },                // exit
+    ];
     let license = b"GPL\0";
     let attr = BpfProgLoad {
         prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
@@ -159,7 +170,7 @@ fn steer_to_driver_queue(tap: BorrowedFd) -> io::Result<()> {
     ioctl(tap, TUNSETSTEERINGEBPF, &mut fd).map_err(|e| io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")))
 }
 
-/// Attaches the driver's queue `fd` to the TAP again, in case a
+/// Attaches a driver's queue `fd` to the TAP again, in case a
 /// predecessor detached it; one still attached stays so (the kernel answers
 /// EINVAL).
 pub fn attach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
@@ -172,16 +183,20 @@ pub fn attach_driver_queue(fd: BorrowedFd) -> io::Result<()> {
 }
 
 impl Tap {
-    /// Creates the interface `name`; fails if one of that name exists.
-    pub fn create(name: &str) -> io::Result<Tap> {
+    /// Creates the interface `name` with `queues` queues for its drivers
+    /// (1 to `MAX_QUEUES`); fails if one of that name exists.
+    pub fn create(name: &str, queues: u16) -> io::Result<Tap> {
         IfReq::new(name)?; // a name the kernel takes, checked before anything is created
+        if queues == 0 || queues as usize > MAX_QUEUES {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("1 to {MAX_QUEUES} queues, not {queues}")));
+        }
         if std::path::Path::new("/sys/class/net").join(name).exists() {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("an interface named {name} already exists")));
         }
         let file = open_queue(name)?;
-        let driver_queue = open_queue(name)?;
-        steer_to_driver_queue(file.as_fd())?;
-        let tap = Tap { file, driver_queue: Some(driver_queue.into()), name: name.to_string() };
+        let driver_queues = (0..queues).map(|_| open_queue(name).map(OwnedFd::from)).collect::<io::Result<Vec<_>>>()?;
+        steer_to_driver_queues(file.as_fd(), queues)?;
+        let tap = Tap { file, driver_queues, name: name.to_string() };
         // No carrier until the driver reports one.
         tap.set_carrier(false)?;
         Ok(tap)
@@ -191,9 +206,9 @@ impl Tap {
         &self.name
     }
 
-    /// The driver's queue, once: its owner hands it to each driver process.
-    pub fn take_driver_queue(&mut self) -> Option<OwnedFd> {
-        self.driver_queue.take()
+    /// The driver's queues, once: their owner hands them to each driver process.
+    pub fn take_driver_queues(&mut self) -> Vec<OwnedFd> {
+        std::mem::take(&mut self.driver_queues)
     }
 
     pub fn set_carrier(&self, on: bool) -> io::Result<()> {

@@ -32,7 +32,7 @@ fn loaded(half: &str) -> Event<u32> {
 /// The log of an open e1000 with MTU 1400: replayed as SET_MTU, OPEN, SET_RX_MODE.
 fn open_log() -> PassiveLog {
     let mut shadow = NetShadow::registered(e1000(CSUM_TSO));
-    let tap = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default() };
+    let tap = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default(), queues: 1 };
     while let Some(crate::shadow::Action::Send(_)) = shadow.next(&tap) {
         shadow.answered(0);
     }

@@ -26,8 +26,8 @@ pub struct Datapath {
     kick: OwnedFd,
     /// Driver → host.
     notify: OwnedFd,
-    /// The driver's queue of the TAP; a prober's datapath has none.
-    tap_queue: Option<OwnedFd>,
+    /// The driver's queues of the TAP; a prober's datapath has none.
+    tap_queues: Vec<OwnedFd>,
     /// The offloads the TAP was told the driver takes (`Tap::set_offloads`).
     offloads: u32,
     /// The driver's counts of the TAP's frames when last read, and when.
@@ -55,9 +55,9 @@ pub struct Moved {
 }
 
 impl Datapath {
-    pub fn new(shm: SharedMemory, tap_queue: Option<OwnedFd>, label: String) -> Result<Self, String> {
+    pub fn new(shm: SharedMemory, tap_queues: Vec<OwnedFd>, label: String) -> Result<Self, String> {
         let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
-        Ok(Datapath { shm, kick, notify, tap_queue, offloads: 0, counts: TapCounts::default(), counts_read: Instant::now(),
+        Ok(Datapath { shm, kick, notify, tap_queues, offloads: 0, counts: TapCounts::default(), counts_read: Instant::now(),
                       was_idle: true, label })
     }
 
@@ -69,8 +69,8 @@ impl Datapath {
         self.notify.as_fd()
     }
 
-    pub fn tap_queue(&self) -> Option<BorrowedFd<'_>> {
-        self.tap_queue.as_ref().map(|q| q.as_fd())
+    pub fn tap_queues(&self) -> Vec<BorrowedFd<'_>> {
+        self.tap_queues.iter().map(|q| q.as_fd()).collect()
     }
 
     /// The driver's signal, once poll has seen it (a read of an unsignalled eventfd blocks).
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_transmitters_clock_starts_when_it_is_first_seen_holding_a_frame() {
-        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), Vec::new(), "test".into()).unwrap();
         assert!(look(&mut datapath).progressed, "holding nothing");
         driver_counts(&datapath, 1, 0);
         let first_seen = look(&mut datapath);
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn a_dead_drivers_last_frames_are_timed_by_its_stamp() {
-        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), Vec::new(), "test".into()).unwrap();
         let looked = Instant::now();
         assert_eq!(datapath.last_frame_of_the_dead(), None, "it sent nothing");
         std::thread::sleep(Duration::from_millis(30));
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_handover_asks_the_driver_to_signal_its_next_finished_frame_and_only_then() {
-        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), None, "test".into()).unwrap();
+        let mut datapath = Datapath::new(SharedMemory::create(GEOMETRY).unwrap(), Vec::new(), "test".into()).unwrap();
         let host_waiting = |datapath: &Datapath| {
             let mut word = [0u8; 4];
             datapath.shm.rings().region().read(tap_state_offset(GEOMETRY.ring_size) as usize + 128, &mut word);

@@ -50,6 +50,8 @@ pub struct Setup {
     pub checker_binary: PathBuf,
     /// `run --no-iommu`: the UIO back-end, DMA unconfined (docs/design.md §4).
     pub no_iommu: bool,
+    /// `run --queues`: the TAP's queues for the driver, and its queue pairs.
+    pub queues: u16,
 }
 
 /// What the CLI asks of a running device's thread.

@@ -31,18 +31,20 @@ pub struct Interface {
     /// successor, opened, reports its link up (e1000's comes a second or two
     /// after OPEN), or until this deadline: a link that stays down is shown.
     pub carrier_held_until: Option<Instant>,
+    /// The TAP's queues for the driver (`run --queues`).
+    queues: u16,
     /// Log lines' prefix: the device.
     pub label: String,
 }
 
 impl Interface {
-    pub fn create(ifname: &str, label: String) -> Result<Self, String> {
-        let tap = Tap::create(ifname).map_err(|e| e.to_string())?;
+    pub fn create(ifname: &str, queues: u16, label: String) -> Result<Self, String> {
+        let tap = Tap::create(ifname, queues).map_err(|e| e.to_string())?;
         let ifindex = tap.ifindex().map_err(|e| e.to_string())?;
         let links = LinkMonitor::open().map_err(|e| format!("cannot watch {ifname} through rtnetlink: {e}"))?;
         links.request_link(ifindex).map_err(|e| format!("netlink RTM_GETLINK {ifname}: {e}"))?;
         Ok(Interface { tap, links, ifindex, link: None, multicast: Vec::new(), next_multicast_poll: Instant::now(),
-                       carrier_held_until: None, label })
+                       carrier_held_until: None, queues, label })
     }
 
     pub fn name(&self) -> &str {
@@ -104,6 +106,7 @@ impl Interface {
             mtu: link.mtu.unwrap_or(shadow.mtu()),
             mac: link.mac.unwrap_or(shadow.mac()),
             rx: RxMode { promisc: link.promisc, allmulti: link.allmulti, multicast: self.multicast.clone() },
+            queues: self.queues,
         })
     }
 

@@ -75,7 +75,7 @@ pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[Modul
         rings: datapath.shm.rings().region().as_fd(),
         kick: datapath.kick_fd(),
         notify: datapath.notify_fd(),
-        tap: datapath.tap_queue(),
+        tap: datapath.tap_queues(),
         trace: region.as_ref().zip(spawn.check).map(|(r, c)| (r.as_fd(), c.mode)),
     }, identity, spawn.placement)
     .map_err(|e| e.to_string())?;

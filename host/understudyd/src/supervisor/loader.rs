@@ -61,7 +61,7 @@ impl Loader {
 
     fn start_probe(spawn: &Spawn, vfio: &Device, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
                    -> Result<Loader, String> {
-        let scratch = Datapath::new(shm, None, vfio.address().to_string())?;
+        let scratch = Datapath::new(shm, Vec::new(), vfio.address().to_string())?;
         let mut loader = Loader::spawn(spawn, vfio, &scratch, modules)?;
         let hello = Request::Hello(scratch.shm.geometry().hello());
         let probe = Request::Probe {
