@@ -29,7 +29,10 @@ from .errors import LabError
 SPARE_ROOT_PORTS = 2          # empty hot-plug slots besides one per device
 DISK_MIB = 64
 PCAP_SNAPLEN = 96             # bytes kept of each frame with Guest(pcap=True)
-NO_IOMMU_HUGEPAGES = 40       # Guest(iommu=False): a 64 MiB arena's 32, and room to spare
+# 2 MiB hugepages every guest reserves at boot: a 64 MiB arena's 32, and room
+# to spare. understudyd puts an arena in them (docs/design.md §4, "The
+# arena's pages"); without an IOMMU it must.
+ARENA_HUGEPAGES = 40
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Inside the guest the slirp network is 10.0.2.0/24 and its gateway, 10.0.2.2,
 # is the host's 127.0.0.1: a server the host runs on loopback is reachable there.
@@ -95,11 +98,15 @@ class Guest:
     # more), each a queue of its multi-queue TAP: needs a TapSource netdev.
     nic_queues: int = 1
     # False: a machine without an IOMMU (no intel-iommu device, no IOMMU
-    # groups, so VFIO refuses), with NO_IOMMU_HUGEPAGES 2 MiB hugepages
-    # reserved at boot for `understudy run --no-iommu` (docs/design.md §4).
+    # groups, so VFIO refuses), where `understudy run --no-iommu` needs the
+    # ARENA_HUGEPAGES every guest reserves (docs/design.md §4).
     iommu: bool = True
 
     def __post_init__(self) -> None:
+        nics = [dev for dev in map(lookup, self.devices) if dev.kind == NIC]
+        if self.nic_queues > 1 and (self.netdev == "user" or any(d.qemu_model != "virtio-net-pci" for d in nics)):
+            raise LabError(f"nic_queues={self.nic_queues}: several queues are a virtio-net NIC's on a TAP "
+                           "(slirp has one queue, the other NIC models one queue pair)")
         d = config.guest_defaults()
         self.memory_mib = self.memory_mib or d.memory_mib
         self.cpus = self.cpus or d.cpus
@@ -117,10 +124,6 @@ class Guest:
         self.ports = [f"rp{i}" for i in range(len(self.placed) + SPARE_ROOT_PORTS)]
         self.host_root_attached = True   # see detach_host_root()
         self._tap_fds: dict[str, list[int]] = {}  # NIC id -> its TAP's fds, from start() until QEMU has them
-        if self.nic_queues > 1 and (self.netdev == "user" or any(
-                pd.device.qemu_model != "virtio-net-pci" for pd in self.placed if pd.device.kind == NIC)):
-            raise LabError(f"nic_queues={self.nic_queues}: several queues are a virtio-net NIC's on a TAP "
-                           "(slirp has one queue, the other NIC models one queue pair)")
         self.qemu: subprocess.Popen | None = None
         self.qmp = None   # qemu.qmp's QEMUMonitorProtocol once started
         self.agent = AgentClient(str(self.rundir / "agent.sock"))
@@ -173,7 +176,7 @@ class Guest:
 
     def qemu_argv(self) -> list[str]:
         k = self.kernel
-        dma = ["intel_iommu=on"] if self.iommu else [f"hugepages={NO_IOMMU_HUGEPAGES}"]
+        dma = [*(["intel_iommu=on"] if self.iommu else []), f"hugepages={ARENA_HUGEPAGES}"]
         append = " ".join([
             "console=ttyS0", "panic=-1", *dma, "loglevel=4",
             "tsc=reliable", "no_timer_check",

@@ -70,7 +70,7 @@ class NicLab:
 def nic_lab(device: str, network: bool = True, iommu: bool = True, queues: int = 1) -> Iterator[NicLab]:
     """A guest with the lab NIC `device` on a LabNetwork (or, without `network`,
     on slirp), VFIO and TAP loaded, as the benchmarks and `lab check` use it;
-    without `iommu`, a guest with no IOMMU and hugepages instead (Guest.iommu);
+    without `iommu`, a guest with no IOMMU (Guest.iommu);
     with `queues`, that many queue pairs (a virtio-net NIC, Guest.nic_queues)."""
     with contextlib.ExitStack() as stack:
         lab_network = stack.enter_context(LabNetwork()) if network else None

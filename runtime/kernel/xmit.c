@@ -10,7 +10,7 @@
  * Several queues: a frame goes to the transmit queue of the TAP queue it
  * came from (the host's steering keeps a flow on one), modulo the queues
  * the driver runs. One thread sends on all of them, as one CPU would: the
- * runtime has one (docs/design.md §3), so threads per queue would only
+ * runtime has one (docs/design.md §6), so threads per queue would only
  * take turns at it.
  */
 #include <linux/module.h>
@@ -177,10 +177,27 @@ static int xmit_segments(struct net_device *dev, struct sk_buff *segs, unsigned 
 }
 
 /*
+ * Whether a frame after the i-th of a batch goes to the same transmit
+ * queue: xmit_more is about that queue alone, its doorbell rung by the
+ * last frame it gets (a frame of another queue that came after it would
+ * leave it unrung, and its flow stalled).
+ */
+static bool more_for_queue(struct net_device *dev, const struct ddekit_tx_frame *frames,
+			   struct sk_buff *const *skbs, unsigned int i, unsigned int n)
+{
+	struct netdev_queue *txq = tx_queue(dev, frames[i].queue);
+
+	for (unsigned int j = i + 1; j < n; j++)
+		if (skbs[j] && tx_queue(dev, frames[j].queue) == txq)
+			return true;
+	return false;
+}
+
+/*
  * Sends a batch with the CPU held: each frame's skb built around its
  * buffer (the frame at its start), its offloads applied, segmented if the
  * driver cannot take it whole; xmit_more on all but the last the driver
- * gets. `done` becomes the destructor of each skb the driver takes. Each
+ * gets for each queue. `done` becomes the destructor of each skb the driver takes. Each
  * frame's status: 0 the driver has it (done runs when its skb is freed, or
  * at once for a frame sent as segments, which are copies); otherwise
  * -errno, and the buffer was not used and is still the caller's.
@@ -189,7 +206,7 @@ static void xmit_frames(struct net_device *dev, struct ddekit_tx_frame *frames, 
 			void (*done)(struct sk_buff *skb))
 {
 	struct sk_buff *skbs[DDEKIT_TX_BATCH], *segs[DDEKIT_TX_BATCH];
-	unsigned int i, last = 0;
+	unsigned int i;
 
 	if (n > DDEKIT_TX_BATCH)
 		us_panic("a tx batch of %u frames, more than %u", n, DDEKIT_TX_BATCH);
@@ -219,18 +236,19 @@ static void xmit_frames(struct net_device *dev, struct ddekit_tx_frame *frames, 
 			continue;
 		}
 		skbs[i]->destructor = done;
-		last = i;
 	}
 	for (i = 0; i < n; i++) {
 		struct sk_buff *skb = skbs[i];
+		bool more;
 		int ret;
 
 		if (!skb)
 			continue;
+		more = more_for_queue(dev, frames, skbs, i, n);
 		if (segs[i])
-			ret = xmit_segments(dev, segs[i], frames[i].queue, i < last);
+			ret = xmit_segments(dev, segs[i], frames[i].queue, more);
 		else
-			ret = xmit_one(dev, skb, frames[i].queue, true, i < last);
+			ret = xmit_one(dev, skb, frames[i].queue, true, more);
 		if (ret == NETDEV_TX_OK) {
 			if (segs[i])
 				consume_skb(skb);	/* copied: its buffer is done with now */

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from lab import config
-from lab.bench import run_ratios, spread
+from lab.bench import queue_packets, run_ratios, spread
 from lab.bench_plot import series, write_plot
 
 pytestmark = pytest.mark.lab
@@ -81,6 +81,12 @@ def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
 
 def run(mbps: float) -> dict:
     return {"tx_mbps": mbps, "rx_mbps": mbps / 2, "cpu_utilisation": 0.5}
+
+
+def test_queue_packets_are_the_per_queue_packet_counters_only():
+    stats = {"tx_queue_0_packets": 5, "tx_queue_1_packets": 7, "rx_queue_10_packets": 1,
+             "tx_queue_0_bytes": 900, "rx_packets": 13, "tx_queue_0_kicks": 2}
+    assert queue_packets(stats) == {"tx_queue_0_packets": 5, "tx_queue_1_packets": 7, "rx_queue_10_packets": 1}
 
 
 def test_a_no_iommu_report_is_drawn_as_two_pairs_each_beside_its_own_guests_kernel(tmp_path):

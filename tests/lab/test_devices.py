@@ -40,3 +40,13 @@ def test_catalogue_devices_are_present_driven_and_isolated(lab_ready, no_leftove
 def test_lsi53c895a_is_driven_by_sym53c8xx_without_the_iommu(lab_ready, no_leftover_qemu):
     with Guest(devices=sorted(NEEDS_IOMMU_OFF), extra_append="intel_iommu=off") as g:
         check_devices(g)
+
+
+def test_several_queues_are_refused_where_the_nic_or_its_network_has_one(lab_ready):
+    from lab.errors import LabError
+    from lab.netns import LabNetwork
+
+    with pytest.raises(LabError, match="several queues"):
+        Guest(devices=["virtio-net"], nic_queues=2)  # slirp has one queue
+    with pytest.raises(LabError, match="several queues"):
+        Guest(devices=["e1000"], netdev=LabNetwork(), nic_queues=2)  # a network never created

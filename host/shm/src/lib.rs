@@ -171,11 +171,29 @@ pub struct SharedMemory {
 }
 
 impl SharedMemory {
+    /// The shared memory of a device behind an IOMMU: the arena in 2 MiB
+    /// hugepages when the machine has enough free, else in base pages
+    /// (`arena_in_hugepages` says which). Hugepages make each 2 MiB of the
+    /// arena physically contiguous: the IOMMU maps it with one entry, and a
+    /// device model that maps each DMA buffer of a descriptor as one piece of
+    /// guest memory (QEMU's e1000e, igb, vmxnet3: a buffer it cannot map
+    /// whole is dropped unsent) gets the frames that cross a base page,
+    /// which real hardware, translating page by page, always does
+    /// (docs/design.md §4, "The arena's pages").
     pub fn create(geometry: Geometry) -> Result<Self, ShmError> {
         geometry.check()?;
-        let arena = SharedRegion::create(c"understudy-arena", geometry.arena_size as usize)?;
+        let len = geometry.arena_size as usize;
+        let arena = match len.is_multiple_of(CHUNK as usize) {
+            true => SharedRegion::create_hugetlb(c"understudy-arena", len).or_else(|_| SharedRegion::create(c"understudy-arena", len))?,
+            false => SharedRegion::create(c"understudy-arena", len)?,
+        };
         let rings = Rings::create(geometry.ring_size)?;
         Ok(Self::assemble(geometry, arena, rings, None))
+    }
+
+    /// Whether the arena is in 2 MiB hugepages (`create`).
+    pub fn arena_in_hugepages(&self) -> bool {
+        self.arena.in_hugepages()
     }
 
     /// The shared memory of a device no IOMMU confines (docs/design.md §4,

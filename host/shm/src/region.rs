@@ -78,6 +78,16 @@ impl SharedRegion {
         self.len
     }
 
+    /// Whether its memfd is in hugepages (`create_hugetlb`): hugetlbfs backs it.
+    pub fn in_hugepages(&self) -> bool {
+        const HUGETLBFS_MAGIC: libc::c_long = 0x9584_58f6;
+        let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+        // SAFETY: fstatfs fills the struct for a descriptor we own.
+        let ok = unsafe { libc::fstatfs(self.fd.as_raw_fd(), fs.as_mut_ptr()) } == 0;
+        // SAFETY: filled by the successful call.
+        ok && unsafe { fs.assume_init() }.f_type as libc::c_long == HUGETLBFS_MAGIC
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

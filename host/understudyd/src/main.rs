@@ -23,6 +23,7 @@ mod recovery;
 mod server;
 mod shadow;
 mod standby;
+mod steering;
 mod supervisor;
 mod tap;
 mod template;

@@ -181,7 +181,9 @@ impl Supervisor {
         let pid = spawned.process.pid;
         let link = DriverLink::new(spawned, setup.detection, now)?;
         let dma = match vfio.iommu_group() {
-            Some(group) => format!("IOMMU group {group}, arena {} MiB at IOVA {:#x}", g.arena_size >> 20, g.arena_iova),
+            Some(group) => format!("IOMMU group {group}, arena {} MiB at IOVA {:#x} in {}", g.arena_size >> 20, g.arena_iova,
+                                   if datapath.shm.arena_in_hugepages() { "2 MiB hugepages" } else {
+                                       "base pages (no free 2 MiB hugepages: docs/design.md §4, \"The arena's pages\")" }),
             None => format!("DMA unconfined, arena {} MiB in hugepages at physical {:#x}..", g.arena_size >> 20,
                             datapath.shm.bus_chunks().first().copied().unwrap_or(0)),
         };

@@ -27,7 +27,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use understudy_protocol::{MAX_QUEUES, OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
@@ -109,63 +109,13 @@ fn open_queue(name: &str) -> io::Result<File> {
     Ok(file)
 }
 
-/// `struct bpf_insn`: opcode, registers (dst low nibble, src high), offset, immediate.
-#[repr(C)]
-struct BpfInsn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-/// The part of `union bpf_attr` BPF_PROG_LOAD reads, zero-padded as the kernel wants.
-#[repr(C)]
-#[derive(Default)]
-struct BpfProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    rest: [u64; 12],
-}
-
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
-
-/// `struct __sk_buff`'s `hash` (include/uapi/linux/bpf.h): the flow's hash,
-/// which TCP and connected sockets set on every frame they send.
-const SK_BUFF_HASH: i16 = 68;
-
-/// Every frame the stack sends goes to a driver's queue: a steering
-/// program that answers 1 + hash % n, the queues opened after the daemon's
-/// (tun takes the answer modulo the queues attached). Without one the TAP
-/// would spread flows over all queues, the daemon's too, and the daemon
-/// reads none. A frame without a hash goes to the first. A driver that
-/// detaches its queues leaves the daemon's as the only one: the frames go
-/// there, unread, as if the driver did not read its own.
+/// Every frame the stack sends goes to a driver's queue (steering.rs):
+/// without a steering program the TAP would spread flows over all queues,
+/// the daemon's too, and the daemon reads none. A driver that detaches its
+/// queues leaves the daemon's as the only one: the frames go there, unread,
+/// as if the driver did not read its own.
 fn steer_to_driver_queues(tap: BorrowedFd, n: u16) -> io::Result<()> {
-    let insns = [
-        BpfInsn { code: 0x61, regs: 0x10, off: SK_BUFF_HASH, imm: 0 }, // r0 = *(u32 *)(r1 + hash)
-        BpfInsn { code: 0x97, regs: 0, off: 0, imm: n.into() },         // r0 %= n
-        BpfInsn { code: 0x07, regs: 0, off: 0, imm: 1 },                // r0 += 1
-        BpfInsn { code: 0x95, regs: 0, off: 0, imm: 0 },                // exit
-    ];
-    let license = b"GPL\0";
-    let attr = BpfProgLoad {
-        prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        ..Default::default()
-    };
-    // SAFETY: BPF_PROG_LOAD reads `attr` and the memory it points to; the result is a new fd we own.
-    let prog = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const BpfProgLoad, std::mem::size_of::<BpfProgLoad>()) };
-    if prog < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("loading the TAP's steering program (bpf): {e}")));
-    }
-    // SAFETY: `prog` was just returned to us.
-    let prog = unsafe { OwnedFd::from_raw_fd(prog as RawFd) };
+    let prog = crate::steering::load(n)?;
     let mut fd = prog.as_raw_fd();
     ioctl(tap, TUNSETSTEERINGEBPF, &mut fd).map_err(|e| io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")))
 }
