@@ -176,7 +176,7 @@ impl SharedMemory {
     /// (`arena_in_hugepages` says which). Hugepages make each 2 MiB of the
     /// arena physically contiguous: the IOMMU maps it with one entry, and a
     /// device model that maps each DMA buffer of a descriptor as one piece of
-    /// guest memory (QEMU's e1000e, igb, vmxnet3: a buffer it cannot map
+    /// guest memory (QEMU's e1000e and vmxnet3: a buffer it cannot map
     /// whole is dropped unsent) gets the frames that cross a base page,
     /// which real hardware, translating page by page, always does
     /// (docs/design.md §4, "The arena's pages").
