@@ -315,8 +315,8 @@ bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
 	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
 	for (unsigned int i = 0; i < n; i++)
 		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
-	if (writev(tap_fds[queue % n_tap_fds], iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM && errno != ENOBUFS &&
-	    errno != EAGAIN) {
+	if (writev(tap_fds[queue % n_tap_fds], iov, 1 + n) < 0 && errno != EIO && errno != ENOMEM &&
+	    errno != ENOBUFS && errno != EAGAIN) {
 		char why[96];
 
 		snprintf(why, sizeof(why), "the TAP refused a received frame: %s", strerror(errno));

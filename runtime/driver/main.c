@@ -334,7 +334,9 @@ int main(int argc, char **argv)
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
 	int n_modules = 0, n_params = 0, device_fd = -1, arena_fd = -1, control_fd = -1, rings_fd = -1;
-	int kick_fd = -1, notify_fd = -1, tap_fds[US_MAX_QUEUES], n_tap_fds = 0, opt, status = 0, init_status, trace_fd = -1, gate = -1;
+	int kick_fd = -1, notify_fd = -1, opt, status = 0, init_status, trace_fd = -1, gate = -1;
+	int tap_fds[US_MAX_QUEUES];
+	unsigned int n_tap_fds = 0;
 	int dma_chunks_fd = -1;
 	bool sandboxed = false;
 	unsigned int run_as_uid = 0, run_as_gid = 0;

@@ -96,6 +96,17 @@ impl Asm {
         self.op(LD_ABS_W, R0, 0, 0, offset).op(XOR_X, R7, R0, 0, 0)
     }
 
+    /// r7 ^= the ports (the word at `ports`) if the byte at `protocol`
+    /// names TCP or UDP; then on to `Mix`, or on below, at `here`.
+    fn fold_ports(&mut self, protocol: i32, ports: i32, here: Label) -> &mut Self {
+        self.op(LD_ABS_B, R0, 0, 0, protocol)
+            .jump(JEQ_K, 6, here)
+            .jump(JEQ_K, 17, here)
+            .jump(JA, 0, Label::Mix)
+            .label(here)
+            .fold_word(ports)
+    }
+
     fn finish(mut self) -> Vec<Insn> {
         for &(at, to) in &self.jumps {
             let target = self.labels.iter().find(|(l, _)| *l == to).expect("every label is placed").1;
@@ -122,12 +133,7 @@ pub fn program(queues: u16) -> Vec<Insn> {
     a.label(Label::Ipv4)
         .fold_word(ETH_HLEN + 12)
         .fold_word(ETH_HLEN + 16)
-        .op(LD_ABS_B, R0, 0, 0, ETH_HLEN + 9)
-        .jump(JEQ_K, 6, Label::Ipv4Ports)
-        .jump(JEQ_K, 17, Label::Ipv4Ports)
-        .jump(JA, 0, Label::Mix)
-        .label(Label::Ipv4Ports)
-        .fold_word(ETH_HLEN + 20)
+        .fold_ports(ETH_HLEN + 9, ETH_HLEN + 20, Label::Ipv4Ports)
         .jump(JA, 0, Label::Mix);
     // IPv6: the addresses' last words, the next header at 6, ports after
     // the 40-byte header (extension headers hash other bytes).
@@ -136,12 +142,7 @@ pub fn program(queues: u16) -> Vec<Insn> {
         .jump(JLT_K, ETH_HLEN + 44, Label::FirstQueue)
         .fold_word(ETH_HLEN + 20)
         .fold_word(ETH_HLEN + 36)
-        .op(LD_ABS_B, R0, 0, 0, ETH_HLEN + 6)
-        .jump(JEQ_K, 6, Label::Ipv6Ports)
-        .jump(JEQ_K, 17, Label::Ipv6Ports)
-        .jump(JA, 0, Label::Mix)
-        .label(Label::Ipv6Ports)
-        .fold_word(ETH_HLEN + 40);
+        .fold_ports(ETH_HLEN + 6, ETH_HLEN + 40, Label::Ipv6Ports);
     a.label(Label::Mix)
         .op(MOV_X, R0, R7, 0, 0)
         .op(MUL32_K, R0, 0, 0, GOLDEN as i32)
