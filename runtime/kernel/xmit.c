@@ -177,28 +177,37 @@ static int xmit_segments(struct net_device *dev, struct sk_buff *segs, unsigned 
 }
 
 /*
- * Whether a frame after the i-th of a batch goes to the same transmit
- * queue: xmit_more is about that queue alone, its doorbell rung by the
- * last frame it gets (a frame of another queue that came after it would
- * leave it unrung, and its flow stalled).
+ * Each taken frame's xmit_more: whether a later frame of the batch goes to
+ * the same transmit queue. It is about that queue alone, its doorbell rung
+ * by the last frame it gets (a frame of another queue that came after it
+ * would leave it unrung, and its flows stalled). One pass from the end,
+ * the queues seen so far in a mask: a frame's queue is below the TAP's
+ * queues and the host's, at most eight (docs/protocol.md, "Several queues").
  */
-static bool more_for_queue(struct net_device *dev, const struct ddekit_tx_frame *frames,
-			   struct sk_buff *const *skbs, unsigned int i, unsigned int n)
+static void more_per_queue(struct net_device *dev, const struct ddekit_tx_frame *frames,
+			   struct sk_buff *const *skbs, unsigned int n, bool *more)
 {
-	struct netdev_queue *txq = tx_queue(dev, frames[i].queue);
+	unsigned long later = 0;
 
-	for (unsigned int j = i + 1; j < n; j++)
-		if (skbs[j] && tx_queue(dev, frames[j].queue) == txq)
-			return true;
-	return false;
+	for (unsigned int i = n; i-- > 0;) {
+		unsigned int q;
+
+		if (!skbs[i])
+			continue;
+		q = tx_queue(dev, frames[i].queue) - dev->_tx;
+		if (q >= BITS_PER_LONG)
+			us_panic("a tx frame for queue %u", q);
+		more[i] = later & BIT(q);
+		later |= BIT(q);
+	}
 }
 
 /*
  * Sends a batch with the CPU held: each frame's skb built around its
  * buffer (the frame at its start), its offloads applied, segmented if the
  * driver cannot take it whole; xmit_more on all but the last the driver
- * gets for each queue. `done` becomes the destructor of each skb the driver takes. Each
- * frame's status: 0 the driver has it (done runs when its skb is freed, or
+ * gets for each queue. `done` becomes the destructor of each skb the driver
+ * takes. Each frame's status: 0 the driver has it (done runs when its skb is freed, or
  * at once for a frame sent as segments, which are copies); otherwise
  * -errno, and the buffer was not used and is still the caller's.
  */
@@ -206,6 +215,7 @@ static void xmit_frames(struct net_device *dev, struct ddekit_tx_frame *frames, 
 			void (*done)(struct sk_buff *skb))
 {
 	struct sk_buff *skbs[DDEKIT_TX_BATCH], *segs[DDEKIT_TX_BATCH];
+	bool more[DDEKIT_TX_BATCH];
 	unsigned int i;
 
 	if (n > DDEKIT_TX_BATCH)
@@ -237,18 +247,17 @@ static void xmit_frames(struct net_device *dev, struct ddekit_tx_frame *frames, 
 		}
 		skbs[i]->destructor = done;
 	}
+	more_per_queue(dev, frames, skbs, n, more);
 	for (i = 0; i < n; i++) {
 		struct sk_buff *skb = skbs[i];
-		bool more;
 		int ret;
 
 		if (!skb)
 			continue;
-		more = more_for_queue(dev, frames, skbs, i, n);
 		if (segs[i])
-			ret = xmit_segments(dev, segs[i], frames[i].queue, more);
+			ret = xmit_segments(dev, segs[i], frames[i].queue, more[i]);
 		else
-			ret = xmit_one(dev, skb, frames[i].queue, true, more);
+			ret = xmit_one(dev, skb, frames[i].queue, true, more[i]);
 		if (ret == NETDEV_TX_OK) {
 			if (segs[i])
 				consume_skb(skb);	/* copied: its buffer is done with now */
