@@ -174,10 +174,10 @@ impl Daemon {
 
     fn handle(&self, request: Request) -> Response {
         match request {
-            Request::Run(run) => match self.run(run.clone()) {
-                Ok(status) => Response::ok(vec![status]),
-                Err(e) => {
-                    warn!("run {}: refused: {e}", run.device);
+            Request::Run(run) => match (run.device.clone(), self.run(run)) {
+                (_, Ok(status)) => Response::ok(vec![status]),
+                (device, Err(e)) => {
+                    warn!("run {device}: refused: {e}");
                     Response::error(e)
                 }
             },
