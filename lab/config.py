@@ -64,6 +64,7 @@ class GuestDefaults:
     memory_mib: int
     cpus: int
     boot_timeout_s: float
+    boot_attempts: int
 
 
 def _load() -> dict:
@@ -151,4 +152,5 @@ def fixture_module(name: str) -> Path:
 
 def guest_defaults() -> GuestDefaults:
     g = _load()["guest"]
-    return GuestDefaults(g["cpu_model"], g["memory_mib"], g["cpus"], float(g["boot_timeout_s"]))
+    return GuestDefaults(g["cpu_model"], g["memory_mib"], g["cpus"], float(g["boot_timeout_s"]),
+                         int(g["boot_attempts"]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -47,6 +48,10 @@ MIGRATION_PARAMETERS = {"max-bandwidth": 8 << 30, "downtime-limit": 300}
 
 class GuestFailed(LabError):
     """The guest panicked, hung or stopped; the message carries its console tail."""
+
+
+class BootHung(Exception):
+    """One boot ran out of time (Guest.start may try again); the message is the report."""
 
 
 class TapSource(Protocol):
@@ -210,13 +215,37 @@ class Guest:
 
     # -- life cycle ----------------------------------------------------------
 
-    def start(self, timeout: float | None = None) -> "Guest":
-        """Boots the guest and waits for its agent (or, with incoming=True, for QMP only)."""
-        timeout = timeout or config.guest_defaults().boot_timeout_s
+    def start(self, timeout: float | None = None, attempts: int | None = None) -> "Guest":
+        """Boots the guest and waits for its agent (or, with incoming=True, for QMP only).
+
+        A boot that hangs (a normal one takes seconds; TCG has been seen, once
+        in some hundred boots, to leave one hanging with nothing on the
+        console) is reported with where the vCPUs were, killed, and tried
+        again, up to `attempts` boots (the lab's default: lab.toml).  Any other
+        failure (QEMU exits, the kernel panics) is not retried."""
+        d = config.guest_defaults()
+        timeout = timeout or d.boot_timeout_s
+        attempts = attempts or d.boot_attempts
         if shutil.which("qemu-system-x86_64") is None:
             raise LabError("qemu-system-x86_64 is not installed", hint="run `python3 -m lab setup`")
         if self.kvm and not os.access("/dev/kvm", os.W_OK):
             raise LabError("--kvm asked for but /dev/kvm is not usable")
+        for attempt in range(1, attempts + 1):
+            try:
+                self._boot(timeout)
+                return self
+            except BootHung as hung:
+                if attempt == attempts:
+                    self.stop()
+                    raise GuestFailed(str(hung)) from None
+                print(f"lab: boot {attempt} of {attempts} hung; booting again. {hung}", file=sys.stderr)
+                self._halt()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _boot(self, timeout: float) -> None:
         if self.netdev != "user":
             self._tap_fds = {pd.id: self.netdev.open_tap(self.nic_queues)
                              for pd in self.placed if pd.device.kind == NIC}
@@ -234,14 +263,9 @@ class Guest:
                     os.close(fd)
             self._tap_fds = {}
         deadline = time.monotonic() + timeout
-        try:
-            self._connect_qmp(deadline)
-            if not self.incoming:
-                self._connect_agent(deadline)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._connect_qmp(deadline)
+        if not self.incoming:
+            self._connect_agent(deadline, timeout)
 
     def _connect_qmp(self, deadline: float) -> None:
         # Imported here, not at the top: `python3 -m lab setup` must run on a
@@ -265,16 +289,25 @@ class Guest:
                     raise GuestFailed(self._report("QEMU did not open its QMP socket")) from None
                 time.sleep(0.05)
 
-    def _connect_agent(self, deadline: float) -> None:
+    def _connect_agent(self, deadline: float, timeout: float) -> None:
         try:
             self.agent.connect(deadline)
             self.agent.wait_ready(deadline, self.alive)
         except TimeoutError:
-            raise GuestFailed(self._report(
-                f"the guest did not finish booting within the timeout "
-                f"({config.guest_defaults().boot_timeout_s:.0f} s default): killed")) from None
+            raise BootHung(self._report(
+                f"the guest did not finish booting within the timeout ({timeout:.0f} s); "
+                f"its vCPUs were at {self._vcpu_places()}: killed")) from None
         except AgentGone:
             raise GuestFailed(self._report("the guest stopped during boot")) from None
+
+    def _vcpu_places(self) -> str:
+        """Each vCPU's instruction pointer, from QEMU's monitor: where a hung
+        guest was (look the addresses up in the guest kernel's System.map)."""
+        try:
+            regs = self.qmp.cmd("human-monitor-command", **{"command-line": "info registers -a"})
+        except Exception as err:  # noqa: BLE001 - evidence for a report, never the failure itself
+            return f"(unknown: the monitor said {err})"
+        return ", ".join(re.findall(r"RIP=([0-9a-f]+)", regs)) or "(unknown)"
 
     def alive(self) -> bool:
         return self.qemu is not None and self.qemu.poll() is None
@@ -305,6 +338,13 @@ class Guest:
 
     def stop(self) -> None:
         """Powers the guest off (or kills it) and removes everything it left on the host."""
+        self._halt()
+        if os.environ.get("UNDERSTUDY_KEEP_RUNDIR"):
+            return
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+    def _halt(self) -> None:
+        """Powers QEMU off (or kills it) and lets go of its sockets; the run directory stays."""
         if self.alive():
             self.agent.poweroff()
             try:
@@ -321,9 +361,7 @@ class Guest:
             self.qmp = None
         if getattr(self, "_qemu_stderr", None):
             self._qemu_stderr.close()
-        if os.environ.get("UNDERSTUDY_KEEP_RUNDIR"):
-            return
-        shutil.rmtree(self.rundir, ignore_errors=True)
+            self._qemu_stderr = None
 
     def __enter__(self) -> "Guest":
         return self.start()
