@@ -1,7 +1,7 @@
 """Where one ping's time goes through understudy: a timeline from the guest kernel's tracer.
 
 Boots a lab guest with an e1000, brings up us0 behind understudyd (the release
-build, as `bench net`), turns on the guest kernel's tracepoints with the
+build, placed as `bench net` places it), turns on the guest kernel's tracepoints with the
 monotonic clock -- scheduler wakeups and switches, interrupt handlers, us0's
 transmit and receive, and the system calls of the daemon and the driver
 process -- and sends pings spaced apart so that every thread sleeps between
@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import net, understudy
+from ..bench import driver_cpu
 from ..guest import Guest
 
 TRACING = "/sys/kernel/tracing"
@@ -154,14 +155,12 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
         return e.event == "irq_handler_entry" and "vfio" in e.rest
 
     out = [("request on us0", lo)]
-    for label, pred in (("daemon runs", runs(":dev-")), ("driver tx thread runs", runs(":understudy-tx"))):
-        i = first(events, out[-1][1] + 1, hi, pred)
-        if i is None:
-            return None
-        out.append((label, i))
+    i = first(events, lo + 1, hi, runs(":understudy-tx"))
+    if i is None:
+        return None
+    out.append(("driver tx thread runs", i))
     back = [("reply on us0", hi)]
-    for label, pred in (("daemon runs again", runs(":dev-")), ("driver irq thread runs", runs(":irq")),
-                        ("reply's interrupt", is_irq)):
+    for label, pred in (("driver irq thread runs", runs(":irq")), ("reply's interrupt", is_irq)):
         i = last(events, out[-1][1] + 1, back[-1][1], pred)
         if i is None:
             return None
@@ -182,6 +181,12 @@ def silent_ms(events: list[Event], lo: int, hi: int) -> float:
                if b.ts - a.ts > SILENT_GAP_S and b.event != "irq_handler_entry")
 
 
+def set_irq_cpu(guest: Guest, bdf: str, cpu: int) -> None:
+    for line in guest.run("grep vfio /proc/interrupts", check=True).out.splitlines():
+        if bdf in line:
+            guest.run(f"echo {1 << cpu:x} > /proc/irq/{line.split(':')[0].strip()}/smp_affinity", check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m lab.experiments.ping_trace", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", type=int, default=3, help="pings whose whole timeline is printed (default 3)")
     ap.add_argument("--pin", type=int, metavar="CPU",
                     help="first pin the daemon's and the driver process's threads to this CPU")
+    ap.add_argument("--irq-cpu", type=int, metavar="CPU",
+                    help="route the device's interrupts to this CPU (/proc/irq/N/smp_affinity); "
+                         "by default the guest kernel chooses")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
@@ -199,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
         daemon = understudy.Daemon(g, bins)
-        understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"))
+        understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"), cpu=driver_cpu(g))
+        if args.irq_cpu is not None:
+            set_irq_cpu(g, bdf, args.irq_cpu)
         roles = threads(g, "understudyd", "understudy-driver")
         if args.pin is not None:
             for tid in roles:

@@ -213,7 +213,15 @@ def cpus_allowed(g: Guest, pid: int, comm_prefix: str = "") -> set[str]:
     return {line.split()[-1] for line in g.run(["sh", "-c", script], check=True).out.splitlines()}
 
 
-def test_run_cpu_places_the_driver_process_and_keeps_the_daemon_thread_off_it(no_leftover_qemu, bins):
+def interrupt_cpus(g: Guest, bdf: str) -> str:
+    """Where the device's interrupt line is routed (/proc/irq/N/smp_affinity_list), or
+    "none" while nobody has requested it."""
+    return g.run(f"cat /proc/irq/$(cat /sys/bus/pci/devices/{bdf}/irq)/smp_affinity_list 2>/dev/null "
+                 "|| echo none", check=True).out.strip()
+
+
+def test_run_cpu_places_the_driver_process_its_interrupt_and_keeps_the_daemon_thread_off_it(
+        no_leftover_qemu, bins):
     with Guest(devices=["e1000"], cpus=2) as g:
         bdf, ko = understudy.hand_over(g, "nic0", "e1000")
         d = understudy.Daemon(g, bins, None, "--max-restarts", "1")
@@ -232,13 +240,19 @@ def test_run_cpu_places_the_driver_process_and_keeps_the_daemon_thread_off_it(no
         assert cpus_allowed(g, first["pid"]) == {"1"}
         daemon_pid = int(g.run(["pgrep", "-x", "understudyd"], check=True).out.split()[0])
         assert cpus_allowed(g, daemon_pid, "dev-") == {"0"}
+        assert interrupt_cpus(g, bdf) == "none", "e1000 requests its interrupt when opened"
+        g.run("ip link set us0 up", check=True)
+        d.wait_state(bdf, "open", timeout=30)
+        assert interrupt_cpus(g, bdf) == "1", "the device's interrupt follows the driver"
 
         # A restarted driver process (a template's fork or a fresh probe) runs there too.
         g.run(["kill", "-9", str(first["pid"])], check=True)
         deadline = time.monotonic() + 120
-        while (now := d.status()[bdf])["pid"] in (first["pid"], None) or now["state"] != "registered":
+        while (now := d.status()[bdf])["pid"] in (first["pid"], None) or now["state"] != "open":
             assert time.monotonic() < deadline, {k: now[k] for k in ("state", "pid", "death", "recovery_count")}
             time.sleep(0.5)
         assert now["recovery_count"] == 1, now
         assert cpus_allowed(g, now["pid"]) == {"1"}
+        assert interrupt_cpus(g, bdf) == "1"
         d.stop()
+        assert interrupt_cpus(g, bdf) in ("none", "0-1"), "the interrupt is left where the daemon found it"

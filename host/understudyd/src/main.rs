@@ -12,6 +12,7 @@ mod config;
 mod ethtool_job;
 mod fd;
 mod handover;
+mod interrupts;
 mod modtree;
 mod multicast;
 mod netlink;

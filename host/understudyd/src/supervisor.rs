@@ -48,6 +48,7 @@ use crate::check::Checking;
 use crate::ethtool_job::{Answer, EthtoolJob};
 use crate::fd;
 use crate::handover::{describe, Event};
+use crate::interrupts::InterruptRouting;
 use crate::placement::Placement;
 use crate::process::DriverCommand;
 use crate::ratelimit::TokenBucket;
@@ -146,6 +147,8 @@ struct Supervisor {
     detection: Detection,
     driver: DriverCommand,
     placement: Option<Placement>,
+    /// With a placement, the serving device's interrupts go to the driver's CPU.
+    interrupts: Option<InterruptRouting>,
     /// How every driver process is checked (`run --check`); `None`: unchecked.
     checking: Option<Checking>,
 }
@@ -247,6 +250,7 @@ impl Supervisor {
             detection: setup.detection,
             driver: setup.driver,
             placement: setup.placement,
+            interrupts: setup.placement.map(|p| InterruptRouting::to_cpu(p.cpu)),
             checking,
         };
         let modules = s.succession.modules.clone();

@@ -35,6 +35,12 @@ impl Supervisor {
             return Err(Fault::Violation(format!("the reply to {} carries {} bytes of data", request.name(), data.len())));
         }
         let errno = || io::Error::from_raw_os_error(-status);
+        // A driver requests its interrupts when it probes or when it opens.
+        if status >= 0 && matches!(request, Request::Probe { .. } | Request::Open) {
+            if let Some(routing) = self.interrupts.as_mut() {
+                routing.route(self.devices.address());
+            }
+        }
         match purpose {
             Purpose::Startup if status < 0 && load => {
                 return Err(Fault::Io(format!("the driver refused the modules ({}):\n{}", errno(), reply_text(data))));
