@@ -342,5 +342,10 @@ struct ddekit_rx_part {
 
 void ddekit_net_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
 		   const struct ddekit_rx_part *parts, unsigned int n);
+/*
+ * A NET_RX round is over. A round's first small frame is written at once,
+ * the rest of its small frames by a thread of their own (rx_writer.c).
+ */
+void ddekit_net_rx_round_end(void);
 
 #endif /* UNDERSTUDY_DDEKIT_H */

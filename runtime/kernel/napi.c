@@ -153,6 +153,7 @@ bool us_net_rx_action(void)
 			list_add_tail(&n->poll_list, &poll_list);
 	}
 	us_gro_flush();
+	ddekit_net_rx_round_end();
 	in_net_rx = false;
 	more = !list_empty(&list) || !list_empty(&poll_list);
 	list_splice_tail_init(&list, &poll_list);
@@ -180,8 +181,10 @@ static void us_net_deliver(struct sk_buff *skb)
 		return;
 	}
 	us_gro_receive(skb);
-	if (!in_net_rx)
+	if (!in_net_rx) {
 		us_gro_flush();
+		ddekit_net_rx_round_end();
+	}
 }
 
 gro_result_t napi_gro_receive(struct napi_struct *napi, struct sk_buff *skb)

@@ -206,9 +206,14 @@ def test_a_killed_daemon_leaves_nothing_behind_and_a_new_one_takes_over(no_lefto
         second.stop()
 
 
-def cpus_allowed(g: Guest, pid: int, comm_prefix: str = "") -> set[str]:
-    """The Cpus_allowed_list of a process's threads (those whose name starts with comm_prefix)."""
-    script = (f"for t in /proc/{pid}/task/*; do case $(cat $t/comm) in {comm_prefix}*) "
+RX_WRITER = "understudy-rxw"
+
+
+def cpus_allowed(g: Guest, pid: int, comm_prefix: str = "", but: str | None = None) -> set[str]:
+    """The Cpus_allowed_list of a process's threads (those whose name starts with
+    comm_prefix, and not with `but`)."""
+    skip = f"{but}*) ;; " if but else ""
+    script = (f"for t in /proc/{pid}/task/*; do case $(cat $t/comm) in {skip}{comm_prefix}*) "
               f"grep Cpus_allowed_list $t/status;; esac; done")
     return {line.split()[-1] for line in g.run(["sh", "-c", script], check=True).out.splitlines()}
 
@@ -244,6 +249,15 @@ def test_run_cpu_places_the_driver_process_its_interrupt_and_keeps_the_daemon_th
         g.run("ip link set us0 up", check=True)
         d.wait_state(bdf, "open", timeout=30)
         assert interrupt_cpus(g, bdf) == "1", "the device's interrupt follows the driver"
+        # Sending, the peer's ACKs are written to the TAP by a thread beside the
+        # driver's CPU (runtime/ddekit/rx_writer.c), the rest of the process stays on it.
+        net.bring_up_iface(g, "us0")
+        assert net.iperf3(g, reverse=False, seconds=3) > 0
+        assert cpus_allowed(g, first["pid"], but=RX_WRITER) == {"1"}
+        assert cpus_allowed(g, first["pid"], RX_WRITER) == {"0"}
+        writes = g.run(f"for t in /proc/{first['pid']}/task/*; do grep -q {RX_WRITER} $t/comm && "
+                       "grep syscw $t/io; done", check=True).out.split()
+        assert int(writes[-1]) > 100, f"the writer wrote {writes}"
 
         # A restarted driver process (a template's fork or a fresh probe) runs there too.
         g.run(["kill", "-9", str(first["pid"])], check=True)
@@ -252,7 +266,7 @@ def test_run_cpu_places_the_driver_process_its_interrupt_and_keeps_the_daemon_th
             assert time.monotonic() < deadline, {k: now[k] for k in ("state", "pid", "death", "recovery_count")}
             time.sleep(0.5)
         assert now["recovery_count"] == 1, now
-        assert cpus_allowed(g, now["pid"]) == {"1"}
+        assert cpus_allowed(g, now["pid"], but=RX_WRITER) == {"1"}
         assert interrupt_cpus(g, bdf) == "1"
         d.stop()
         assert interrupt_cpus(g, bdf) in ("none", "0-1"), "the interrupt is left where the daemon found it"
