@@ -9,7 +9,10 @@
 //! sending. Left to the scheduler, the daemon's thread is woken onto the
 //! transmit thread's CPU and the two take turns on it while another CPU
 //! idles (docs/performance.md §5). The threads of the
-//! driver process inherit its CPU, and a template's forks the template's.
+//! driver process inherit its CPU, and a template's forks the template's;
+//! the one thread that runs no kernel code, the writer of small received
+//! frames, moves itself to the other CPUs (runtime/ddekit/rx_writer.c). The
+//! device's interrupts follow the driver (interrupts.rs).
 //! A checked driver's checker (docs/checking.md) gets a CPU of its own
 //! where there is one: it keeps up with the driver only beside it.
 
