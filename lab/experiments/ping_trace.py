@@ -22,7 +22,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from .. import net, understudy
+from .. import net, provenance, understudy
 from ..bench import driver_cpu
 from ..guest import Guest
 
@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
             for e in events[lo:hi + 1]:
                 if relevant(e, roles):
                     print(f"  {(e.ts - events[lo].ts) * 1000:8.3f} ms  [{e.cpu}] {describe(e, roles)}")
-    summary = {"pings": len(per_ping), "ping_output": res.out.strip().splitlines()[-1],
+    summary = {"command": "python3 -m lab.experiments.ping_trace "
+               + " ".join(argv if argv is not None else sys.argv[1:]),
+               "commit": provenance.commit(), "machine": provenance.machine(),
+               "pings": len(per_ping), "ping_output": res.out.strip().splitlines()[-1],
                "hop_ms_median": {k: round(statistics.median(p[k] for p in per_ping), 3)
                                  for k in (per_ping[0] if per_ping else {})},
                "total_ms_median": round(statistics.median(sum(p.values()) for p in per_ping), 3)

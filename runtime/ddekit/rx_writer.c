@@ -12,7 +12,8 @@
  * CPU, which a sending device keeps busy with its transmit work. Large
  * frames (received data) are still written inline: a hand-off per frame
  * cost receiving more than the overlap won. So is each NET_RX round's first
- * small frame: a lone one (a ping's reply) would only wait for a wake-up.
+ * small frame when nothing is queued: a lone one (a ping's reply) would
+ * only wait for a wake-up.
  *
  * The queue is single-producer (whoever holds the runtime's CPU: NET_RX
  * runs there), single-consumer (the writer), of copies: an ACK is a few
@@ -129,11 +130,16 @@ static bool writer_running(void)
 bool ddekit_rx_writer_take(unsigned int queue, const struct iovec *iov, unsigned int n, size_t len)
 {
 	uint32_t head = q.head;
+	uint32_t queued = head - __atomic_load_n(&q.tail, __ATOMIC_ACQUIRE);
 	struct slot *s;
 	size_t at = 0;
 
-	if (len > SMALL_FRAME || q.small_this_round++ == 0 || !writer_running() ||
-	    head - __atomic_load_n(&q.tail, __ATOMIC_ACQUIRE) == SLOTS)
+	if (len > SMALL_FRAME || queued == SLOTS)
+		return false;
+	/* A round's first, with nothing queued before it, is written at once. */
+	if (q.small_this_round++ == 0 && !queued)
+		return false;
+	if (!writer_running())
 		return false;
 	s = &q.slot[head % SLOTS];
 	s->queue = queue;
