@@ -9,7 +9,6 @@ Both ways of restarting are exercised: a fork of the post-probe template that
 resumes the device (the default), and -- once the template is gone -- a new
 process that loads and probes the driver again.
 """
-import re
 import time
 
 import pytest
@@ -17,41 +16,11 @@ import pytest
 from lab import net, traffic, understudy
 from lab.guest import SLIRP_GATEWAY, Guest
 
+from . import nic_settings
+
 pytestmark = pytest.mark.lab
 
 BULK_BYTES = 40 * 1000 * 1000
-GROUP = "01:00:5e:00:00:42"
-MAC = "52:54:00:12:34:99"     # us0's address set before the crash (the NIC's own is ...:56)
-
-# e1000 registers (Intel 8254x manual): receive control with the unicast and
-# multicast promiscuous bits, the 16 receive-address filters, the multicast table.
-RCTL, RCTL_UPE, RCTL_MPE = 0x0100, 1 << 3, 1 << 4
-RAL, RAH_AV, RECEIVE_ADDRESSES = 0x5400, 1 << 31, 16
-MTA = 0x5200
-
-
-def e1000_filters(g: Guest, bdf: str) -> dict:
-    """What the device itself filters on, read from its registers by QEMU: the
-    address in filter 0, the promiscuous bits, and whether GROUP is let in --
-    e1000 puts its first multicast addresses into filters 1-15 and hashes the
-    rest into the multicast table."""
-    bar0 = g.bar_address(bdf, 0)
-
-    def reg(offset: int) -> int:
-        return g.read_phys_u32(bar0 + offset)
-
-    def receive_address(i: int) -> str | None:
-        ral, rah = reg(RAL + 8 * i), reg(RAL + 8 * i + 4)
-        mac = (ral | (rah & 0xFFFF) << 32).to_bytes(6, "little")
-        return ":".join(f"{b:02x}" for b in mac) if rah & RAH_AV else None
-
-    group = bytes.fromhex(GROUP.replace(":", ""))
-    hashed = (group[4] >> 4 | group[5] << 4) & 0xFFF    # filter type 0: bits 36..47
-    rctl = reg(RCTL)
-    return {"mac": receive_address(0),
-            "promisc": rctl & (RCTL_UPE | RCTL_MPE) == RCTL_UPE | RCTL_MPE,
-            "group_let_in": GROUP in map(receive_address, range(1, RECEIVE_ADDRESSES))
-                            or bool(reg(MTA + 4 * (hashed >> 5)) >> (hashed & 0x1F) & 1)}
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +35,13 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         d = understudy.Daemon(g, bins, None, "--max-restarts", "3", "--restart-window-s", "300")
         d.run(bdf, [ko])
         d.wait_state(bdf, "registered", timeout=120)
-        g.run(f"ip link set us0 mtu 1400 promisc on address {MAC} && ip maddr add {GROUP} dev us0 && "
-              f"ip link set us0 up && "
+        nic_settings.apply(g)
+        g.run(f"ip link set us0 up && "
               f"ip addr add {net.GUEST_ADDRESS} dev us0 && ip route replace default via {SLIRP_GATEWAY} dev us0",
               check=True)
-        opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=1400)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=nic_settings.MTU)
         template = opened["template_pid"]
-        wanted = {"mac": MAC, "promisc": True, "group_let_in": True}
-        assert e1000_filters(g, bdf) == wanted
+        assert nic_settings.intel_filters(g, bdf) == nic_settings.wanted()
         assert template and template != opened["pid"], opened
         if start == "probe":
             # Without its template the daemon falls back to a cold restart.
@@ -99,7 +67,7 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         r = after["recoveries"][0]
         assert "killed by signal 9" in r["cause"] and r["outcome"] == "recovered" and r["start"] == start, r
         assert all(r[k] is not None for k in ("start_ms", "replay_ms", "first_packet_ms", "downtime_ms")), r
-        assert after["pid"] not in (None, opened["pid"]) and after["mtu"] == 1400, after
+        assert after["pid"] not in (None, opened["pid"]) and after["mtu"] == nic_settings.MTU, after
         # Stopped and reset; the arena stays mapped for the fresh driver (dropped only when given up).
         assert after["device_stop"]["bus_master_off"] and after["device_stop"]["reset"] == "done", after
         assert not after["device_stop"]["iommu_unmapped"], after
@@ -108,17 +76,11 @@ def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_s
         assert "PROMISC" in g.run("ip link show us0", check=True).out
         # The device was reset between the two drivers: what it filters on now,
         # the fresh driver wrote from the replayed log.
-        assert e1000_filters(g, bdf) == wanted
+        assert nic_settings.intel_filters(g, bdf) == nic_settings.wanted()
         assert d.alive()
         log = d.stop()
         # The fresh driver was given (and accepted: a refusal ends the restart) what the dead one had.
-        replayed = [line for line in log.splitlines() if "handover: giving the successor" in line]
-        print("\n".join(replayed))
-        assert any("SET_MTU 1400" in line for line in replayed), log[-3000:]
-        modes = re.findall(r"the driver took (SET_RX_MODE.*)", log)
-        assert modes and "promisc" in modes[-1], log[-3000:]
-        assert any(line.endswith(modes[-1]) for line in replayed), (modes[-1], replayed)
-        assert any(line.endswith(" OPEN") for line in replayed), log[-3000:]
+        print("\n".join(nic_settings.given_to_successors(log)))
         assert "recovered from" in log
         # A fresh e1000 resets its PHY (QEMU emulates 500 ms of autonegotiation):
         # its frames waited for its link instead of being given to a driver

@@ -15,6 +15,7 @@ import pytest
 from lab import net, understudy
 from lab.guest import Guest
 
+from . import nic_settings
 from .conftest import DRIVER, KERNEL_HALF, REPO, events
 from .test_nic_lab import LAUNCH
 
@@ -101,9 +102,12 @@ def test_guest_traffic_and_recovery_through_us0(no_leftover_qemu, bins):
         names = [m["path"].rsplit("/", 1)[-1] for m in d.status()[bdf]["modules"]]
         assert names == ["virtio_ring.ko", "virtio.ko", "virtio_pci_modern_dev.ko", "virtio_pci_legacy_dev.ko",
                          "virtio_pci.ko", "failover.ko", "net_failover.ko", "virtio_net.ko"], names
+        nic_settings.apply(g)
         g.run("ip link set us0 up", check=True)
-        opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True, mtu=nic_settings.MTU)
         net.bring_up_iface(g, "us0")
+        # What virtio_net told the device through its control queue.
+        assert nic_settings.virtio_net_filters(g, "nic0") == nic_settings.wanted()
         assert net.ping(g, count=50, interval=0.02)["loss_pct"] == 0
         for direction in ("tx", "rx"):
             s = net.bulk(g, direction, 2 << 20, timeout=300).summary()
@@ -119,14 +123,18 @@ def test_guest_traffic_and_recovery_through_us0(no_leftover_qemu, bins):
         r = understudy.kill_and_recover(g, d, bdf, 1)
         assert "killed by signal 9" in r["cause"], r
         after = d.wait_state(bdf, "open", timeout=30, carrier=True)
-        assert after["pid"] not in (None, opened["pid"]), after
+        assert after["pid"] not in (None, opened["pid"]) and after["mtu"] == nic_settings.MTU, after
         assert net.ping(g, count=20, interval=0.02)["loss_pct"] == 0
         assert understudy.carrier_drops(g) == drops, "us0 kept its carrier through the restart"
         s = net.bulk(g, "tx", 2 << 20, timeout=300).summary()
         assert s["hash_ok"] and not s["errors"], s
+        # The reset between the drivers put back the device's own filters:
+        # these the successor set from what the daemon replayed.
+        assert nic_settings.virtio_net_filters(g, "nic0") == nic_settings.wanted()
         status = d.status()[bdf]
-        d.stop()
-    assert status["driver_name"] == "virtio_net" and status["mac"] == "52:54:00:12:34:56", status
+        log = d.stop()
+    print("\n".join(nic_settings.given_to_successors(log)))
+    assert status["driver_name"] == "virtio_net" and status["mac"] == nic_settings.MAC, status
 
 
 def queue_counts(d: understudy.Daemon, bdf: str) -> dict[str, int]:
