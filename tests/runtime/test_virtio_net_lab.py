@@ -157,6 +157,9 @@ def test_two_queue_pairs_carry_parallel_flows_and_a_successor_gets_them_too(no_l
         understudy.understudy_up(g, d, bdf, lab.modules, lab.network)
         assert g.run("ls /sys/class/net/us0/queues | grep -c tx-", check=True).out.strip() == "3", \
             "the daemon's queue and two for the driver"
+        status = d.status()[bdf]
+        # Every lab guest reserves hugepages for the arena (lab/guest.py).
+        assert status["queues"] == 2 and status["arena_in_hugepages"], status
         for incarnation in ("first", "successor"):
             for reverse in (False, True):
                 assert net.iperf3(g, reverse, seconds=3, network=lab.network, parallel=16) > 0

@@ -278,6 +278,10 @@ pub struct DeviceStop {
     pub iommu_unmapped: bool,
 }
 
+fn one_queue() -> u16 {
+    1
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DeviceStatus {
     pub device: String,
@@ -325,6 +329,14 @@ pub struct DeviceStatus {
     pub pool_buffers: u32,
     #[serde(default)]
     pub pool_free: u32,
+    /// The TAP's queues for the driver (`run --queues`), as many queue pairs
+    /// as the driver is asked for.
+    #[serde(default = "one_queue")]
+    pub queues: u16,
+    /// Whether the DMA arena lies in 2 MiB hugepages, or in base pages when
+    /// none were free (docs/design.md §4, "The arena's pages").
+    #[serde(default)]
+    pub arena_in_hugepages: bool,
     /// Restarts of the driver process, oldest first: the last
     /// `RECOVERIES_KEPT` of them (`recovery_count` counts them all).
     pub recoveries: Vec<HandoverRecord>,

@@ -282,7 +282,8 @@ fn print_device(d: &DeviceStatus) {
     let c = &d.counters;
     println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes ({} dropped)",
              c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
-    println!("    pool {} of {} buffers free", d.pool_free, d.pool_buffers);
+    println!("    pool {} of {} buffers free; arena in {}; {} TAP queue(s) for the driver", d.pool_free, d.pool_buffers,
+             if d.arena_in_hugepages { "2 MiB hugepages" } else { "base pages" }, d.queues);
     if let Some(death) = &d.death {
         // A refused LOAD quotes the driver's lines: under the reason, indented.
         println!("    died: {}", death.replace('\n', "\n          "));

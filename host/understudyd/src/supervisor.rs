@@ -219,6 +219,8 @@ impl Supervisor {
             counters: Counters::default(),
             pool_buffers: g.pool_buffers,
             pool_free: datapath.shm.free_count(),
+            queues: setup.queues,
+            arena_in_hugepages: datapath.shm.arena_in_hugepages(),
             recoveries: Vec::new(),
             recovery_count: 0,
             updates: Vec::new(),
