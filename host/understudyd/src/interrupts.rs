@@ -37,7 +37,7 @@ impl InterruptRouting {
     /// Routes every interrupt `device` has now (its INTx line, its MSI and
     /// MSI-X vectors) to the CPU: called whenever a driver has probed or
     /// opened the device, since a driver requests its interrupts in one or
-    /// the other.
+    /// the other. Logs only what it moved.
     pub fn route(&mut self, device: &PciAddress) {
         let sysfs = Path::new("/sys/bus/pci/devices").join(device.to_string());
         let mut routed = Vec::new();
@@ -47,6 +47,11 @@ impl InterruptRouting {
                 Ok(list) => list.trim().to_string(),
                 Err(_) => continue, // no such interrupt (any more)
             };
+            if before == self.cpu.to_string() {
+                // Already there (a restart's OPEN after the first): nothing to write or log.
+                self.found.entry(irq).or_insert(before);
+                continue;
+            }
             match fs::write(&path, self.cpu.to_string()) {
                 Ok(()) => {
                     self.found.entry(irq).or_insert(before);
