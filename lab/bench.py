@@ -51,9 +51,10 @@ def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = Non
         sent = net.iperf3_run(guest, reverse=False, seconds=seconds, network=network, parallel=parallel)
         rx = net.iperf3(guest, reverse=True, seconds=seconds, network=network, parallel=parallel)
     except TimeoutError as e:
-        raise LabError(f"{e}: the transfer stalled, the NIC stopped moving frames (QEMU's i82559er "
-                       "does now and then under e100, in-kernel too: docs/performance.md §9); "
-                       "run the series again") from None
+        raise LabError(f"{e}: the transfer stalled, the NIC stopped moving frames; run the series "
+                       "again. A stall that comes back is worth a report, unless the NIC is e100's "
+                       "i82559er, whose QEMU model stalls now and then, in-kernel too "
+                       "(docs/performance.md §9)") from None
     tx = sent.pop("mbps")
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
@@ -217,10 +218,11 @@ def understudy_queue_packets(daemon: understudy.Daemon, bdf: str) -> dict[str, i
 
 
 def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True,
-              queues: int = 1, parallel: int = 1) -> dict:
+              queues: int = 1, parallel: int = 1, cpu: int | None = None) -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device
     (without `iommu`: in a guest without one, understudy over uio_pci_generic;
-    with `queues`, a NIC of that many queue pairs; `parallel` iperf3 connections)."""
+    with `queues`, a NIC of that many queue pairs; `parallel` iperf3 connections;
+    the driver process on vCPU `cpu`, by default driver_cpu's)."""
     dev = lookup_nic(driver)
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
@@ -229,6 +231,9 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
         f"{f' ({queues} queue pairs)' if queues > 1 else ''} on {NETWORKS[network_kind]}")
     with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu, queues=queues) as lab:
         guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
+        cpu = driver_cpu(guest) if cpu is None else cpu
+        if not 0 <= cpu < guest.cpus:
+            raise LabError(f"--driver-cpu {cpu}: the guest has vCPUs 0 to {guest.cpus - 1}")
         daemon = understudy.Daemon(guest, bins)
         try:
             for i in range(runs):
@@ -240,7 +245,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
                 kernel_runs.append({**traffic, "queue_packets": kernel_queues or {}})
                 hashes["kernel"].append(hashed_transfers(guest, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
-                understudy.understudy_up(guest, daemon, bdf, modules, network, driver_cpu(guest))
+                understudy.understudy_up(guest, daemon, bdf, modules, network, cpu)
                 understudy_runs.append({**measure_traffic(guest, seconds, network, parallel),
                                         "queue_packets": {} if kernel_queues is None
                                         else understudy_queue_packets(daemon, bdf)})
@@ -254,7 +259,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
     spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, k)) for name, k in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "dma": "iommu (vfio-pci)" if iommu else "unconfined (uio_pci_generic)",
-            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": driver_cpu(guest),
+            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": cpu,
             "queues": queues, "parallel": parallel, **ratios,
             # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
             "spread": spreads,
@@ -267,10 +272,10 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
 
 def cmd_net(args) -> int:
     report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu,
-                       queues=args.queues, parallel=args.parallel)
+                       queues=args.queues, parallel=args.parallel, cpu=args.driver_cpu)
     if args.no_iommu:
         vfio = bench_net(args.driver, args.runs, args.seconds, args.network, queues=args.queues,
-                         parallel=args.parallel)
+                         parallel=args.parallel, cpu=args.driver_cpu)
         report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run", "hash_ok"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     report = {**report, **provenance.record()}
@@ -346,6 +351,9 @@ def add_parser(sub):
                       "`understudy run --queues N`; per-queue packet counts join the report")
     netp.add_argument("--parallel", type=int, default=1, metavar="P",
                       help="iperf3 connections each way (-P), to spread flows over the queues")
+    netp.add_argument("--driver-cpu", type=int, metavar="CPU",
+                      help="the vCPU of understudy's driver process and its interrupts "
+                      "(`understudy run --cpu`; default: the guest's last)")
     netp.add_argument("--plot", metavar="FILE", help="draw mean and maximum throughput into this PNG "
                       "(`bench plot-net` draws saved reports)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")
