@@ -10,6 +10,8 @@ stack on us0 and the reply coming back, and prints their medians:
 
     python3 -m lab.experiments.ping_trace --pings 30 [--json] [--dump FILE]
 
+--pin, --tx-cpu and --irq-cpu move threads and the interrupt for experiments.
+
 The tracer costs a little per event but, unlike strace, does not stop the
 threads it watches, so the gaps it shows are the ones a ping waits through.
 """
@@ -198,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--irq-cpu", type=int, metavar="CPU",
                     help="route the device's interrupts to this CPU (/proc/irq/N/smp_affinity); "
                          "by default the guest kernel chooses")
+    ap.add_argument("--tx-cpu", type=int, metavar="CPU",
+                    help="then pin the driver's TX thread alone to this CPU (an experiment: on the "
+                         "pinging thread's CPU the request needs no cross-CPU wake-up)")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
@@ -214,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.pin is not None:
             for tid in roles:
                 g.run(["taskset", "-p", "-c", str(args.pin), str(tid)], check=True)
+        if args.tx_cpu is not None:
+            for tid in (t for t, role in roles.items() if role.endswith(":understudy-tx")):
+                g.run(["taskset", "-p", "-c", str(args.tx_cpu), str(tid)], check=True)
         enable_tracing(g, list(roles))
         res = g.run(f"ping -n -q -c {args.pings} -i {args.interval} {net.SLIRP_GATEWAY}", check=True)
         raw = stop_tracing(g)
