@@ -14,6 +14,13 @@ MTU = 1400
 MAC = "52:54:00:12:34:99"     # the NICs' own addresses end in :56
 GROUP = "01:00:5e:00:00:42"
 
+# e1000 and e1000e registers (Intel 8254x and 82574 manuals, same offsets):
+# receive control with the unicast and multicast promiscuous bits, the
+# receive-address filters, the multicast table.
+RCTL, RCTL_UPE, RCTL_MPE = 0x0100, 1 << 3, 1 << 4
+RAL, RAH_AV, RECEIVE_ADDRESSES = 0x5400, 1 << 31, 16
+MTA = 0x5200
+
 
 def wanted(promisc: bool = True) -> dict:
     """What the device filters on once the settings are in. Promiscuous mode
@@ -22,13 +29,6 @@ def wanted(promisc: bool = True) -> dict:
     promiscuous -- its MPE bit lets every group in -- so its test leaves the
     mode off and the table shows the group.)"""
     return {"mac": MAC, "promisc": promisc, "group_let_in": True}
-
-# e1000 and e1000e registers (Intel 8254x and 82574 manuals, same offsets):
-# receive control with the unicast and multicast promiscuous bits, the
-# receive-address filters, the multicast table.
-RCTL, RCTL_UPE, RCTL_MPE = 0x0100, 1 << 3, 1 << 4
-RAL, RAH_AV, RECEIVE_ADDRESSES = 0x5400, 1 << 31, 16
-MTA = 0x5200
 
 
 def apply(g: Guest, ifname: str = "us0", promisc: bool = True) -> None:
