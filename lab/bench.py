@@ -224,6 +224,9 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
     with `queues`, a NIC of that many queue pairs; `parallel` iperf3 connections;
     the driver process on vCPU `cpu`, by default driver_cpu's)."""
     dev = lookup_nic(driver)
+    cpus = config.guest_defaults().cpus     # every lab guest's (nic_lab boots with the defaults)
+    if cpu is not None and not 0 <= cpu < cpus:
+        raise LabError(f"--driver-cpu {cpu}: the guest has vCPUs 0 to {cpus - 1}")
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     hashes = {"kernel": [], "understudy": []}
@@ -232,8 +235,6 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
     with understudy.nic_lab(dev.name, network=network_kind == "tap", iommu=iommu, queues=queues) as lab:
         guest, network, bdf, modules = lab.guest, lab.network, lab.bdf, lab.modules
         cpu = driver_cpu(guest) if cpu is None else cpu
-        if not 0 <= cpu < guest.cpus:
-            raise LabError(f"--driver-cpu {cpu}: the guest has vCPUs 0 to {guest.cpus - 1}")
         daemon = understudy.Daemon(guest, bins)
         try:
             for i in range(runs):
@@ -246,6 +247,7 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
                 hashes["kernel"].append(hashed_transfers(guest, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
                 understudy.understudy_up(guest, daemon, bdf, modules, network, cpu)
+                # A driver without statistics (kernel_queues None) keeps none in a driver process either.
                 understudy_runs.append({**measure_traffic(guest, seconds, network, parallel),
                                         "queue_packets": {} if kernel_queues is None
                                         else understudy_queue_packets(daemon, bdf)})
