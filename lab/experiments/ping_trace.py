@@ -6,7 +6,8 @@ monotonic clock -- scheduler wakeups and switches, interrupt handlers, us0's
 transmit and receive, and the system calls of the daemon and the driver
 process -- and sends pings spaced apart so that every thread sleeps between
 them. For each ping it finds the hops between the echo request leaving the
-stack on us0 and the reply coming back, and prints their medians:
+stack on us0 and the reply coming back (the TX thread runs, the reply's
+interrupt, the driver writes the reply to the TAP), and prints their medians:
 
     python3 -m lab.experiments.ping_trace --pings 30 [--json] [--dump FILE]
 
@@ -31,8 +32,9 @@ from ..guest import Guest
 TRACING = "/sys/kernel/tracing"
 ECHO_REQUEST_FRAME = 98      # 56 bytes of ping data + ICMP 8 + IP 20 + Ethernet 14
 ECHO_REPLY_PACKET = 84       # the same, as netif_receive_skb sees it (after the MAC header)
-SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", 202: "futex", 230: "clock_nanosleep",
-            35: "nanosleep", 271: "ppoll"}
+WRITEV = 20
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", WRITEV: "writev", 202: "futex",
+            230: "clock_nanosleep", 35: "nanosleep", 271: "ppoll"}
 
 # One line of the trace: "  comm-pid  [cpu] flags  seconds: event: details"
 LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+\S+\s+(?P<ts>\d+\.\d+):\s+"
@@ -156,13 +158,19 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
     def is_irq(e: Event) -> bool:
         return e.event == "irq_handler_entry" and "vfio" in e.rest
 
+    def writes_to_tap(e: Event) -> bool:
+        return e.event == "sys_enter" and "understudy-driver" in roles.get(e.pid, "") and \
+            re.match(r"NR (\d+)", e.rest)[1] == str(WRITEV)
+
     out = [("request on us0", lo)]
     i = first(events, lo + 1, hi, runs(":understudy-tx"))
     if i is None:
         return None
     out.append(("driver tx thread runs", i))
     back = [("reply on us0", hi)]
-    for label, pred in (("driver irq thread runs", runs(":irq")), ("reply's interrupt", is_irq)):
+    # Whichever thread handles the interrupt (an IRQ thread, or the TX
+    # thread serving the line) writes the reply to the TAP.
+    for label, pred in (("driver writes the reply", writes_to_tap), ("reply's interrupt", is_irq)):
         i = last(events, out[-1][1] + 1, back[-1][1], pred)
         if i is None:
             return None

@@ -178,9 +178,24 @@ void ddekit_irq_disable_vectors(enum ddekit_irq_source source);
 int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector);
 /* Blocks (without the CPU) until an interrupt or the detach wake-up. */
 int ddekit_irq_wait(int eventfd);
+/* The same without blocking: -EAGAIN when neither has come. */
+int ddekit_irq_take(int eventfd);
 void ddekit_irq_unmask(void);
 void ddekit_irq_detach(enum ddekit_irq_source source, unsigned int vector, int eventfd);
 void ddekit_irq_close(int eventfd);
+
+/*
+ * The TX thread serves the interrupt lines the kernel half hands it (irq.c,
+ * docs/design.md §6): once it runs, it waits on their eventfds beside the
+ * TAP and handles what arrived between its batches. rewait wakes it to wait
+ * again (a line was added) or to look again (its stopped queue woke: it
+ * waits for that in ddekit_tx_wait_interrupts, serving the lines' interrupts,
+ * which are what wake the queue).
+ */
+int ddekit_tx_serves_interrupts(void);
+int ddekit_on_tx_thread(void);
+void ddekit_tx_rewait(void);
+void ddekit_tx_wait_interrupts(const int *eventfds, unsigned int n);
 
 /* ---- checking (docs/checking.md) --------------------------------------- */
 

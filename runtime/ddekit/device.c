@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/io.h>
@@ -166,6 +167,16 @@ int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector)
 
 int ddekit_irq_wait(int fd)
 {
+	return device.ops->irq_wait(fd);
+}
+
+int ddekit_irq_take(int fd)
+{
+	struct pollfd ready = { .fd = fd, .events = POLLIN };
+	int n = poll(&ready, 1, 0);
+
+	if (n <= 0)
+		return n ? -errno : -EAGAIN;
 	return device.ops->irq_wait(fd);
 }
 

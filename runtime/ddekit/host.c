@@ -24,6 +24,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -219,29 +220,104 @@ static bool consume(struct us_ring *r, struct us_ring_entry *e)
 }
 
 /*
- * Blocks until there is something to send: the host kicks (an entry on r,
- * or its gate opened), the TAP has a frame, or a record of a held frame is
- * free again. The tx ring's part is sDDF's wait protocol.
+ * The interrupt lines the TX thread serves (ddekit.h), and the eventfd that
+ * makes it wait again: written when a line is handed to it and when its
+ * stopped queue wakes.
  */
-static void wait_for_frames(struct us_ring *r)
+#define TX_MAX_IRQS	8
+static int tx_rewait_fd = -1;
+static unsigned int (*serve_interrupts)(int *eventfds, unsigned int max);
+static __thread bool on_tx_thread;
+
+int ddekit_tx_serves_interrupts(void)
 {
-	struct pollfd fds[2 + US_MAX_QUEUES] = { { .fd = rings.kick_fd, .events = POLLIN } };
-	int tap_fds[1 + US_MAX_QUEUES], n;
+	return tx_rewait_fd >= 0;
+}
+
+int ddekit_on_tx_thread(void)
+{
+	return on_tx_thread;
+}
+
+void ddekit_tx_rewait(void)
+{
+	uint64_t one = 1;
+
+	if (tx_rewait_fd >= 0 && write(tx_rewait_fd, &one, sizeof(one)) != sizeof(one))
+		ddekit_panic("cannot wake the TX thread (rewait eventfd)");
+}
+
+static void rewaited(void)
+{
+	uint64_t count;
+
+	if (read(tx_rewait_fd, &count, sizeof(count)) < 0 && errno != EAGAIN && errno != EINTR)
+		ddekit_panic("cannot read the TX thread's rewait eventfd");
+}
+
+/* Adds eventfds to a poll set, readable = one came. */
+static unsigned int add_readable(struct pollfd *fds, const int *eventfds, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		fds[i] = (struct pollfd){ .fd = eventfds[i], .events = POLLIN };
+	return n;
+}
+
+/* Polls the lines' eventfds and the rewait one; returns whether any was readable. */
+static bool poll_interrupts(const int *eventfds, unsigned int n, int timeout)
+{
+	struct pollfd fds[1 + TX_MAX_IRQS] = { { .fd = tx_rewait_fd, .events = POLLIN } };
+	int ready;
+
+	if (n > TX_MAX_IRQS)
+		ddekit_panic("the TX thread serves too many interrupt lines");
+	ready = poll(fds, 1 + add_readable(fds + 1, eventfds, n), timeout);
+	if (ready < 0 && errno != EINTR)
+		ddekit_panic("cannot wait for interrupts (poll)");
+	if (fds[0].revents)
+		rewaited();
+	return ready > 0;
+}
+
+void ddekit_tx_wait_interrupts(const int *eventfds, unsigned int n)
+{
+	poll_interrupts(eventfds, n, -1);
+}
+
+/*
+ * Blocks until there is something to do: the host kicks (an entry on r,
+ * or its gate opened), the TAP has a frame, a record of a held frame is
+ * free again, or an interrupt line the thread serves fired. The tx ring's
+ * part is sDDF's wait protocol. Returns whether to serve the lines: one
+ * fired, or the set of lines changed.
+ */
+static bool wait_for_frames(struct us_ring *r, const int *irq_fds, unsigned int n_irq)
+{
+	struct pollfd fds[3 + US_MAX_QUEUES + TX_MAX_IRQS] = {
+		{ .fd = rings.kick_fd, .events = POLLIN }, { .fd = tx_rewait_fd, .events = POLLIN } };
+	int tap_fds[1 + US_MAX_QUEUES], n, first_irq;
+	bool fired = false;
 	uint64_t count;
 
 	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
-		return;
+		return false;
 	n = ddekit_tap_wait_fds(tap_fds);
-	for (int i = 0; i < n; i++)
-		fds[1 + i] = (struct pollfd){ .fd = tap_fds[i], .events = POLLIN };
-	if (poll(fds, 1 + n, -1) < 0 && errno != EINTR)
+	n = 2 + add_readable(fds + 2, tap_fds, n);
+	first_irq = n;
+	n += add_readable(fds + n, irq_fds, n_irq);
+	if (poll(fds, n, -1) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for frames (poll)");
 	if (fds[0].revents && read(rings.kick_fd, &count, sizeof(count)) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for the host (kick eventfd)");
 	if (fds[1].revents)
+		rewaited();
+	if (fds[2].revents)
 		ddekit_tap_woken();
+	for (int i = first_irq; i < n; i++)
+		fired |= fds[i].revents != 0;
+	return fired || fds[1].revents;
 }
 
 void ddekit_net_tx_done(unsigned long cookie, int dropped)
@@ -261,55 +337,88 @@ static void (*xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n);
 static unsigned int (*xmit_tap)(void);
 
 /*
- * The host's frames first (a predecessor's go before the TAP's new ones),
- * up to a batch, handed to the kernel half in one call: one CPU entry and
- * one doorbell for the batch instead of one each per frame; then a batch
- * from the TAP (us_net_xmit_tap reads and sends it).
+ * The host's frames up to a batch, handed to the kernel half in one call:
+ * one CPU entry and one doorbell for the batch instead of one each per
+ * frame. Returns how many there were.
+ */
+static unsigned int send_host_frames(struct us_ring *tx)
+{
+	struct ddekit_tx_frame batch[DDEKIT_TX_BATCH];
+	struct us_ring_entry e;
+	unsigned int n = 0;
+
+	while (n < DDEKIT_TX_BATCH && consume(tx, &e)) {
+		uint32_t span = us_tx_span(e.len, rings.buffer_size);
+
+		if (e.len > US_TX_MAX_FRAME || e.buf >= rings.pool_buffers ||
+		    span > rings.pool_buffers - e.buf || e.queue >= US_MAX_QUEUES)
+			ddekit_panic("the host sent a bad tx entry");
+		batch[n++] = (struct ddekit_tx_frame){
+			.buffer = rings.pool + (uint64_t)e.buf * rings.buffer_size,
+			.len = e.len,
+			.room = span * rings.buffer_size,
+			.flags = e.flags,
+			.gso_size = e.gso_size,
+			.csum_start = e.csum_start,
+			.csum_offset = e.csum_offset,
+			.queue = e.queue,
+		};
+	}
+	if (!n)
+		return 0;
+	xmit_buffers(batch, n);
+	for (unsigned int i = 0; i < n; i++)
+		if (batch[i].status)
+			ddekit_net_tx_done((unsigned long)batch[i].buffer, 1);
+	return n;
+}
+
+/*
+ * Each round: the interrupts that came, then the host's frames (a
+ * predecessor's go before the TAP's new ones), then a batch from the TAP
+ * (us_net_xmit_tap reads and sends it). It sleeps when neither had
+ * anything. After a round that sent, a poll that does not block looks for
+ * interrupts (a reply's usually arrives while the thread is still in its
+ * doorbell); the runtime's CPU is taken to serve them only when one came.
+ * A line handed to the thread while it sends is seen when it next waits:
+ * at the latest when its queue stops (us_irq_wait_serving).
  */
 static void tx_thread(void *unused)
 {
 	struct us_ring *tx = rings.ring[US_RING_TX];
+	int irq_fds[TX_MAX_IRQS];
+	unsigned int n_irq = 0;
+	bool serve = true;
 
+	on_tx_thread = true;
 	for (;;) {
-		struct ddekit_tx_frame batch[DDEKIT_TX_BATCH];
-		struct us_ring_entry e;
-		unsigned int n = 0;
-
-		while (n < DDEKIT_TX_BATCH && consume(tx, &e)) {
-			uint32_t span = us_tx_span(e.len, rings.buffer_size);
-
-			if (e.len > US_TX_MAX_FRAME || e.buf >= rings.pool_buffers ||
-			    span > rings.pool_buffers - e.buf || e.queue >= US_MAX_QUEUES)
-				ddekit_panic("the host sent a bad tx entry");
-			batch[n++] = (struct ddekit_tx_frame){
-				.buffer = rings.pool + (uint64_t)e.buf * rings.buffer_size,
-				.len = e.len,
-				.room = span * rings.buffer_size,
-				.flags = e.flags,
-				.gso_size = e.gso_size,
-				.csum_start = e.csum_start,
-				.csum_offset = e.csum_offset,
-				.queue = e.queue,
-			};
-		}
-		if (n) {
-			xmit_buffers(batch, n);
-			for (unsigned int i = 0; i < n; i++)
-				if (batch[i].status)
-					ddekit_net_tx_done((unsigned long)batch[i].buffer, 1);
-			continue;
-		}
-		if (!xmit_tap())
-			wait_for_frames(tx);
+		if (serve)
+			n_irq = serve_interrupts(irq_fds, TX_MAX_IRQS);
+		if (send_host_frames(tx) || xmit_tap())
+			serve = n_irq && poll_interrupts(irq_fds, n_irq, 0);
+		else
+			serve = wait_for_frames(tx, irq_fds, n_irq);
 	}
 }
 
 int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n),
-		    unsigned int (*from_tap)(void))
+		    unsigned int (*from_tap)(void),
+		    unsigned int (*interrupts)(int *eventfds, unsigned int max))
 {
+	int err;
+
 	if (!rings.ready)
 		return -EINVAL;
 	xmit_buffers = xmit;
 	xmit_tap = from_tap;
-	return ddekit_thread_create(tx_thread, NULL, "understudy-tx");
+	serve_interrupts = interrupts;
+	tx_rewait_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (tx_rewait_fd < 0)
+		return -errno;
+	err = ddekit_thread_create(tx_thread, NULL, "understudy-tx");
+	if (err) {
+		close(tx_rewait_fd);
+		tx_rewait_fd = -1;
+	}
+	return err;
 }

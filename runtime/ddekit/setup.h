@@ -71,11 +71,13 @@ int ddekit_send_message(uint16_t type, uint32_t seq, const void *body, size_t le
 /*
  * Starts the thread that sends: the tx ring's frames through xmit, in
  * batches (zero copy), then the TAP's through from_tap (which returns how
- * many it read).
+ * many it read); before each round it calls interrupts, which handles the
+ * interrupts of the lines it serves and gives their eventfds to wait on.
  */
 struct ddekit_tx_frame;
 int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n),
-		    unsigned int (*from_tap)(void));
+		    unsigned int (*from_tap)(void),
+		    unsigned int (*interrupts)(int *eventfds, unsigned int max));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /*
  * The driver's queues of the host's TAP (up to US_MAX_QUEUES): the stack's

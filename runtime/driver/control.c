@@ -179,13 +179,15 @@ static int probe(struct session *s, const struct us_probe *p)
 /*
  * The TX thread starts with the first OPEN, not at probe: a template must
  * be a single thread, and the host sends frames only to an open device.
+ * It starts before the driver's open, so that an INTx line requested there
+ * is served by it (runtime/kernel/irq.c).
  */
 static int open_device(struct session *s)
 {
 	int err;
 
 	if (!s->tx_started) {
-		err = ddekit_start_tx(kernel.net_xmit_buffers, kernel.net_xmit_tap);
+		err = ddekit_start_tx(kernel.net_xmit_buffers, kernel.net_xmit_tap, kernel.irq_serve);
 		if (err)
 			return err;
 		s->tx_started = true;

@@ -22,6 +22,7 @@ struct kernel_api {
 	int (*net_xmit)(const void *frame, unsigned int len);
 	void (*net_xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n);
 	unsigned int (*net_xmit_tap)(void);
+	unsigned int (*irq_serve)(int *eventfds, unsigned int max);
 	int (*net_set_mtu)(unsigned int mtu);
 	int (*net_set_mac)(const uint8_t *mac);
 	int (*net_set_rx_mode)(uint32_t flags, unsigned int n_mc, const uint8_t *mc);

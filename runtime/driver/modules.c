@@ -129,6 +129,7 @@ static void find_kernel_api(void)
 	kernel.net_xmit = kernel_export("us_net_xmit");
 	kernel.net_xmit_buffers = kernel_export("us_net_xmit_buffers");
 	kernel.net_xmit_tap = kernel_export("us_net_xmit_tap");
+	kernel.irq_serve = kernel_export("us_irq_serve");
 	kernel.net_set_mtu = kernel_export("us_net_set_mtu");
 	kernel.net_set_mac = kernel_export("us_net_set_mac");
 	kernel.net_set_rx_mode = kernel_export("us_net_set_rx_mode");

@@ -138,6 +138,8 @@ int devres_release_all(struct device *dev);
 #define US_NR_IRQS		(US_MSI_FIRST_IRQ + DDEKIT_IRQ_MAX_VECTORS)
 /* irq.c: whether the driver holds any interrupt line or vector. */
 bool us_irq_held(void);
+bool us_irq_serving(void);
+void us_irq_wait_serving(void);
 /* irq.c: whether a handler is requested on a message-signalled vector. */
 bool us_irq_vectors_requested(void);
 /*

@@ -12,6 +12,14 @@
  * While another thread holds the CPU no handler can run, which is exactly
  * local_irq_disable() on a uniprocessor; disable_irq() additionally keeps
  * the handler from running until enable_irq().
+ *
+ * An INTx line requested once the TX thread runs (at open, as the Nooks-era
+ * NICs request theirs) gets no thread of its own: the TX thread serves it
+ * (us_irq_serve), waiting on its eventfd beside the TAP and handling what
+ * came between its batches, as one CPU would take the interrupt between two
+ * transmits. An IRQ thread would preempt the TX thread, find the CPU held
+ * by it and sleep until its unlock: two switches and a futex hand-off per
+ * interrupt, on the driver's one vCPU (docs/design.md §6).
  */
 #include <linux/module.h>
 #include <linux/interrupt.h>
@@ -31,16 +39,38 @@ struct us_irq {
 	int disable_depth;
 	int eventfd;
 	bool freed;
+	bool served;			/* by the TX thread, not an IRQ thread */
+	bool masked_while_disabled;	/* a served line fired while disabled */
 	unsigned long count;
 };
 
 /* The requested lines by irq number: INTx and the message-signalled vectors. */
 static struct us_irq *lines[US_NR_IRQS];
 
+/* The lines the TX thread serves, freed ones too until it has closed them. */
+static struct us_irq *served[US_NR_IRQS];
+static unsigned int n_served;
+
 /* The primary handler of a threaded-only request: wake the thread. */
 static irqreturn_t irq_default_primary_handler(int irq, void *dev_id)
 {
 	return IRQ_WAKE_THREAD;
+}
+
+/* One interrupt, with the CPU: the handler in hard-IRQ context, then irq_exit()'s softirq. */
+static void handle(struct us_irq *desc)
+{
+	irqreturn_t ret;
+
+	desc->count++;
+	__irq_enter_raw();
+	ddekit_trace_context(DDEKIT_CTX_HARDIRQ, (unsigned long)desc->handler);
+	ret = desc->handler(desc->irq, desc->dev_id);
+	ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
+	__irq_exit_raw();
+	us_softirq_on_irq_exit();
+	if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
+		desc->thread_fn(desc->irq, desc->dev_id);
 }
 
 static void irq_thread(void *arg)
@@ -49,8 +79,6 @@ static void irq_thread(void *arg)
 
 	ddekit_thread_runs_interrupts();
 	for (;;) {
-		irqreturn_t ret;
-
 		if (ddekit_irq_wait(desc->eventfd))
 			us_panic("IRQ %u: cannot wait for the interrupt eventfd", desc->irq);
 		us_cpu_enter();
@@ -60,15 +88,7 @@ static void irq_thread(void *arg)
 			us_cpu_leave();
 			break;
 		}
-		desc->count++;
-		__irq_enter_raw();
-		ddekit_trace_context(DDEKIT_CTX_HARDIRQ, (unsigned long)desc->handler);
-		ret = desc->handler(desc->irq, desc->dev_id);
-		ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
-		__irq_exit_raw();
-		us_softirq_on_irq_exit();
-		if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
-			desc->thread_fn(desc->irq, desc->dev_id);
+		handle(desc);
 		us_cpu_leave();
 		if (desc->source == DDEKIT_IRQ_INTX)
 			ddekit_irq_unmask();
@@ -77,6 +97,75 @@ static void irq_thread(void *arg)
 	us_cpu_enter();
 	kfree(desc);
 	us_cpu_leave();
+}
+
+/*
+ * The TX thread's turn at the lines it serves, each round: handles an
+ * interrupt that came on each (one that came while the line was disabled
+ * waits, masked, for enable_irq), closes the lines freed since, and fills
+ * eventfds with those to wait on. Returns how many.
+ */
+unsigned int us_irq_serve(int *eventfds, unsigned int max)
+{
+	bool unmask = false;
+	unsigned int i = 0, n = 0;
+
+	if (!READ_ONCE(n_served))
+		return 0;
+	us_cpu_enter();
+	while (i < n_served) {
+		struct us_irq *desc = served[i];
+		int err;
+
+		if (desc->freed) {
+			served[i] = served[--n_served];
+			ddekit_irq_close(desc->eventfd);
+			kfree(desc);
+			continue;
+		}
+		err = ddekit_irq_take(desc->eventfd);
+		if (err && err != -EAGAIN)
+			us_panic("IRQ %u: cannot read the interrupt eventfd (%d)", desc->irq, err);
+		if (!err && desc->disable_depth) {
+			desc->masked_while_disabled = true;
+		} else if (!err) {
+			handle(desc);
+			unmask = true;
+		}
+		if (n < max)
+			eventfds[n++] = desc->eventfd;
+		i++;
+	}
+	us_cpu_leave();
+	if (unmask)
+		ddekit_irq_unmask();
+	return n;
+}
+EXPORT_SYMBOL_GPL(us_irq_serve);
+
+/* Whether the calling thread serves interrupt lines: it must not sleep without serving them. */
+bool us_irq_serving(void)
+{
+	return n_served && ddekit_on_tx_thread();
+}
+
+/*
+ * us_wait(0) for the thread that serves interrupts (its stopped queue, which
+ * only they complete): sleeps on the lines' eventfds and the TX thread's
+ * rewait, then serves what came. Called and returns with the CPU held.
+ */
+void us_irq_wait_serving(void)
+{
+	int eventfds[US_NR_IRQS];
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < n_served; i++)
+		if (!served[i]->freed)
+			eventfds[n++] = served[i]->eventfd;
+	us_cpu_leave();
+	ddekit_tx_wait_interrupts(eventfds, n);
+	us_irq_serve(eventfds, 0);
+	us_cpu_enter();
 }
 
 /*
@@ -129,6 +218,14 @@ int request_threaded_irq(unsigned int irq, irq_handler_t handler, irq_handler_t 
 		kfree(desc);
 		return err;
 	}
+	if (source == DDEKIT_IRQ_INTX && !thread_fn && ddekit_tx_serves_interrupts() &&
+	    n_served < ARRAY_SIZE(served)) {
+		desc->served = true;
+		served[n_served++] = desc;
+		lines[irq] = desc;
+		ddekit_tx_rewait();
+		return 0;
+	}
 	snprintf(thread_name, sizeof(thread_name), "irq/%u", irq);
 	err = ddekit_thread_create(irq_thread, desc, thread_name);
 	if (err) {
@@ -161,7 +258,8 @@ const void *free_irq(unsigned int irq, void *dev_id)
 	ddekit_event(event);
 	name = desc->name;
 	desc->freed = true;
-	ddekit_irq_detach(desc->source, desc->vector, desc->eventfd);	/* the IRQ thread frees desc */
+	/* The IRQ thread, or for a served line the TX thread, frees desc. */
+	ddekit_irq_detach(desc->source, desc->vector, desc->eventfd);
 	lines[irq] = NULL;
 	us_wake();
 	return name;
@@ -205,8 +303,14 @@ void enable_irq(unsigned int irq)
 	if (WARN(!desc->disable_depth, "unbalanced enable_irq(%u)\n", irq))
 		return;
 	us_trace(DDEKIT_EV_IRQ_ON, _RET_IP_, NULL, irq, 0);
-	if (!--desc->disable_depth)
-		us_wake();
+	if (--desc->disable_depth)
+		return;
+	if (desc->masked_while_disabled) {
+		/* Level-triggered: still asserted, it fires again for the TX thread. */
+		desc->masked_while_disabled = false;
+		ddekit_irq_unmask();
+	}
+	us_wake();
 }
 EXPORT_SYMBOL(enable_irq);
 

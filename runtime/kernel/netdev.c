@@ -288,14 +288,20 @@ void us_net_wait_tx_queue(struct net_device *dev, struct netdev_queue *txq)
 {
 	while (netif_xmit_frozen_or_stopped(txq) && netif_running(dev) && netif_carrier_ok(dev)) {
 		tx_waiter = current;
-		us_wait(0);
+		if (us_irq_serving())	/* the interrupts it serves are what wake the queue */
+			us_irq_wait_serving();
+		else
+			us_wait(0);
 		tx_waiter = NULL;
 	}
 }
 
 void us_net_wake_tx_waiter(void)
 {
+	if (!tx_waiter)
+		return;
 	us_wake_task(tx_waiter);
+	ddekit_tx_rewait();
 }
 
 /* The TX thread waits for this (us_net_wait_tx_queue) when the queue is stopped. */

@@ -61,11 +61,12 @@ def test_e1000_passes_traffic_through_us0_and_survives_its_driver_dying(no_lefto
         assert MAC in g.run("ip link show us0", check=True).out
         assert understudy.carrier(g, "us0")
 
-        # The threads that do interrupt and softirq work get a larger share of
-        # the CPU; the task threads, transmission among them, keep the default.
+        # The softirq thread gets a larger share of the CPU; the task threads
+        # keep the default. e1000's INTx line, requested at open, has no IRQ
+        # thread: the TX thread serves it (runtime/kernel/irq.c).
         driver_nice = thread_nice(g, opened["pid"])
         print("driver threads' nice", driver_nice)
-        assert driver_nice["irq/16"] == driver_nice["ksoftirqd/0"] == -10, driver_nice   # INTx: irq 16
+        assert driver_nice["ksoftirqd/0"] == -10 and not any(t.startswith("irq/") for t in driver_nice), driver_nice
         assert driver_nice["understudy-driv"] == driver_nice["kworker/0"] == driver_nice["understudy-tx"] == 0, \
             driver_nice
 
