@@ -244,11 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         if h:
             per_ping.append(h)
         silent.append(silent_ms(events, lo, hi))
-        if n < args.show:
-            print(f"--- ping {n + 1}: {(events[hi].ts - events[lo].ts) * 1000:.3f} ms")
+        if n < args.show:   # with --json, stdout is the JSON alone
+            out = sys.stderr if args.json else sys.stdout
+            print(f"--- ping {n + 1}: {(events[hi].ts - events[lo].ts) * 1000:.3f} ms", file=out)
             for e in events[lo:hi + 1]:
                 if relevant(e, roles):
-                    print(f"  {(e.ts - events[lo].ts) * 1000:8.3f} ms  [{e.cpu}] {describe(e, roles)}")
+                    print(f"  {(e.ts - events[lo].ts) * 1000:8.3f} ms  [{e.cpu}] {describe(e, roles)}", file=out)
     summary = {"command": "python3 -m lab.experiments.ping_trace "
                + " ".join(argv if argv is not None else sys.argv[1:]),
                "commit": provenance.commit(), "machine": provenance.machine(),

@@ -53,9 +53,10 @@ def test_rx_profile_refuses_a_variant_without_a_build(lab_ready):
 
 
 def test_ping_trace_splits_each_ping_into_the_hops_of_the_driver_process(lab_ready, no_leftover_qemu):
-    res = experiment("ping_trace", "--pings", "10", "--interval", "0.1", "--show", "0", "--json")
+    res = experiment("ping_trace", "--pings", "10", "--interval", "0.1", "--show", "1", "--json")
     assert res.returncode == 0, res.stderr
-    report = json.loads(res.stdout)
+    report = json.loads(res.stdout)     # the timeline shown goes to stderr
+    assert "--- ping 1:" in res.stderr
     # The daemon is on no ping's path: TAP -> TX thread -> device -> the TX
     # thread again (it serves e1000's line) -> TAP.
     assert list(report["hop_ms_median"]) == [
