@@ -49,18 +49,15 @@ use crate::ethtool_job::{Answer, EthtoolJob};
 use crate::fd;
 use crate::handover::{describe, Event};
 use crate::interrupts::InterruptRouting;
-use crate::placement::Placement;
-use crate::process::DriverCommand;
 use crate::ratelimit::TokenBucket;
 use crate::shadow::{Action, NetShadow, Phase};
 use crate::standby::Standbys;
-use crate::watchdog::Detection;
 
 use agent::RecoveryAgent;
 use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
 use interface::Interface;
-use link::{DriverLink, Spawn};
+use link::{DriverLink, Launch};
 use moves::{declare_standbys, open_device};
 use succession::Succession;
 
@@ -144,13 +141,9 @@ struct Supervisor {
     ethtool_queue: VecDeque<(EthtoolQueries, Answer)>,
     status: Arc<Mutex<DeviceStatus>>,
     log_limit: TokenBucket,
-    detection: Detection,
-    driver: DriverCommand,
-    placement: Option<Placement>,
+    launch: Launch,
     /// With a placement, the serving device's interrupts go to the driver's CPU.
     interrupts: Option<InterruptRouting>,
-    /// How every driver process is checked (`run --check`); `None`: unchecked.
-    checking: Option<Checking>,
 }
 
 impl Supervisor {
@@ -171,9 +164,13 @@ impl Supervisor {
         device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
         let mut interface = Interface::create(&setup.ifname, setup.queues, label.clone())?;
         let datapath = Datapath::new(shm, interface.tap.take_driver_queues(), label.clone())?;
-        let checking = setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement));
-        let spawn = Spawn { driver: &setup.driver, placement: setup.placement, detection: setup.detection,
-                            check: checking.as_ref() };
+        let launch = Launch {
+            checking: setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement)),
+            driver: setup.driver,
+            placement: setup.placement,
+            detection: setup.detection,
+        };
+        let spawn = launch.spawn();
         let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
         if let Some(p) = &setup.placement {
@@ -191,14 +188,14 @@ impl Supervisor {
                             datapath.shm.bus_chunks().first().copied().unwrap_or(0)),
         };
         info!("{label}: driver process {pid} started ({}), interface {}, {dma}",
-              setup.driver.binary.display(), setup.ifname);
+              launch.driver.binary.display(), setup.ifname);
         let status = DeviceStatus {
             device: label,
             ifname: setup.ifname.clone(),
             iommu_group: vfio.iommu_group().unwrap_or(0),
             dma_unconfined: vfio.iommu_group().is_none(),
             modules: setup.modules.clone(),
-            driver_binary: setup.driver.binary.display().to_string(),
+            driver_binary: launch.driver.binary.display().to_string(),
             pid: Some(pid as u32),
             cpu: setup.placement.map(|p| p.cpu),
             state: DriverState::Starting,
@@ -234,7 +231,7 @@ impl Supervisor {
         let mut s = Supervisor {
             link: Some(link),
             // A template's forks would share its trace region: a checked device has none.
-            succession: Succession::new(setup.modules, setup.restarts.template && checking.is_none()),
+            succession: Succession::new(setup.modules, setup.restarts.template && launch.checking.is_none()),
             agent: RecoveryAgent::new(setup.restarts, setup.agent),
             shadow: None,
             datapath,
@@ -249,11 +246,8 @@ impl Supervisor {
             ethtool_queue: VecDeque::new(),
             status: Arc::new(Mutex::new(status)),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
-            detection: setup.detection,
-            driver: setup.driver,
-            placement: setup.placement,
             interrupts: setup.placement.map(|p| InterruptRouting::to_cpu(p.cpu)),
-            checking,
+            launch,
         };
         let modules = s.succession.modules.clone();
         if let Err(e) = s.send_startup(&modules, true) {
@@ -265,11 +259,6 @@ impl Supervisor {
 
     fn label(&self) -> &PciAddress {
         self.devices.address()
-    }
-
-    /// How this device's driver processes are started.
-    fn spawn_options(&self) -> Spawn<'_> {
-        Spawn { driver: &self.driver, placement: self.placement, detection: self.detection, check: self.checking.as_ref() }
     }
 
     /// LOAD (unless `load` is false: the process did already), HELLO and
@@ -433,7 +422,7 @@ impl Supervisor {
                 earliest(t);
             }
             if self.datapath.tx_held() > 0 {
-                earliest(link.tx_progress.deadline(self.detection.tx));
+                earliest(link.tx_progress.deadline(self.launch.detection.tx));
             }
         }
         match next {
@@ -450,7 +439,7 @@ impl Supervisor {
             return Err(link.hung(hung, now));
         }
         let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
-        let tx_timeout = self.detection.tx;
+        let tx_timeout = self.launch.detection.tx;
         if link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout).is_some() {
             // Completions wake the daemon only when it asked for them: reap before judging.
             self.move_frames()?;

@@ -187,7 +187,7 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
             Ok(mut s) => {
                 let stop = s.stop.try_clone().expect("dup of an eventfd");
                 let wake = s.wake.try_clone().expect("dup of an eventfd");
-                let check = s.checking.as_ref().map(|c| c.log.clone());
+                let check = s.launch.checking.as_ref().map(|c| c.log.clone());
                 let _ = tx.send(Ok((s.status.clone(), check, stop, s.command_sender.clone(), wake)));
                 s.run();
             }

@@ -48,6 +48,24 @@ pub struct Spawn<'a> {
     pub check: Option<&'a Checking>,
 }
 
+/// How a device's driver processes are started, for as long as it is
+/// served: every successor starts as its first did.
+pub struct Launch {
+    pub driver: DriverCommand,
+    /// The driver's CPU, kept free of the daemon's thread.
+    pub placement: Option<Placement>,
+    pub detection: Detection,
+    /// How every driver process is checked (`run --check`); `None`: unchecked.
+    pub checking: Option<Checking>,
+}
+
+impl Launch {
+    pub fn spawn(&self) -> Spawn<'_> {
+        Spawn { driver: &self.driver, placement: self.placement, detection: self.detection,
+                check: self.checking.as_ref() }
+    }
+}
+
 /// A driver process just started: the host's end of its control socket, and its checker.
 pub struct Spawned {
     pub control: OwnedFd,

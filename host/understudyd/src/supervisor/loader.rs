@@ -204,9 +204,7 @@ impl Supervisor {
     /// device until HELLO and PROBE); on the destination of a move it also
     /// probes it, on scratch memory (loader.rs).
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
-        // Built from the fields, not spawn_options(): `self.devices` is borrowed mutably below.
-        let spawn = Spawn { driver: &self.driver, placement: self.placement, detection: self.detection,
-                            check: self.checking.as_ref() };
+        let spawn = self.launch.spawn();
         let started = match self.devices.serving() {
             Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
             _ => match self.devices.other.as_mut() {

@@ -379,10 +379,10 @@ impl Supervisor {
                     Some((control, process)) => (Spawned { control, process, checker: None }, StartKind::Template),
                     None => {
                         let vfio = self.devices.serving().expect("serve_on above");
-                        (link::spawn(&self.spawn_options(), vfio, &self.datapath, modules)?, StartKind::Probe)
+                        (link::spawn(&self.launch.spawn(), vfio, &self.datapath, modules)?, StartKind::Probe)
                     }
                 };
-                (DriverLink::new(spawned, self.detection, now)?, kind, false)
+                (DriverLink::new(spawned, self.launch.detection, now)?, kind, false)
             }
         };
         let pid = link.pid();
