@@ -289,13 +289,20 @@ mod tests {
         Detection { ping_interval: s, ping: s, request: s, probe: s, tx: s, warns: 0, warn_window: s }
     }
 
+    /// `sh -c script`, standing in for a driver process: the DriverProcess
+    /// reaps it (link.reap()), as it does a driver, not std's Child.
+    #[allow(clippy::zombie_processes)]
+    fn shell(script: &str) -> DriverProcess {
+        let child = std::process::Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
+        process::watch(child.id() as libc::pid_t).unwrap()
+    }
+
     /// A link to `sh -c script` standing in for a driver process, checked by
     /// `checker`, and the trace region they share.
     fn checked_link(script: &str, checking: &Checking) -> (DriverLink, OwnedFd) {
         let region = check::create_region().unwrap();
         let mut checker = Checker::spawn(checking, region.as_fd(), "0000:00:02.0", Vec::new()).unwrap();
-        let child = std::process::Command::new("/bin/sh").args(["-c", script]).spawn().unwrap();
-        let process = process::watch(child.id() as libc::pid_t).unwrap();
+        let process = shell(script);
         checker.driver_started(process.pid);
         let (control, _driver_end) = fd::seqpacket_pair().unwrap();
         let link = DriverLink::new(Spawned { control, process, checker: Some(checker) }, detection(), Instant::now())
@@ -367,8 +374,7 @@ mod tests {
 
     #[test]
     fn an_unchecked_driver_exiting_with_3_is_only_an_exit() {
-        let child = std::process::Command::new("/bin/sh").args(["-c", "exit 3"]).spawn().unwrap();
-        let process = process::watch(child.id() as libc::pid_t).unwrap();
+        let process = shell("exit 3");
         let pid = process.pid;
         let (control, _driver_end) = fd::seqpacket_pair().unwrap();
         let link = DriverLink::new(Spawned { control, process, checker: None }, detection(), Instant::now())
