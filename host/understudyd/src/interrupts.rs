@@ -2,7 +2,8 @@
 //! The device's interrupts follow its driver process (`understudy run --cpu N`).
 //!
 //! Why: the host kernel's handler for a VFIO interrupt only signals the
-//! eventfd the driver's IRQ thread waits on. On the driver's CPU that wake-up
+//! eventfd the driver's thread that serves it waits on (an IRQ thread, or
+//! for an INTx line the TX thread: docs/design.md §6). On the driver's CPU that wake-up
 //! is local; on another CPU it is a cross-CPU wake-up for every interrupt,
 //! and the driver process's CPU is the one that then runs the handler's
 //! work anyway. In the lab, with the interrupt on the other vCPU, e1000 sent
