@@ -298,7 +298,8 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped);
 /*
  * The tx ring's frames go to the kernel half in batches of up to this many
  * (us_net_xmit_buffers): one CPU entry and one doorbell per batch. Bounded
- * so that the TX thread never keeps the CPU from the IRQ thread for long.
+ * so that the TX thread never keeps the CPU from interrupts for long (an IRQ
+ * thread's, or the line it serves itself between batches).
  */
 #define DDEKIT_TX_BATCH 32
 

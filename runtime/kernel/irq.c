@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Interrupts: the function's legacy INTx line or its MSI/MSI-X vectors
- * (msi.c), each delivered by VFIO through an eventfd. Every requested line
- * has its IRQ thread, which waits on the eventfd without the CPU, takes the
- * CPU, runs the handler in hard-IRQ context (HARDIRQ_OFFSET in the preempt
- * count), then the NET_RX softirq it raised (irq_exit()). INTx is level
- * triggered: VFIO masked it when it fired, and the thread unmasks it. A
+ * (msi.c), each delivered by VFIO through an eventfd. A requested line or
+ * vector has its IRQ thread (but see below for INTx), which waits on the
+ * eventfd without the CPU, takes the CPU, runs the handler in hard-IRQ
+ * context (HARDIRQ_OFFSET in the preempt count), then the NET_RX softirq it
+ * raised (irq_exit()). INTx is level triggered: VFIO masked it when it
+ * fired, and the thread unmasks it. A
  * message-signalled vector is an edge, never masked: one that arrives while
  * its handler runs is counted in the eventfd and handled next.
  *

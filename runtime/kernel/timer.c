@@ -206,7 +206,7 @@ void us_raise_net_rx(void)
 	net_rx_raised = true;
 	/*
 	 * From a hard-IRQ handler (napi_schedule in the interrupt, nearly
-	 * every interrupt) the IRQ thread itself polls at irq exit
+	 * every interrupt) the thread that ran the handler polls at irq exit
 	 * (us_softirq_on_irq_exit): waking the CPU's sleepers here only made
 	 * ksoftirqd and kworker run, find nothing and sleep again, two
 	 * context switches per interrupt.
