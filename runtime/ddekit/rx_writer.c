@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Small received frames -- the ACKs of the flows the host sends through
- * this device -- are written to the TAP by a thread of their own, which
- * runs on the CPUs the process may use other than the runtime's
+ * Received frames go to the host's stack from here (ddekit_tap_rx, which
+ * writes to the TAP through tap.c). Small ones -- the ACKs of the flows
+ * the host sends through this device -- are written by a thread of their
+ * own, which runs on the CPUs the process may use other than the runtime's
  * (docs/performance.md §5).
  *
  * Why: a TAP write runs the host's stack in the writing thread. For an ACK
@@ -127,7 +128,8 @@ static bool writer_running(void)
 	return true;
 }
 
-bool ddekit_rx_writer_take(unsigned int queue, const struct iovec *iov, unsigned int n, size_t len)
+/* A small frame queued for the writer (false: write it yourself, after writer_drain()). */
+static bool writer_take(unsigned int queue, const struct iovec *iov, unsigned int n, size_t len)
 {
 	uint32_t head = q.head;
 	uint32_t queued = head - __atomic_load_n(&q.tail, __ATOMIC_ACQUIRE);
@@ -162,8 +164,35 @@ void ddekit_net_rx_round_end(void)
 	q.small_this_round = 0;
 }
 
-void ddekit_rx_writer_drain(void)
+static void writer_drain(void)
 {
 	while (__atomic_load_n(&q.tail, __ATOMIC_ACQUIRE) != q.head)
 		sched_yield();
+}
+
+/*
+ * One received frame to the host's stack, on TAP queue `queue`: a small one
+ * through the writer, any other written here, once every frame queued
+ * before it is written.
+ */
+bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n)
+{
+	struct iovec iov[1 + DDEKIT_RX_MAX_PARTS];
+	size_t len = sizeof(*meta);
+
+	if (!ddekit_tap_queues())
+		return false;
+	if (n > DDEKIT_RX_MAX_PARTS)
+		ddekit_panic("a received frame of more parts than the TAP write takes");
+	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
+	for (unsigned int i = 0; i < n; i++) {
+		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
+		len += parts[i].len;
+	}
+	if (writer_take(queue, iov, 1 + n, len))
+		return true;
+	writer_drain();
+	ddekit_tap_writev(queue, iov, 1 + n);
+	return true;
 }

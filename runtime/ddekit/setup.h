@@ -101,14 +101,8 @@ bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
 		   const struct ddekit_rx_part *parts, unsigned int n);
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
-/* Between tap.c and rx_writer.c: one frame to TAP queue `queue`, from any thread; */
+/* For rx_writer.c, which delivers received frames: one to TAP queue `queue`, from any thread. */
 struct iovec;
 void ddekit_tap_writev(unsigned int queue, const struct iovec *iov, unsigned int n);
-/*
- * a small received frame queued for the writer thread (false: write it
- * yourself, after ddekit_rx_writer_drain()).
- */
-bool ddekit_rx_writer_take(unsigned int queue, const struct iovec *iov, unsigned int n, size_t len);
-void ddekit_rx_writer_drain(void);
 
 #endif /* UNDERSTUDY_DDEKIT_SETUP_H */

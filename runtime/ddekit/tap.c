@@ -313,25 +313,3 @@ void ddekit_tap_writev(unsigned int queue, const struct iovec *iov, unsigned int
 		ddekit_panic(why);
 	}
 }
-
-bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
-		   const struct ddekit_rx_part *parts, unsigned int n)
-{
-	struct iovec iov[1 + DDEKIT_RX_MAX_PARTS];
-	size_t len = sizeof(*meta);
-
-	if (!n_tap_fds)
-		return false;
-	if (n > DDEKIT_RX_MAX_PARTS)
-		ddekit_panic("a received frame of more parts than the TAP write takes");
-	iov[0] = (struct iovec){ (void *)meta, sizeof(*meta) };
-	for (unsigned int i = 0; i < n; i++) {
-		iov[1 + i] = (struct iovec){ (void *)parts[i].base, parts[i].len };
-		len += parts[i].len;
-	}
-	if (ddekit_rx_writer_take(queue, iov, 1 + n, len))
-		return true;
-	ddekit_rx_writer_drain();
-	ddekit_tap_writev(queue, iov, 1 + n);
-	return true;
-}
