@@ -127,6 +127,14 @@ pub const fn rings_size(ring_size: u32) -> u64 {
     tap_state_offset(ring_size) + ((bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1))
 }
 
+/// Whether `n` queues (or queue pairs) fit the protocol: 1 to `MAX_QUEUES`.
+pub fn check_queue_count(n: u32) -> Result<(), String> {
+    if n == 0 || n as usize > MAX_QUEUES {
+        return Err(format!("1 to {MAX_QUEUES} queues, not {n}"));
+    }
+    Ok(())
+}
+
 /// Consecutive pool buffers a `len`-byte tx frame occupies (`us_tx_span`):
 /// the frame and `TX_TAILROOM` for the driver's skb_shared_info.
 pub const fn tx_span(len: u32, buffer_size: u32) -> u32 {
@@ -325,6 +333,13 @@ mod tests {
         assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
         assert_eq!(size_of::<TapState>(), HELD_OFFSET);
         assert_eq!(rings_size(512), 2 * 12288 + 20480);
+    }
+
+    #[test]
+    fn a_queue_count_is_1_to_max_queues() {
+        assert_eq!(check_queue_count(0), Err(format!("1 to {MAX_QUEUES} queues, not 0")));
+        assert!(check_queue_count(1).is_ok() && check_queue_count(MAX_QUEUES as u32).is_ok());
+        assert!(check_queue_count(MAX_QUEUES as u32 + 1).is_err());
     }
 
     #[test]

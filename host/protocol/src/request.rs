@@ -136,9 +136,7 @@ impl Request {
             }
             Request::SetFeatures(f) => out.extend_from_slice(SetFeatures { features: *f }.as_bytes()),
             Request::SetChannels(n) => {
-                if *n == 0 || *n as usize > MAX_QUEUES {
-                    return Err(EncodeError(format!("1 to {MAX_QUEUES} channels, not {n}")));
-                }
+                check_queue_count(*n).map_err(EncodeError)?;
                 out.extend_from_slice(SetChannels { combined: *n }.as_bytes());
             }
             Request::Ethtool { cmd, first } => out.extend_from_slice(Ethtool { cmd: *cmd, first: *first }.as_bytes()),

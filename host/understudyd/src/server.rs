@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use log::{info, warn};
 use sha2::{Digest, Sha256};
 use understudy_api::{ModuleInfo, Request, Response, RunRequest};
-use understudy_protocol::{MAX_MODULES, MAX_QUEUES, PATH_MAX};
+use understudy_protocol::{check_queue_count, MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
@@ -224,9 +224,7 @@ impl Daemon {
         let RunRequest { device, modules, ifname, cpu, standby, check, no_iommu, queues } = request;
         let addr = parse_address(&device)?;
         let queues = queues.unwrap_or(1);
-        if queues == 0 || queues as usize > MAX_QUEUES {
-            return Err(format!("--queues {queues}: 1 to {MAX_QUEUES} queues"));
-        }
+        check_queue_count(queues.into()).map_err(|e| format!("--queues: {e}"))?;
         if no_iommu && (check.is_some() || !standby.is_empty()) {
             // A checker relates DMA to IOVAs, and a standby is probed on an arena of its own.
             return Err("--no-iommu goes with neither --check nor --standby".into());

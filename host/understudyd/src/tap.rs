@@ -30,7 +30,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use understudy_protocol::{MAX_QUEUES, OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
+use understudy_protocol::{check_queue_count, OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6, OFFLOAD_TSO_ECN};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca; // _IOW('T', 202, int)
 const TUNSETQUEUE: libc::c_ulong = 0x4004_54d9; // _IOW('T', 217, int)
@@ -137,9 +137,7 @@ impl Tap {
     /// (1 to `MAX_QUEUES`); fails if one of that name exists.
     pub fn create(name: &str, queues: u16) -> io::Result<Tap> {
         IfReq::new(name)?; // a name the kernel takes, checked before anything is created
-        if queues == 0 || queues as usize > MAX_QUEUES {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("1 to {MAX_QUEUES} queues, not {queues}")));
-        }
+        check_queue_count(queues.into()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         if std::path::Path::new("/sys/class/net").join(name).exists() {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("an interface named {name} already exists")));
         }
