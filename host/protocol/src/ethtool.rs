@@ -4,7 +4,7 @@
 
 use std::mem::size_of;
 
-use crate::{c_string, EthtoolDrvinfo, EthtoolLink, EthtoolStat, EthtoolStats, ProtocolError, Wire, ETHTOOL_STATS_PER_REPLY};
+use crate::{boolean, c_string, EthtoolDrvinfo, EthtoolLink, EthtoolStat, EthtoolStats, ProtocolError, Wire, ETHTOOL_STATS_PER_REPLY};
 
 /// `ETHTOOL_DRVINFO`: who drives the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,14 +42,6 @@ fn exact<T: Wire>(what: &'static str, data: &[u8]) -> Result<T, ProtocolError> {
     Ok(T::from_prefix(data).expect("length checked"))
 }
 
-fn flag(field: &'static str, value: u8) -> Result<bool, ProtocolError> {
-    match value {
-        0 => Ok(false),
-        1 => Ok(true),
-        v => Err(ProtocolError::OutOfRange { field, value: v.into() }),
-    }
-}
-
 pub fn parse_driver_info(data: &[u8]) -> Result<DriverInfo, ProtocolError> {
     let d: EthtoolDrvinfo = exact("ethtool drvinfo length", data)?;
     Ok(DriverInfo {
@@ -67,11 +59,11 @@ pub fn parse_link(data: &[u8]) -> Result<LinkSettings, ProtocolError> {
         speed: (speed != u32::MAX).then_some(speed),
         full_duplex: match l.duplex {
             0xff => None,
-            d => Some(flag("link.duplex", d)?),
+            d => Some(boolean("link.duplex", d)?),
         },
-        autoneg: flag("link.autoneg", l.autoneg)?,
+        autoneg: boolean("link.autoneg", l.autoneg)?,
         port: l.port,
-        link: flag("link.link", l.link)?,
+        link: boolean("link.link", l.link)?,
     })
 }
 

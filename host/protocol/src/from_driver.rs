@@ -92,7 +92,8 @@ fn with_tail<T: Wire>(type_: u16, body: &[u8], max_tail: usize) -> Result<(T, &[
     Ok((T::from_prefix(body).expect("length checked"), &body[fixed..]))
 }
 
-fn boolean(field: &'static str, value: u8) -> Result<bool, ProtocolError> {
+/// A wire boolean: 0 or 1, anything else refused.
+pub(crate) fn boolean(field: &'static str, value: u8) -> Result<bool, ProtocolError> {
     match value {
         0 => Ok(false),
         1 => Ok(true),
