@@ -6,12 +6,14 @@ monotonic clock -- scheduler wakeups and switches, interrupt handlers, us0's
 transmit and receive, and the system calls of the daemon and the driver
 process -- and sends pings spaced apart so that every thread sleeps between
 them. For each ping it finds the hops between the echo request leaving the
-stack on us0 and the reply coming back (the TX thread runs, the reply's
-interrupt, the driver writes the reply to the TAP), and prints their medians:
+stack on us0 and ping running with the reply (the TX thread runs, the reply's
+interrupt, the driver writes the reply to the TAP, the reply on us0), and
+prints their medians:
 
     python3 -m lab.experiments.ping_trace --pings 30 [--json] [--dump FILE]
 
---pin, --tx-cpu and --irq-cpu move threads and the interrupt for experiments.
+--pin, --tx-cpu, --irq-cpu and --ping-cpu move threads and the interrupt, and
+--tx-fifo gives the TX thread a real-time priority, for experiments.
 
 The tracer costs a little per event but, unlike strace, does not stop the
 threads it watches, so the gaps it shows are the ones a ping waits through.
@@ -81,7 +83,7 @@ def enable_tracing(guest: Guest, tids: list[int]) -> None:
         mountpoint -q {TRACING} || mount -t tracefs tracefs {TRACING}
         cd {TRACING} && echo 0 > tracing_on && echo > trace && echo mono > trace_clock
         echo 4096 > buffer_size_kb
-        for e in sched/sched_wakeup sched/sched_switch irq/irq_handler_entry irq_vectors/local_timer_entry \\
+        for e in sched/sched_wakeup sched/sched_switch irq/irq_handler_entry irq/irq_handler_exit irq_vectors/local_timer_entry \\
                  irq_vectors/reschedule_entry irq_vectors/call_function_single_entry \\
                  net/net_dev_queue net/netif_receive_skb raw_syscalls/sys_enter raw_syscalls/sys_exit; do
             echo 1 > events/$e/enable
@@ -116,7 +118,8 @@ def describe(e: Event, roles: dict[int, str]) -> str:
 
 def relevant(e: Event, roles: dict[int, str]) -> bool:
     """Events of our threads, wakeups and switches that involve them, interrupts, us0."""
-    if e.event in ("net_dev_queue", "netif_receive_skb", "irq_handler_entry", "local_timer_entry",
+    if e.event in ("net_dev_queue", "netif_receive_skb", "irq_handler_entry", "irq_handler_exit",
+                   "local_timer_entry",
                    "reschedule_entry", "call_function_single_entry"):
         return True
     if e.event == "sched_wakeup":
@@ -167,7 +170,13 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
     if i is None:
         return None
     out.append(("driver tx thread runs", i))
-    back = [("reply on us0", hi)]
+    # ping runs with the reply when it is switched back in; with no switch
+    # before its next request it never left its vCPU (it has the reply at once).
+    pid = events[lo].pid
+    nxt = first(events, hi + 1, len(events), lambda e: e.event == "net_dev_queue" and e.pid == pid)
+    i = first(events, hi + 1, len(events) if nxt is None else nxt,
+              lambda e: e.event == "sched_switch" and e.field("next_pid") == str(pid))
+    back = [("ping runs", hi if i is None else i), ("reply on us0", hi)]
     # Whichever thread handles the interrupt (an IRQ thread, or the TX
     # thread serving the line) writes the reply to the TAP.
     for label, pred in (("driver writes the reply", writes_to_tap), ("reply's interrupt", is_irq)):
@@ -211,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tx-cpu", type=int, metavar="CPU",
                     help="then pin the driver's TX thread alone to this CPU (an experiment: on the "
                          "pinging thread's CPU the request needs no cross-CPU wake-up)")
+    ap.add_argument("--ping-cpu", type=int, metavar="CPU",
+                    help="run ping on this CPU alone (taskset); by default the scheduler places it")
+    ap.add_argument("--tx-fifo", action="store_true",
+                    help="give the TX thread SCHED_FIFO priority 10: woken on ping's CPU, it "
+                         "preempts ping at once instead of waiting for it to sleep")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
@@ -227,11 +241,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.pin is not None:
             for tid in roles:
                 g.run(["taskset", "-p", "-c", str(args.pin), str(tid)], check=True)
-        if args.tx_cpu is not None:
-            for tid in (t for t, role in roles.items() if role.endswith(":understudy-tx")):
+        for tid in (t for t, role in roles.items() if role.endswith(":understudy-tx")):
+            if args.tx_cpu is not None:
                 g.run(["taskset", "-p", "-c", str(args.tx_cpu), str(tid)], check=True)
+            if args.tx_fifo:
+                g.run(["chrt", "-f", "-p", "10", str(tid)], check=True)
         enable_tracing(g, list(roles))
-        res = g.run(f"ping -n -q -c {args.pings} -i {args.interval} {net.SLIRP_GATEWAY}", check=True)
+        on_cpu = f"taskset -c {args.ping_cpu} " if args.ping_cpu is not None else ""
+        res = g.run(f"{on_cpu}ping -n -q -c {args.pings} -i {args.interval} {net.SLIRP_GATEWAY}",
+                    check=True)
         raw = stop_tracing(g)
         daemon.stop()
     if args.dump:

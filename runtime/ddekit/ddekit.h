@@ -176,10 +176,13 @@ void ddekit_irq_disable_vectors(enum ddekit_irq_source source);
  * detached; the waiter then closes the eventfd.
  */
 int ddekit_irq_attach(enum ddekit_irq_source source, unsigned int vector);
-/* Blocks (without the CPU) until an interrupt or the detach wake-up. */
+/* Blocks (without the CPU) until an interrupt or the detach wake-up, and takes it. */
 int ddekit_irq_wait(int eventfd);
-/* The same without blocking: -EAGAIN when neither has come. */
-int ddekit_irq_take(int eventfd);
+/*
+ * Whether one of those has come (1) or not (0), or -errno, without taking
+ * it: ddekit_irq_wait() then takes it without blocking.
+ */
+int ddekit_irq_pending(int eventfd);
 void ddekit_irq_unmask(void);
 void ddekit_irq_detach(enum ddekit_irq_source source, unsigned int vector, int eventfd);
 void ddekit_irq_close(int eventfd);

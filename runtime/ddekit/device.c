@@ -170,14 +170,12 @@ int ddekit_irq_wait(int fd)
 	return device.ops->irq_wait(fd);
 }
 
-int ddekit_irq_take(int fd)
+int ddekit_irq_pending(int fd)
 {
 	struct pollfd ready = { .fd = fd, .events = POLLIN };
 	int n = poll(&ready, 1, 0);
 
-	if (n <= 0)
-		return n ? -errno : -EAGAIN;
-	return device.ops->irq_wait(fd);
+	return n < 0 ? -errno : n;
 }
 
 void ddekit_irq_unmask(void)

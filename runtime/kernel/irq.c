@@ -105,6 +105,11 @@ static void irq_thread(void *arg)
  * interrupt that came on each (one that came while the line was disabled
  * waits, masked, for enable_irq), closes the lines freed since, and fills
  * eventfds with those to wait on. Returns how many.
+ *
+ * An interrupt is taken off its eventfd after its handler has run: the
+ * line stays masked until the unmask below, so no other can come in
+ * between, and a reply the handler delivers does not wait for that
+ * system call (docs/performance.md §8).
  */
 unsigned int us_irq_serve(int *eventfds, unsigned int max)
 {
@@ -116,7 +121,7 @@ unsigned int us_irq_serve(int *eventfds, unsigned int max)
 	us_cpu_enter();
 	while (i < n_served) {
 		struct us_irq *desc = served[i];
-		int err;
+		int pending;
 
 		if (desc->freed) {
 			served[i] = served[--n_served];
@@ -124,15 +129,17 @@ unsigned int us_irq_serve(int *eventfds, unsigned int max)
 			kfree(desc);
 			continue;
 		}
-		err = ddekit_irq_take(desc->eventfd);
-		if (err && err != -EAGAIN)
-			us_panic("IRQ %u: cannot read the interrupt eventfd (%d)", desc->irq, err);
-		if (!err && desc->disable_depth) {
+		pending = ddekit_irq_pending(desc->eventfd);
+		if (pending < 0)
+			us_panic("IRQ %u: cannot poll the interrupt eventfd (%d)", desc->irq, pending);
+		if (pending && desc->disable_depth) {
 			desc->masked_while_disabled = true;
-		} else if (!err) {
+		} else if (pending) {
 			handle(desc);
 			unmask = true;
 		}
+		if (pending && ddekit_irq_wait(desc->eventfd))
+			us_panic("IRQ %u: cannot read the interrupt eventfd", desc->irq);
 		if (n < max)
 			eventfds[n++] = desc->eventfd;
 		i++;

@@ -61,10 +61,11 @@ def test_ping_trace_splits_each_ping_into_the_hops_of_the_driver_process(lab_rea
     report = json.loads(res.stdout)     # the timeline shown goes to stderr
     assert "--- ping 1:" in res.stderr
     # The daemon is on no ping's path: TAP -> TX thread -> device -> the TX
-    # thread again (it serves e1000's line) -> TAP.
+    # thread again (it serves e1000's line) -> TAP -> ping.
     assert list(report["hop_ms_median"]) == [
         "request on us0 -> driver tx thread runs", "driver tx thread runs -> reply's interrupt",
-        "reply's interrupt -> driver writes the reply", "driver writes the reply -> reply on us0"]
+        "reply's interrupt -> driver writes the reply", "driver writes the reply -> reply on us0",
+        "reply on us0 -> ping runs"]
     assert report["pings"] >= 8, report
     assert 0 < report["total_ms_median"] < 50, report
     assert report["commit"] and report["machine"]["cpu_model"], "a result says where it came from"
