@@ -1,7 +1,8 @@
 """Where one ping's time goes through understudy: a timeline from the guest kernel's tracer.
 
-Boots a lab guest with an e1000, brings up us0 behind understudyd (the release
-build, placed as `bench net` places it), turns on the guest kernel's tracepoints with the
+Boots a lab guest with an e1000 on the bridged TAP (the host's stack answers,
+as in `bench net`), brings up us0 behind understudyd (the release build,
+placed as `bench net` places it), turns on the guest kernel's tracepoints with the
 monotonic clock -- scheduler wakeups and switches, interrupt handlers, us0's
 transmit and receive, and the system calls of the daemon and the driver
 process -- and sends pings spaced apart so that every thread sleeps between
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from .. import net, provenance, understudy
 from ..bench import driver_cpu
 from ..guest import Guest
+from ..netns import LabNetwork
 
 TRACING = "/sys/kernel/tracing"
 ECHO_REQUEST_FRAME = 98      # 56 bytes of ping data + ICMP 8 + IP 20 + Ethernet 14
@@ -230,11 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     bins = understudy.build(release=True)
-    with Guest(devices=["e1000"]) as g:
+    with LabNetwork() as network, Guest(devices=["e1000"], netdev=network) as g:
         bdf = g.pci_address("nic0")
         understudy.prepare(g)
+        peer = net.peer_address(network)
+        on_cpu = f"taskset -c {args.ping_cpu} " if args.ping_cpu is not None else ""
+
+        def ping():
+            return g.run(f"{on_cpu}ping -n -q -c {args.pings} -i {args.interval} {peer}", check=True)
+
+        # The in-kernel driver's pings first, then understudy's, untraced, to compare with.
+        understudy.bind_kernel(g, bdf, "e1000")
+        net.bring_up(g, "nic0", network=network)
+        kernel = ping()
         daemon = understudy.Daemon(g, bins)
-        understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"), cpu=driver_cpu(g))
+        understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"), network,
+                                 driver_cpu(g))
         if args.irq_cpu is not None:
             set_irq_cpu(g, bdf, args.irq_cpu)
         roles = threads(g, "understudyd", "understudy-driver")
@@ -246,10 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                 g.run(["taskset", "-p", "-c", str(args.tx_cpu), str(tid)], check=True)
             if args.tx_fifo:
                 g.run(["chrt", "-f", "-p", "10", str(tid)], check=True)
+        untraced = ping()
         enable_tracing(g, list(roles))
-        on_cpu = f"taskset -c {args.ping_cpu} " if args.ping_cpu is not None else ""
-        res = g.run(f"{on_cpu}ping -n -q -c {args.pings} -i {args.interval} {net.SLIRP_GATEWAY}",
-                    check=True)
+        res = ping()
         raw = stop_tracing(g)
         daemon.stop()
     if args.dump:
@@ -272,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                + " ".join(argv if argv is not None else sys.argv[1:]),
                "commit": provenance.commit(), "machine": provenance.machine(),
                "pings": len(per_ping), "ping_output": res.out.strip().splitlines()[-1],
+               "untraced_ping_output": untraced.out.strip().splitlines()[-1],
+               "kernel_ping_output": kernel.out.strip().splitlines()[-1],
                "hop_ms_median": {k: round(statistics.median(p[k] for p in per_ping), 3)
                                  for k in (per_ping[0] if per_ping else {})},
                "total_ms_median": round(statistics.median(sum(p.values()) for p in per_ping), 3)
@@ -281,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{summary['pings']} pings traced; ping says: {summary['ping_output']}")
+        print(f"untraced: {summary['untraced_ping_output']}; "
+              f"through the in-kernel driver: {summary['kernel_ping_output']}")
         for hop, ms in summary["hop_ms_median"].items():
             print(f"  {ms:8.3f} ms  {hop}")
         print(f"  {summary['total_ms_median']} ms in all (median); of a ping, "
