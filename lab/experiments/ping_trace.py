@@ -37,7 +37,8 @@ TRACING = "/sys/kernel/tracing"
 ECHO_REQUEST_FRAME = 98      # 56 bytes of ping data + ICMP 8 + IP 20 + Ethernet 14
 ECHO_REPLY_PACKET = 84       # the same, as netif_receive_skb sees it (after the MAC header)
 WRITEV = 20
-SYSCALLS = {0: "read", 1: "write", 7: "poll", 16: "ioctl", WRITEV: "writev", 202: "futex",
+IOCTL = 16
+SYSCALLS = {0: "read", 1: "write", 7: "poll", IOCTL: "ioctl", WRITEV: "writev", 202: "futex",
             230: "clock_nanosleep", 35: "nanosleep", 271: "ppoll"}
 
 # One line of the trace: "  comm-pid  [cpu] flags  seconds: event: details"
@@ -191,6 +192,24 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
             for (a, i), (b, j) in zip(marks, marks[1:])}
 
 
+def durations_ms(events: list[Event], roles: dict[int, str]) -> dict[str, list[float]]:
+    """How long each run of the device's VFIO interrupt handler took, and each
+    ioctl of the driver process (the INTx unmask, in the steady state)."""
+    started, took = {}, {"vfio_handler": [], "driver_ioctl": []}
+    for e in events:
+        if e.event == "irq_handler_entry" and "vfio" in e.rest:
+            started["vfio_handler", e.cpu] = e.ts
+        elif e.event == "sys_enter" and e.rest.startswith(f"NR {IOCTL} ") and \
+                "understudy-driver" in roles.get(e.pid, ""):
+            started["driver_ioctl", e.pid] = e.ts
+        else:
+            key = ("vfio_handler", e.cpu) if e.event == "irq_handler_exit" else \
+                ("driver_ioctl", e.pid) if e.event == "sys_exit" else None
+            if key in started:
+                took[key[0]].append((e.ts - started.pop(key)) * 1000)
+    return took
+
+
 SILENT_GAP_S = 0.0003
 
 
@@ -290,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                                  for k in (per_ping[0] if per_ping else {})},
                "total_ms_median": round(statistics.median(sum(p.values()) for p in per_ping), 3)
                if per_ping else None,
-               "silent_ms_median": round(statistics.median(silent), 3) if silent else None}
+               "silent_ms_median": round(statistics.median(silent), 3) if silent else None,
+               **{f"{name}_ms_median": round(statistics.median(took), 3) if took else None
+                  for name, took in durations_ms(events, roles).items()}}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -301,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {ms:8.3f} ms  {hop}")
         print(f"  {summary['total_ms_median']} ms in all (median); of a ping, "
               f"{summary['silent_ms_median']} ms with nothing traced on either vCPU (median)")
+        print(f"  the VFIO interrupt handler {summary['vfio_handler_ms_median']} ms, the driver's "
+              f"ioctl (unmask) {summary['driver_ioctl_ms_median']} ms (medians)")
     return 0 if per_ping else 1
 
 
