@@ -122,8 +122,7 @@ def describe(e: Event, roles: dict[int, str]) -> str:
 def relevant(e: Event, roles: dict[int, str]) -> bool:
     """Events of our threads, wakeups and switches that involve them, interrupts, us0."""
     if e.event in ("net_dev_queue", "netif_receive_skb", "irq_handler_entry", "irq_handler_exit",
-                   "local_timer_entry",
-                   "reschedule_entry", "call_function_single_entry"):
+                   "local_timer_entry", "reschedule_entry", "call_function_single_entry"):
         return True
     if e.event == "sched_wakeup":
         return int(e.field("pid") or -1) in roles
