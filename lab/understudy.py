@@ -197,11 +197,13 @@ class Daemon:
                           timeout=timeout, in_initramfs=self.in_initramfs)
 
     def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None,
-            check: str | None = None, no_iommu: bool = False, queues: int = 1) -> None:
+            check: str | None = None, no_iommu: bool = False, queues: int = 1, poll_us: int | None = None) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if
-        given; under the checker with gate mode `check`, if given; with `no_iommu`
-        through uio_pci_generic, docs/design.md §4; with `queues` queue pairs)."""
+        given, its TX thread polling for up to `poll_us` if given; under the checker with
+        gate mode `check`, if given; with `no_iommu` through uio_pci_generic,
+        docs/design.md §4; with `queues` queue pairs)."""
         res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
+                       *(["--poll-us", str(poll_us)] if poll_us else []),
                        *(["--check", check] if check else []), *(["--no-iommu"] if no_iommu else []),
                        *(["--queues", str(queues)] if queues > 1 else []), *module_args(modules))
         if res.returncode:
@@ -257,8 +259,9 @@ def driver_pids(g: Guest, executable: Path | str) -> list[int]:
 
 def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
                   network: LabNetwork | None = None, cpu: int | None = None,
-                  check: str | None = None) -> None:
-    """understudy runs the device's driver (on `cpu`, if given; under the checker with
+                  check: str | None = None, poll_us: int | None = None) -> None:
+    """understudy runs the device's driver (on `cpu`, if given, polling for up to
+    `poll_us` if given; under the checker with
     gate mode `check`, if given; through uio_pci_generic in a guest without an
     IOMMU; with as many queues as the guest's NIC has) and us0 carries the slirp
     network (or `network`)."""
@@ -266,7 +269,7 @@ def understudy_up(guest: Guest, daemon: Daemon, bdf: str, modules: list[str],
         bind_vfio(guest, bdf)
     else:
         unbind(guest, bdf)
-    daemon.run(bdf, modules, "us0", cpu, check, no_iommu=not guest.iommu, queues=guest.nic_queues)
+    daemon.run(bdf, modules, "us0", cpu, check, no_iommu=not guest.iommu, queues=guest.nic_queues, poll_us=poll_us)
     daemon.wait_state(bdf, "registered", timeout=120)
     guest.run("ip link set us0 up", check=True)
     daemon.wait_state(bdf, "open", timeout=30, carrier=True)

@@ -380,6 +380,8 @@ static unsigned int send_host_frames(struct us_ring *tx)
  * anything. After a round that sent, a poll that does not block looks for
  * interrupts (a reply's usually arrives while the thread is still in its
  * doorbell); the runtime's CPU is taken to serve them only when one came.
+ * With a poll window (tx_poll.c) it also does so instead of sleeping while
+ * the traffic is sparse.
  * A line handed to the thread while it sends is seen when it next waits:
  * at the latest when its queue stops (us_irq_wait_serving).
  */
@@ -392,9 +394,12 @@ static void tx_thread(void *unused)
 
 	on_tx_thread = true;
 	for (;;) {
+		bool sent;
+
 		if (serve)
 			n_irq = serve_interrupts(irq_fds, TX_MAX_IRQS);
-		if (send_host_frames(tx) || xmit_tap())
+		sent = send_host_frames(tx) || xmit_tap();
+		if (ddekit_tx_poll(sent || serve) || sent)
 			serve = n_irq && poll_interrupts(irq_fds, n_irq, 0);
 		else
 			serve = wait_for_frames(tx, irq_fds, n_irq);

@@ -80,6 +80,14 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 		    unsigned int (*interrupts)(int *eventfds, unsigned int max));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /*
+ * The TX thread polls instead of sleeping for up to window_ns after its
+ * last work while the traffic is sparse (tx_poll.c); 0, the default: never.
+ */
+void ddekit_setup_tx_poll(unsigned long long window_ns);
+/* Between ddekit's files: after a TX round (worked: it moved a frame or
+ * served an interrupt), whether to look again rather than sleep. */
+bool ddekit_tx_poll(bool worked);
+/*
  * The driver's queues of the host's TAP (up to US_MAX_QUEUES): the stack's
  * frames are read from them, received frames written to them
  * (docs/protocol.md, "Sending", "Receiving").

@@ -13,9 +13,12 @@
  *	understudy-driver --control-fd N --device-fd N --arena-fd N --rings-fd N
  *		--kick-fd N --notify-fd N [--tap-fd N]... [--runtime KO] [--symvers FILE]
  *		[--trace-fd N --gate triage|permissive|stringent] [--run-as UID:GID]
+ *		[--poll-us N]
  *
  * --tap-fd once per queue of the host's TAP the driver is given (up to
- * US_MAX_QUEUES; docs/protocol.md, "Several queues").
+ * US_MAX_QUEUES; docs/protocol.md, "Several queues"). --poll-us: the TX
+ * thread polls instead of sleeping for up to N microseconds after its last
+ * work while the traffic is sparse (runtime/ddekit/tx_poll.c).
  *
  * or, for a device without an IOMMU (docs/design.md §4), instead of
  * --device-fd: --uio-fds UIO,CONFIG,BAR0,...,BAR5 (uio_pci_generic's
@@ -76,6 +79,7 @@
 #define SELFTEST_ARENA_SIZE	(32ULL << 20)
 #define MAX_MODULES		8
 #define MAX_PARAMS		16
+#define MAX_POLL_US		1000000ULL	/* understudy run --poll-us's limit */
 
 /* What main waits for, set from event lines and received frames. */
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -303,7 +307,7 @@ int main(int argc, char **argv)
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
 	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD, OPT_UIO_FDS,
-	       OPT_DMA_CHUNKS_FD, OPT_RUN_AS };
+	       OPT_DMA_CHUNKS_FD, OPT_RUN_AS, OPT_POLL_US };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -330,6 +334,7 @@ int main(int argc, char **argv)
 		{ "trace-fd", required_argument, NULL, OPT_TRACE_FD },
 		{ "gate", required_argument, NULL, OPT_GATE },
 		{ "run-as", required_argument, NULL, OPT_RUN_AS },
+		{ "poll-us", required_argument, NULL, OPT_POLL_US },
 		{ 0 }
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
@@ -338,6 +343,7 @@ int main(int argc, char **argv)
 	int tap_fds[US_MAX_QUEUES];
 	unsigned int n_tap_fds = 0;
 	int dma_chunks_fd = -1;
+	unsigned long long poll_us = 0;
 	bool sandboxed = false;
 	unsigned int run_as_uid = 0, run_as_gid = 0;
 	struct ddekit_device_fds device = { .vfio = -1, .uio = { -1, -1, -1, -1, -1, -1, -1, -1 } };
@@ -399,6 +405,11 @@ int main(int argc, char **argv)
 			sandboxed = true;
 			break;
 		}
+		case OPT_POLL_US:
+			poll_us = number(optarg, "--poll-us");
+			if (!poll_us || poll_us > MAX_POLL_US)
+				die("--poll-us wants 1 to %llu microseconds, not %s", MAX_POLL_US, optarg);
+			break;
 		case OPT_REMOVE: remove = true; break;
 		case OPT_LOGLEVEL: ddekit_setup_loglevel(number(optarg, "--loglevel")); break;
 		case OPT_TRACE_FD: trace_fd = number(optarg, "--trace-fd"); break;
@@ -450,12 +461,15 @@ int main(int argc, char **argv)
 		if (sandboxed)
 			sandbox_prepare(run_as_uid, run_as_gid, debugger_perf_map_wanted());
 		ddekit_setup_tap(tap_fds, n_tap_fds);
+		ddekit_setup_tx_poll(poll_us * 1000);
 		return control_loop(control_fd, arena_fd, rings_fd, kick_fd, notify_fd, runtime, symvers);
 	}
 	if (device.uio[0] >= 0 || dma_chunks_fd >= 0)
 		die("--uio-fds and --dma-chunks-fd are the host's (with --control-fd)");
 	if (sandboxed)
 		die("--run-as is the host's (with --control-fd)");
+	if (poll_us)
+		die("--poll-us is the host's (with --control-fd): only its driver has a TX thread");
 
 	if ((device_fd >= 0) != (pci_address != NULL))
 		die("--device-fd and --pci-address go together");

@@ -271,3 +271,62 @@ def test_run_cpu_places_the_driver_process_its_interrupt_and_keeps_the_daemon_th
         assert interrupt_cpus(g, bdf) == "1"
         d.stop()
         assert interrupt_cpus(g, bdf) in ("none", "0-1"), "the interrupt is left where the daemon found it"
+
+
+def tx_thread_sleeps_and_cpu_s(g: Guest, pid: int) -> tuple[int, float]:
+    """The driver process's TX thread's voluntary context switches (each a sleep)
+    and the CPU time it has used, in seconds."""
+    script = (f"for t in /proc/{pid}/task/*; do grep -qx understudy-tx $t/comm || continue; "
+              "grep ^voluntary_ctxt_switches $t/status | cut -f2; cut -d' ' -f14,15 $t/stat; "
+              "getconf CLK_TCK; done")
+    sleeps, utime, stime, hz = map(int, g.run(["sh", "-c", script], check=True).out.split())
+    return sleeps, (utime + stime) / hz
+
+
+def test_run_poll_us_polls_through_sparse_traffic_and_sleeps_under_load_and_when_idle(no_leftover_qemu, bins):
+    with Guest(devices=["e1000"], cpus=2) as g:
+        bdf, ko = understudy.hand_over(g, "nic0", "e1000")
+        d = understudy.Daemon(g, bins, None, "--max-restarts", "1")
+        refused = d.cli("run", "--device", bdf, "--module", ko, "--poll-us", "30000")
+        assert refused.returncode == 2 and "--cpu" in refused.err, refused.err
+        d.run(bdf, [ko], cpu=1, poll_us=30000)
+        d.wait_state(bdf, "registered", timeout=120)
+        g.run("ip link set us0 up", check=True)
+        opened = d.wait_state(bdf, "open", timeout=30, carrier=True)
+        assert opened["poll_us"] == 30000, opened
+        net.bring_up_iface(g, "us0")
+
+        def sleeps_per_ping(pid: int, count: int = 50) -> float:
+            before, _ = tx_thread_sleeps_and_cpu_s(g, pid)
+            p = net.ping(g, count=count, interval=0.02)
+            assert p["loss_pct"] == 0, p
+            per_ping = (tx_thread_sleeps_and_cpu_s(g, pid)[0] - before) / count
+            print(f"TX thread of {pid}: {per_ping} sleeps a ping")
+            return per_ping
+
+        # Pings 20 ms apart: a thread that slept would sleep at least once a ping
+        # (it idles between them); one that polls through the window hardly ever.
+        assert sleeps_per_ping(opened["pid"]) < 0.5
+        # Idle, it stops polling when the window has passed.
+        time.sleep(0.5)
+        _, cpu0 = tx_thread_sleeps_and_cpu_s(g, opened["pid"])
+        time.sleep(2)
+        _, cpu1 = tx_thread_sleeps_and_cpu_s(g, opened["pid"])
+        print(f"idle TX thread: {cpu1 - cpu0:.2f} s of CPU in 2 s")
+        assert cpu1 - cpu0 < 0.2, f"the idle TX thread used {cpu1 - cpu0:.2f} s of CPU in 2 s"
+        # Under load it sleeps whenever it has nothing, as without --poll-us.
+        before, _ = tx_thread_sleeps_and_cpu_s(g, opened["pid"])
+        assert net.iperf3(g, reverse=False, seconds=3) > 0
+        slept = tx_thread_sleeps_and_cpu_s(g, opened["pid"])[0] - before
+        print(f"sending 3 s, the TX thread slept {slept} times")
+        assert slept > 300, f"the TX thread slept {slept} times in 3 s of sending"
+
+        # A restarted driver process polls too.
+        g.run(["kill", "-9", str(opened["pid"])], check=True)
+        deadline = time.monotonic() + 120
+        while (now := d.status()[bdf])["pid"] in (opened["pid"], None) or now["state"] != "open":
+            assert time.monotonic() < deadline, {k: now[k] for k in ("state", "pid", "death", "recovery_count")}
+            time.sleep(0.5)
+        assert now["poll_us"] == 30000
+        assert sleeps_per_ping(now["pid"]) < 0.5
+        d.stop()

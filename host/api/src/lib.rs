@@ -19,6 +19,11 @@ pub struct RunRequest {
     /// The CPU the driver process runs on, the daemon's thread for the
     /// device kept off it (`understudy run --cpu`).
     pub cpu: Option<u32>,
+    /// With `cpu`: the driver's TX thread polls instead of sleeping for up
+    /// to this many microseconds after its last work while the traffic is
+    /// sparse (`understudy run --poll-us`); absent, it never polls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_us: Option<u32>,
     /// Devices the interface may move to, each with its modules (as
     /// `Migrate`'s); the interface advertises only what every one's driver offers.
     #[serde(default)]
@@ -298,6 +303,9 @@ pub struct DeviceStatus {
     /// The CPU the driver process runs on, if `run` placed it.
     #[serde(default)]
     pub cpu: Option<u32>,
+    /// The TX thread's poll window in microseconds (`run --poll-us`), if any.
+    #[serde(default)]
+    pub poll_us: Option<u32>,
     pub state: DriverState,
     pub death: Option<String>,
     pub device_stop: Option<DeviceStop>,

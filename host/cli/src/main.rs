@@ -59,6 +59,17 @@ enum Command {
         /// the daemon's thread slows sending (docs/performance.md §5).
         #[arg(long)]
         cpu: Option<u32>,
+        /// With --cpu: after its last work the driver's TX thread keeps
+        /// polling for up to N microseconds instead of sleeping, while the
+        /// traffic is sparse, so that the next request or reply finds it
+        /// running: a round trip no longer waits for it to be woken. Costs
+        /// the CPU kept busy while requests come closer together than N and
+        /// for N after the last; dense traffic keeps the thread busy by
+        /// itself and it sleeps as without (docs/performance.md §8). 1 to
+        /// 1000000; default: it never polls.
+        #[arg(long, value_name = "N", requires = "cpu",
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        poll_us: Option<u32>,
         /// A device the interface may move to (`understudy migrate`, and by
         /// itself when its device fails), as ADDR or ADDR=MODULE.ko (default:
         /// the module that claims it in the driver's module tree; its
@@ -405,13 +416,13 @@ fn main() -> ExitCode {
             };
             (Request::Update { device, modules, allow_feature_loss }, json)
         }
-        Command::Run { device, modules, ifname, cpu, standby, check, no_iommu, queues } => {
+        Command::Run { device, modules, ifname, cpu, poll_us, standby, check, no_iommu, queues } => {
             let standby = standby.into_iter().map(|s| match s.split_once('=') {
                 Some((device, module)) => StandbyRequest { device: device.into(), modules: vec![module.into()] },
                 None => StandbyRequest { device: s, modules: Vec::new() },
             }).collect();
-            (Request::Run(RunRequest { device, modules, ifname, cpu, standby, check: check.map(GateMode::from), no_iommu,
-                                       queues }), false)
+            (Request::Run(RunRequest { device, modules, ifname, cpu, poll_us, standby, check: check.map(GateMode::from),
+                                       no_iommu, queues }), false)
         }
         Command::Check { command: CheckCommand::Report { device, json } } => return check::report(&cli.socket, device, json),
         Command::Migrate { device, to, modules, json } => (Request::Migrate { device, to, modules }, json),

@@ -10,6 +10,7 @@
 //! check = "stringent"                                   # optional: `understudy run --check`
 //! no_iommu = true                                       # optional: `understudy run --no-iommu`
 //! queues = 2                                            # optional: `understudy run --queues`
+//! poll_us = 30000                                       # optional, with cpu: `understudy run --poll-us`
 //!
 //! [recovery]                                            # optional; understudyd's options win
 //! on_exhausted = "retry"                                # or "down" (--on-exhausted)
@@ -54,6 +55,8 @@ pub struct DeviceConfig {
     pub modules: Vec<String>,
     pub ifname: Option<String>,
     pub cpu: Option<u32>,
+    /// The TX thread's poll window, microseconds (`run --poll-us`, with `cpu`).
+    pub poll_us: Option<u32>,
     /// Run its driver processes under a checker with this gate.
     pub check: Option<GateMode>,
     /// Bind it to uio_pci_generic, its DMA unconfined (docs/design.md §4).
@@ -66,8 +69,8 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// What `understudy run` would ask for this device.
     pub fn into_request(self) -> RunRequest {
-        let DeviceConfig { pci, modules, ifname, cpu, check, no_iommu, queues } = self;
-        RunRequest { device: pci, modules, ifname, cpu, standby: Vec::new(), check, no_iommu, queues }
+        let DeviceConfig { pci, modules, ifname, cpu, poll_us, check, no_iommu, queues } = self;
+        RunRequest { device: pci, modules, ifname, cpu, poll_us, standby: Vec::new(), check, no_iommu, queues }
     }
 }
 

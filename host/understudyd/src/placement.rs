@@ -13,6 +13,9 @@
 //! the one thread that runs no kernel code, the writer of small received
 //! frames, moves itself to the other CPUs (runtime/ddekit/rx_writer.c). The
 //! device's interrupts follow the driver (interrupts.rs).
+//! With `--poll-us` the driver's TX thread may spend its CPU polling while
+//! the traffic is sparse (runtime/ddekit/tx_poll.c): only a CPU given to
+//! the driver, so the option goes with `--cpu`.
 //! A checked driver's checker (docs/checking.md) gets a CPU of its own
 //! where there is one: it keeps up with the driver only beside it.
 
@@ -21,6 +24,9 @@ use std::io;
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
+/// `--poll-us`'s largest window, a second; the driver process's own limit too.
+pub const MAX_POLL_US: u32 = 1_000_000;
+
 /// The CPU sets of one device's driver process and daemon thread.
 #[derive(Clone, Copy)]
 pub struct Placement {
@@ -28,11 +34,13 @@ pub struct Placement {
     driver: CpuSet,
     /// `None` when N is the daemon's only CPU: its thread stays there.
     daemon: Option<CpuSet>,
+    /// The TX thread's poll window in microseconds (`--poll-us`), if any.
+    pub poll_us: Option<u32>,
 }
 
 impl std::fmt::Debug for Placement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Placement(cpu {})", self.cpu)
+        write!(f, "Placement(cpu {}, poll_us {:?})", self.cpu, self.poll_us)
     }
 }
 
@@ -52,7 +60,17 @@ impl Placement {
         let driver = set_of([cpu_index]);
         let daemon = set_of(cpus(allowed).filter(|&c| c != cpu_index));
         let daemon = cpus(&daemon).next().is_some().then_some(daemon);
-        Ok(Placement { cpu, driver, daemon })
+        Ok(Placement { cpu, driver, daemon, poll_us: None })
+    }
+
+    /// The same placement with the TX thread polling for up to `poll_us`
+    /// (1 µs to 1 s: longer would only keep the CPU busy) after its last work.
+    pub fn polling(self, poll_us: Option<u32>) -> Result<Self, String> {
+        match poll_us {
+            Some(us) if !(1..=MAX_POLL_US).contains(&us) =>
+                Err(format!("--poll-us {us}: the window is 1 to {MAX_POLL_US} microseconds")),
+            _ => Ok(Placement { poll_us, ..self }),
+        }
     }
 
     /// Moves the calling thread (the device's) off the driver's CPU.
@@ -136,5 +154,14 @@ mod tests {
         let err = Placement::within(2, &set_of([0, 1])).unwrap_err();
         assert_eq!(err, "CPU 2 is not one the daemon may run on (allowed: 0-1)");
         assert!(Placement::within(100_000, &set_of([0])).is_err());
+    }
+
+    #[test]
+    fn a_poll_window_is_one_microsecond_to_a_second() {
+        let p = Placement::within(1, &set_of([0, 1])).unwrap();
+        assert_eq!(p.polling(None).unwrap().poll_us, None);
+        assert_eq!(p.polling(Some(30_000)).unwrap().poll_us, Some(30_000));
+        assert_eq!(p.polling(Some(0)).unwrap_err(), "--poll-us 0: the window is 1 to 1000000 microseconds");
+        assert!(p.polling(Some(MAX_POLL_US + 1)).is_err());
     }
 }

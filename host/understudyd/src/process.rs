@@ -97,7 +97,8 @@ fn driver_command(wrapper: Option<&str>, binary: &Path) -> Command {
 }
 
 /// Starts `binary` with `fds`, to run as `identity` once it holds its
-/// device, bound to `placement`'s CPU if given, under the command in
+/// device, bound to `placement`'s CPU if given (its TX thread polling if
+/// the placement says so), under the command in
 /// $UNDERSTUDY_DRIVER_WRAPPER if set.
 pub fn spawn(binary: &Path, fds: &DriverFds, identity: Identity, placement: Option<Placement>)
              -> io::Result<DriverProcess> {
@@ -127,6 +128,9 @@ pub fn spawn(binary: &Path, fds: &DriverFds, identity: Identity, placement: Opti
         crate::tap::attach_driver_queue(queue)?;
         cmd.arg("--tap-fd").arg(queue.as_raw_fd().to_string());
         inherited.push(queue.as_raw_fd());
+    }
+    if let Some(poll_us) = placement.and_then(|p| p.poll_us) {
+        cmd.arg("--poll-us").arg(poll_us.to_string());
     }
     if let Some((region, gate)) = fds.trace {
         cmd.arg("--trace-fd").arg(region.as_raw_fd().to_string()).arg("--gate").arg(gate.name());

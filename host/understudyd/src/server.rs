@@ -221,7 +221,7 @@ impl Daemon {
     }
 
     fn run(&self, request: RunRequest) -> Result<understudy_api::DeviceStatus, String> {
-        let RunRequest { device, modules, ifname, cpu, standby, check, no_iommu, queues } = request;
+        let RunRequest { device, modules, ifname, cpu, poll_us, standby, check, no_iommu, queues } = request;
         let addr = parse_address(&device)?;
         let queues = queues.unwrap_or(1);
         check_queue_count(queues.into()).map_err(|e| format!("--queues: {e}"))?;
@@ -229,7 +229,11 @@ impl Daemon {
             // A checker relates DMA to IOVAs, and a standby is probed on an arena of its own.
             return Err("--no-iommu goes with neither --check nor --standby".into());
         }
-        let placement = cpu.map(Placement::on).transpose()?;
+        if poll_us.is_some() && cpu.is_none() {
+            // A polling thread keeps its CPU busy: only one given to the driver.
+            return Err("--poll-us goes with --cpu: the TX thread polls on the driver's own CPU".into());
+        }
+        let placement = cpu.map(|cpu| Placement::on(cpu)?.polling(poll_us)).transpose()?;
         let infos = module_infos(&given_chain(&modules, &addr))?;
         let standby = standby.iter().map(|s| {
             let device = parse_address(&s.device)?;

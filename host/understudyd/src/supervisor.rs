@@ -198,6 +198,7 @@ impl Supervisor {
             driver_binary: launch.driver.binary.display().to_string(),
             pid: Some(pid as u32),
             cpu: setup.placement.map(|p| p.cpu),
+            poll_us: setup.placement.and_then(|p| p.poll_us),
             state: DriverState::Starting,
             death: None,
             device_stop: None,

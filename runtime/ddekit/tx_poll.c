@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * When the TX thread looks again instead of sleeping (understudy run
+ * --poll-us; docs/performance.md §8).
+ *
+ * Why: a frame that finds the TX thread asleep waits for it to be woken,
+ * and a reply that finds the application asleep waits again. Those two
+ * hand-offs between address spaces are most of what a round trip through
+ * understudy costs more than one through the in-kernel driver, whose
+ * sender runs the driver itself. A thread that is still running when the
+ * next request or interrupt comes takes it at once.
+ *
+ * The policy: after a round that moved a frame or served an interrupt,
+ * the thread keeps polling (the rings, the TAP and the lines' eventfds,
+ * none blocking) for up to the window, then sleeps -- but only while the
+ * traffic is sparse: at most one working round a millisecond on average,
+ * in the window so far and in the one before. Dense traffic keeps the
+ * thread busy by itself, so there polling would only burn the gaps between
+ * rounds, which the in-kernel driver's CPU spends halted: a TX thread that
+ * polled regardless cost a fifth more CPU per byte sent. Sparse traffic
+ * (a request and its reply now and then) is where the hand-offs show.
+ *
+ * What it costs: a CPU kept busy while requests come closer together than
+ * the window, and for one window after the last. The window is the run's
+ * choice; without --poll-us the thread never polls.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ddekit.h"
+#include "setup.h"
+
+#define NS_PER_MS 1000000ULL
+
+static struct {
+	uint64_t window_ns;	/* 0: never poll */
+	uint64_t last_work_ns;
+	uint64_t window_end_ns;	/* of the window the rounds are counted in */
+	uint64_t rounds, rounds_before;
+} poll_state;
+
+void ddekit_setup_tx_poll(unsigned long long window_ns)
+{
+	poll_state.window_ns = window_ns;
+}
+
+/* At most one working round a millisecond of the window, on average. */
+static bool sparse(uint64_t rounds)
+{
+	return rounds * NS_PER_MS <= poll_state.window_ns;
+}
+
+bool ddekit_tx_poll(bool worked)
+{
+	uint64_t now;
+
+	if (!poll_state.window_ns)
+		return false;
+	now = ddekit_now_ns();
+	if (now >= poll_state.window_end_ns) {
+		bool adjacent = now - poll_state.window_end_ns < poll_state.window_ns;
+
+		poll_state.rounds_before = adjacent ? poll_state.rounds : 0;
+		poll_state.rounds = 0;
+		poll_state.window_end_ns = now + poll_state.window_ns;
+	}
+	if (worked) {
+		poll_state.rounds++;
+		poll_state.last_work_ns = now;
+	}
+	return now - poll_state.last_work_ns < poll_state.window_ns &&
+	       sparse(poll_state.rounds) && sparse(poll_state.rounds_before);
+}
