@@ -7,6 +7,8 @@ machines are noisy.
 bench net --driver D: the same NIC, in one guest, alternately driven by the
 in-kernel driver and by understudy (the same module file in a driver process
 behind understudyd's TAP us0); medians and understudy ÷ in-kernel ratios.
+understudy's driver runs on its own vCPU and polls while the traffic is sparse
+(`understudy run --cpu --poll-us`); its pings are measured again without polling.
 With --no-iommu the guest has no IOMMU and understudy drives the NIC through
 uio_pci_generic (docs/design.md §4); the same benchmark in a guest with the
 IOMMU follows, so that its ratios stand beside VFIO's. With --queues N a
@@ -59,12 +61,20 @@ def measure_traffic(guest: Guest, seconds: int, network: LabNetwork | None = Non
     elapsed = time.monotonic() - t0
     busy = net.cpu_busy_seconds(guest) - busy0
     moved_bytes = (tx + rx) * 1e6 / 8 * seconds
-    p = net.ping(guest, count=100, interval=0.02, network=network)
     return {"tx_mbps": tx, "rx_mbps": rx, **{f"tx_{k}": v for k, v in sent.items()},
-            "rtt_ms_median": p["rtt_ms_median"],
-            "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
+            **measure_pings(guest, network),
             "cpu_ns_per_byte": busy * 1e9 / moved_bytes if moved_bytes else None,
             "cpu_utilisation": busy / elapsed / guest.cpus}
+
+
+def measure_pings(guest: Guest, network: LabNetwork | None = None) -> dict:
+    """100 pings 20 ms apart: the round trip's median and p99, the loss, and the
+    guest's CPU utilisation meanwhile (what a polling driver spends on them)."""
+    busy0, t0 = net.cpu_busy_seconds(guest), time.monotonic()
+    p = net.ping(guest, count=100, interval=0.02, network=network)
+    busy = net.cpu_busy_seconds(guest) - busy0
+    return {"rtt_ms_median": p["rtt_ms_median"], "rtt_ms_p99": p["rtt_ms_p99"], "ping_loss_pct": p["loss_pct"],
+            "ping_cpu_utilisation": busy / (time.monotonic() - t0) / guest.cpus}
 
 
 def measure_kernel_run(guest: Guest, driver: str, dev_id: str, seconds: int) -> dict:
@@ -83,11 +93,13 @@ def medians(runs: list[dict]) -> dict:
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
 
 
-def run_ratios(top: list[dict], bottom: list[dict], key: str) -> list[float]:
-    """Run i's `key` in `top` ÷ run i's in `bottom`, for alternating runs: pairing
-    keeps a ratio meaningful when the machine's speed drifts during a benchmark."""
-    return [t[key] / b[key] for t, b in zip(top, bottom)
-            if isinstance(t.get(key), (int, float)) and isinstance(b.get(key), (int, float)) and b[key]]
+def run_ratios(top: list[dict], bottom: list[dict], key: str, bottom_key: str | None = None) -> list[float]:
+    """Run i's `key` in `top` ÷ run i's `bottom_key` (by default `key`) in `bottom`, for
+    alternating runs: pairing keeps a ratio meaningful when the machine's speed
+    drifts during a benchmark."""
+    bkey = bottom_key or key
+    return [t[key] / b[bkey] for t, b in zip(top, bottom)
+            if isinstance(t.get(key), (int, float)) and isinstance(b.get(bkey), (int, float)) and b[bkey]]
 
 
 def spread(ratios: list[float]) -> dict | None:
@@ -153,14 +165,25 @@ def cmd_baseline(args) -> int:
     return 0
 
 
-NET_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct",
+NET_KEYS = ["tx_mbps", "rx_mbps", "rtt_ms_median", "rtt_ms_p99", "ping_loss_pct", "ping_cpu_utilisation",
+            "rtt_ms_median_sleeping", "ping_cpu_utilisation_sleeping",
             "cpu_ns_per_byte", "cpu_utilisation", "tx_rtt_ms_mean", "tx_cwnd_kib_max",
             "tx_peer_window_kib_max"]
-# understudy ÷ in-kernel, of the medians: what running the driver in a process costs.
-# rtt_ratio is the idle round trip (ping); tcp_rtt_ratio the sending TCP's own
+# understudy ÷ in-kernel, of the medians: what running the driver in a process costs,
+# each as (understudy's figure, the in-kernel driver's).
+# rtt_ratio is the idle round trip (ping) with the driver's TX thread polling
+# (--poll-us), rtt_ratio_sleeping without; tcp_rtt_ratio the sending TCP's own
 # round trip under load (iperf3's mean), which a deep queue before the NIC inflates.
-NET_RATIOS = {"tx_ratio": "tx_mbps", "rx_ratio": "rx_mbps", "rtt_ratio": "rtt_ms_median",
-              "tcp_rtt_ratio": "tx_rtt_ms_mean", "cpu_per_byte_ratio": "cpu_ns_per_byte"}
+NET_RATIOS = {"tx_ratio": ("tx_mbps", "tx_mbps"), "rx_ratio": ("rx_mbps", "rx_mbps"),
+              "rtt_ratio": ("rtt_ms_median", "rtt_ms_median"),
+              "rtt_ratio_sleeping": ("rtt_ms_median_sleeping", "rtt_ms_median"),
+              "tcp_rtt_ratio": ("tx_rtt_ms_mean", "tx_rtt_ms_mean"),
+              "cpu_per_byte_ratio": ("cpu_ns_per_byte", "cpu_ns_per_byte")}
+
+# understudy's driver polls (`understudy run --poll-us`) this long after its last
+# work while the traffic is sparse: longer than the 20 ms between the benchmark's
+# pings, so that each finds its TX thread running (docs/performance.md §8).
+DEFAULT_POLL_US = 30_000
 
 
 # What the NIC is plugged into. slirp's TCP offers a fixed 64 KiB window (no window
@@ -218,15 +241,19 @@ def understudy_queue_packets(daemon: understudy.Daemon, bdf: str) -> dict[str, i
 
 
 def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", iommu: bool = True,
-              queues: int = 1, parallel: int = 1, cpu: int | None = None) -> dict:
+              queues: int = 1, parallel: int = 1, cpu: int | None = None, poll_us: int = DEFAULT_POLL_US) -> dict:
     """Alternating runs of the in-kernel driver and understudy on the same device
     (without `iommu`: in a guest without one, understudy over uio_pci_generic;
     with `queues`, a NIC of that many queue pairs; `parallel` iperf3 connections;
-    the driver process on vCPU `cpu`, by default driver_cpu's)."""
+    the driver process on vCPU `cpu`, by default driver_cpu's, its TX thread
+    polling for up to `poll_us` (0: never). A polling driver's round trip is
+    also measured without polling, by a driver started again without it."""
     dev = lookup_nic(driver)
     cpus = config.guest_defaults().cpus     # every lab guest's (nic_lab boots with the defaults)
     if cpu is not None and not 0 <= cpu < cpus:
         raise LabError(f"--driver-cpu {cpu}: the guest has vCPUs 0 to {cpus - 1}")
+    if not 0 <= poll_us <= 1_000_000:
+        raise LabError(f"--poll-us {poll_us}: 0 (never) to 1000000 µs")
     bins = understudy.build(release=True)
     kernel_runs, understudy_runs = [], []
     hashes = {"kernel": [], "understudy": []}
@@ -246,22 +273,28 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
                 kernel_runs.append({**traffic, "queue_packets": kernel_queues or {}})
                 hashes["kernel"].append(hashed_transfers(guest, network))
                 log(f"run {i + 1}/{runs}: understudy ({dev.driver} in a driver process)")
-                understudy.understudy_up(guest, daemon, bdf, modules, network, cpu)
+                understudy.understudy_up(guest, daemon, bdf, modules, network, cpu, poll_us=poll_us or None)
                 # A driver without statistics (kernel_queues None) keeps none in a driver process either.
                 understudy_runs.append({**measure_traffic(guest, seconds, network, parallel),
                                         "queue_packets": {} if kernel_queues is None
                                         else understudy_queue_packets(daemon, bdf)})
                 hashes["understudy"].append(hashed_transfers(guest, network))
                 understudy.understudy_down(guest, daemon, bdf)
+                if poll_us:
+                    log(f"run {i + 1}/{runs}: understudy's pings without polling")
+                    understudy.understudy_up(guest, daemon, bdf, modules, network, cpu)
+                    understudy_runs[-1].update({f"{k}_sleeping": v for k, v in measure_pings(guest, network).items()
+                                                if k in ("rtt_ms_median", "ping_cpu_utilisation")})
+                    understudy.understudy_down(guest, daemon, bdf)
         finally:
             daemon.stop()
     kernel, under = medians(kernel_runs), medians(understudy_runs)
-    ratios = {name: round(under[k] / kernel[k], 3) if kernel.get(k) and k in under else None
-              for name, k in NET_RATIOS.items()}
-    spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, k)) for name, k in NET_RATIOS.items()}
+    ratios = {name: round(under[uk] / kernel[kk], 3) if kernel.get(kk) and uk in under else None
+              for name, (uk, kk) in NET_RATIOS.items()}
+    spreads = {name: spread(run_ratios(understudy_runs, kernel_runs, uk, kk)) for name, (uk, kk) in NET_RATIOS.items()}
     return {"driver": dev.driver, "device": dev.name, **lab_identity(),
             "dma": "iommu (vfio-pci)" if iommu else "unconfined (uio_pci_generic)",
-            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": cpu,
+            "network": network_kind, "runs": runs, "seconds": seconds, "driver_cpu": cpu, "poll_us": poll_us,
             "queues": queues, "parallel": parallel, **ratios,
             # each ratio's per-run spread (run i understudy ÷ run i in-kernel)
             "spread": spreads,
@@ -274,10 +307,10 @@ def bench_net(driver: str, runs: int, seconds: int, network_kind: str = "tap", i
 
 def cmd_net(args) -> int:
     report = bench_net(args.driver, args.runs, args.seconds, args.network, iommu=not args.no_iommu,
-                       queues=args.queues, parallel=args.parallel, cpu=args.driver_cpu)
+                       queues=args.queues, parallel=args.parallel, cpu=args.driver_cpu, poll_us=args.poll_us)
     if args.no_iommu:
         vfio = bench_net(args.driver, args.runs, args.seconds, args.network, queues=args.queues,
-                         parallel=args.parallel, cpu=args.driver_cpu)
+                         parallel=args.parallel, cpu=args.driver_cpu, poll_us=args.poll_us)
         report["vfio"] = {k: vfio[k] for k in [*NET_RATIOS, "spread", "kernel", "understudy", "per_run", "hash_ok"]}
     command = "python3 -m lab " + shlex.join(sys.argv[1:])
     report = {**report, **provenance.record()}
@@ -303,7 +336,10 @@ def cmd_net(args) -> int:
                       + ", ".join(f"{name.removesuffix('_packets')} {n}" for name, n in sorted(counts.items())))
         print(f"hash-checked transfers ({HASHED_BYTES >> 20} MiB each way per run and world) whole: "
               + ", ".join(f"{world} {'yes' if ok else 'NO'}" for world, ok in all_hashes(report).items()))
-        print(f"(medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
+        print(f"(understudy's driver on vCPU {report['driver_cpu']}, "
+              + (f"polling {report['poll_us']} µs (--poll-us; *_sleeping: without); " if report["poll_us"]
+                 else "not polling; ")
+              + f"medians of {args.runs} alternating runs on {NETWORKS[args.network]}, "
               f"host {provenance.machine()['cpu_model']}; {command})")
     if not all(all_hashes(report).values()):
         log("a hash-checked transfer arrived changed or short: see hash_ok in the report")
@@ -356,6 +392,11 @@ def add_parser(sub):
     netp.add_argument("--driver-cpu", type=int, metavar="CPU",
                       help="the vCPU of understudy's driver process and its interrupts "
                       "(`understudy run --cpu`; default: the guest's last)")
+    netp.add_argument("--poll-us", type=int, default=DEFAULT_POLL_US, metavar="N",
+                      help="understudy's TX thread polls for up to N µs after its last work while "
+                      f"the traffic is sparse (`understudy run --poll-us`; default {DEFAULT_POLL_US}; "
+                      "0: it never polls). A polling driver's pings are measured again without it "
+                      "(rtt_ratio_sleeping), and every world's CPU while pinging is reported")
     netp.add_argument("--plot", metavar="FILE", help="draw mean and maximum throughput into this PNG "
                       "(`bench plot-net` draws saved reports)")
     netp.add_argument("--json", action="store_true", help="print one JSON object")

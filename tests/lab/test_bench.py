@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from lab import config
-from lab.bench import queue_packets, run_ratios, spread
+from lab.bench import DEFAULT_POLL_US, queue_packets, run_ratios, spread
 from lab.bench_plot import series, write_plot
 
 pytestmark = pytest.mark.lab
@@ -61,10 +61,18 @@ def test_net_compares_understudy_with_the_in_kernel_driver_in_one_run(lab_ready,
     if driver == "pcnet32":
         assert [r["queue_packets"] for w in ("kernel", "understudy") for r in report["per_run"][w]] == [{}, {}]
     assert len(report["per_run"]["kernel"]) == len(report["per_run"]["understudy"]) == 1
-    for ratio, figure in [("tx_ratio", "tx_mbps"), ("rx_ratio", "rx_mbps"),
-                          ("rtt_ratio", "rtt_ms_median"), ("tcp_rtt_ratio", "tx_rtt_ms_mean"),
-                          ("cpu_per_byte_ratio", "cpu_ns_per_byte")]:
-        kernel, under = report["kernel"][figure], report["understudy"][figure]
+    # understudy's driver polled (the default window); its pings were also measured without.
+    assert report["poll_us"] == DEFAULT_POLL_US
+    for world in ("kernel", "understudy"):
+        assert 0 < report[world]["ping_cpu_utilisation"] <= 1, world
+    assert 0 < report["understudy"]["ping_cpu_utilisation_sleeping"] <= 1
+    for ratio, figure, kernel_figure in [
+            ("tx_ratio", "tx_mbps", "tx_mbps"), ("rx_ratio", "rx_mbps", "rx_mbps"),
+            ("rtt_ratio", "rtt_ms_median", "rtt_ms_median"),
+            ("rtt_ratio_sleeping", "rtt_ms_median_sleeping", "rtt_ms_median"),
+            ("tcp_rtt_ratio", "tx_rtt_ms_mean", "tx_rtt_ms_mean"),
+            ("cpu_per_byte_ratio", "cpu_ns_per_byte", "cpu_ns_per_byte")]:
+        kernel, under = report["kernel"][kernel_figure], report["understudy"][figure]
         assert kernel > 0 and under > 0, (figure, kernel, under)
         assert report[ratio] == pytest.approx(under / kernel, rel=0.01), ratio
         # one run: its spread is that run's ratio three times
@@ -82,6 +90,7 @@ def test_a_spread_pairs_the_runs_and_skips_what_one_side_lacks():
     kernel = [{"tx_mbps": 100}, {"tx_mbps": 200}, {"tx_mbps": 0}, {"tx_mbps": 100}]
     under = [{"tx_mbps": 50}, {"tx_mbps": 180}, {"tx_mbps": 90}, {"tx_mbps": None}]
     assert run_ratios(under, kernel, "tx_mbps") == [0.5, 0.9]
+    assert run_ratios([{"a": 3}, {"a": 4}], [{"b": 2}, {"a": 1}], "a", "b") == [1.5]
     assert spread([0.5, 0.9, 0.7]) == {"min": 0.5, "median": 0.7, "max": 0.9}
     assert spread([]) is None
 
