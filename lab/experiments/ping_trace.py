@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tx-fifo", action="store_true",
                     help="give the TX thread SCHED_FIFO priority 10: woken on ping's CPU, it "
                          "preempts ping at once instead of waiting for it to sleep")
+    ap.add_argument("--poll-us", type=int, metavar="N",
+                    help="the driver's TX thread polls for up to N µs after its last work while "
+                         "the traffic is sparse (`understudy run --poll-us`); by default it sleeps")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel = ping()
         daemon = understudy.Daemon(g, bins)
         understudy.understudy_up(g, daemon, bdf, understudy.module_chain(g, "e1000"), network,
-                                 driver_cpu(g))
+                                 driver_cpu(g), poll_us=args.poll_us)
         if args.irq_cpu is not None:
             set_irq_cpu(g, bdf, args.irq_cpu)
         roles = threads(g, "understudyd", "understudy-driver")
