@@ -394,12 +394,18 @@ static void tx_thread(void *unused)
 
 	on_tx_thread = true;
 	for (;;) {
-		bool sent;
+		unsigned int sent;
 
 		if (serve)
 			n_irq = serve_interrupts(irq_fds, TX_MAX_IRQS);
-		sent = send_host_frames(tx) || xmit_tap();
-		if (ddekit_tx_poll(sent || serve) || sent)
+		sent = send_host_frames(tx);
+		if (!sent)
+			sent = xmit_tap();
+		if (ddekit_tx_poll(sent + serve))
+			/* Also sees a changed set of lines, which a thread that
+			 * does not sleep would otherwise not take up. */
+			serve = poll_interrupts(irq_fds, n_irq, 0);
+		else if (sent)
 			serve = n_irq && poll_interrupts(irq_fds, n_irq, 0);
 		else
 			serve = wait_for_frames(tx, irq_fds, n_irq);

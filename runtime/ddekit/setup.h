@@ -84,9 +84,10 @@ void ddekit_host_warn(const char *file, unsigned int line, const char *text);
  * last work while the traffic is sparse (tx_poll.c); 0, the default: never.
  */
 void ddekit_setup_tx_poll(unsigned long long window_ns);
-/* Between ddekit's files: after a TX round (worked: it moved a frame or
- * served an interrupt), whether to look again rather than sleep. */
-bool ddekit_tx_poll(bool worked);
+/* Between ddekit's files: after a TX round that sent frames and served
+ * interrupts (events: how many of both), whether to look again rather
+ * than sleep. */
+bool ddekit_tx_poll(unsigned int events);
 /*
  * The driver's queues of the host's TAP (up to US_MAX_QUEUES): the stack's
  * frames are read from them, received frames written to them

@@ -102,6 +102,7 @@ mod tests {
             modules = ["/m/e1000.ko"]
             ifname = "us0"
             cpu = 1
+            poll_us = 30000
             check = "permissive"
 
             [[device]]
@@ -115,6 +116,7 @@ mod tests {
         assert_eq!(c.devices[1].modules, ["/m/mii.ko", "/m/8139cp.ko"]);
         assert_eq!(c.devices[1].ifname, None);
         assert_eq!((c.devices[0].cpu, c.devices[1].cpu), (Some(1), None));
+        assert_eq!((c.devices[0].poll_us, c.devices[1].poll_us), (Some(30_000), None));
         assert_eq!((c.devices[0].check, c.devices[1].check), (Some(GateMode::Permissive), None));
         assert!(parse("[[device]]\npci = \"a\"\nmodules = [\"x\"]\ncheck = \"strict\"\n").is_err());
     }
