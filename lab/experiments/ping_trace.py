@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
                          "preempts ping at once instead of waiting for it to sleep")
     ap.add_argument("--poll-us", type=int, metavar="N",
                     help="the driver's TX thread polls for up to N µs after its last work while "
-                         "the traffic is sparse (`understudy run --poll-us`); by default it sleeps")
+                         "the traffic is sparse (`understudy run --poll-us`); by default it sleeps. "
+                         "The hops are found by the TX thread's wake-ups, which a polling thread "
+                         "does not have: then only the pings and the handler's timings are reported "
+                         "(exit 1, no hop)")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
