@@ -10,6 +10,10 @@ pub use check::{CheckReport, CheckStatus, Finding, FindingSite, GateMode, Incarn
 
 pub const DEFAULT_SOCKET: &str = "/run/understudy/understudyd.sock";
 
+/// `run --poll-us`'s largest window, a second: longer would only keep the
+/// CPU busy (the driver process checks the same limit on its command line).
+pub const MAX_POLL_US: u32 = 1_000_000;
+
 /// Take `device` through VFIO, create `ifname`, start a driver process for `modules`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RunRequest {
@@ -22,6 +26,7 @@ pub struct RunRequest {
     /// With `cpu`: the driver's TX thread polls instead of sleeping for up
     /// to this many microseconds after its last work while the traffic is
     /// sparse (`understudy run --poll-us`); absent, it never polls.
+    /// 1 to MAX_POLL_US.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_us: Option<u32>,
     /// Devices the interface may move to, each with its modules (as

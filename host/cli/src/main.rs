@@ -68,7 +68,7 @@ enum Command {
         /// itself and it sleeps as without (docs/performance.md §8). 1 to
         /// 1000000; default: it never polls.
         #[arg(long, value_name = "N", requires = "cpu",
-              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+              value_parser = clap::value_parser!(u32).range(1..=understudy_api::MAX_POLL_US as i64))]
         poll_us: Option<u32>,
         /// A device the interface may move to (`understudy migrate`, and by
         /// itself when its device fails), as ADDR or ADDR=MODULE.ko (default:

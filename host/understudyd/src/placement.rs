@@ -24,8 +24,7 @@ use std::io;
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
-/// `--poll-us`'s largest window, a second; the driver process's own limit too.
-pub const MAX_POLL_US: u32 = 1_000_000;
+use understudy_api::MAX_POLL_US;
 
 /// The CPU sets of one device's driver process and daemon thread.
 #[derive(Clone, Copy)]
