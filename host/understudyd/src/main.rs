@@ -28,6 +28,8 @@ mod steering;
 mod supervisor;
 mod tap;
 mod template;
+#[cfg(test)]
+mod test_script;
 mod watchdog;
 
 use std::path::PathBuf;

@@ -150,9 +150,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("env");
         let script = dir.join("hook.sh");
-        std::fs::write(&script, format!("#!/bin/sh\nsleep 0.3\nenv | grep ^UNDERSTUDY_ | sort > {}.tmp && mv {0}.tmp {0}\n",
-                                        out.display())).unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        crate::test_script::write(&script, &format!("sleep 0.3\nenv | grep ^UNDERSTUDY_ | sort > {}.tmp && mv {0}.tmp {0}",
+                                                    out.display()));
         let event = HookEvent {
             device: "0000:01:00.0",
             ifname: "us0",

@@ -120,8 +120,7 @@ pub mod testing {
         let dir = std::env::temp_dir().join(format!("understudyd-test-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("understudy-checker");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        crate::test_script::write(&path, body);
         FakeChecker { path }
     }
 
