@@ -143,6 +143,14 @@ def pings(events: list[Event]) -> list[tuple[int, int]]:
     return found
 
 
+def with_ping(events: list[Event], found: list[tuple[int, int]], roles: dict[int, str]) -> dict[int, str]:
+    """`roles` and the thread that sent the echo requests as "ping". Only a
+    request says which thread ping is: the driver's threads send on us0 too
+    (an ARP reply, sent while the frame that asked for it is written to the
+    TAP), and keep their roles."""
+    return {**{events[lo].pid: "ping" for lo, _ in found}, **roles}
+
+
 def first(events: list[Event], lo: int, hi: int, pred) -> int | None:
     return next((i for i in range(lo, hi) if pred(events[i])), None)
 
@@ -291,9 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump:
         open(args.dump, "w").write(raw)
     events = parse(raw)
-    roles = {**roles, **{e.pid: "ping" for e in events if e.event == "net_dev_queue"}}
+    found = pings(events)
+    roles = with_ping(events, found, roles)
     per_ping, silent = [], []
-    for n, (lo, hi) in enumerate(pings(events)):
+    for n, (lo, hi) in enumerate(found):
         h = hops(events, lo, hi, roles)
         if h:
             per_ping.append(h)
@@ -329,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary['silent_ms_median']} ms with nothing traced on either vCPU (median)")
         print(f"  the VFIO interrupt handler {summary['vfio_handler_ms_median']} ms, the driver's "
               f"ioctl (unmask) {summary['driver_ioctl_ms_median']} ms (medians)")
-    return 0 if per_ping else 1
+    if not per_ping:
+        print(f"[ping_trace] no hops found in any of the {len(found)} pings traced: the TX thread "
+              "never woke for a request (a polling thread does not) or the trace lost events; "
+              "--dump FILE writes the raw trace", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
