@@ -3,9 +3,11 @@
 A probe enters the sandbox holding a queue of a real TAP, as a driver process
 does, and tries what the sandbox must refuse: the TAP's own ioctls on that
 queue, which tun answers for any process holding it, root or not; new
-sockets but unix ones; bpf(); signalling another user's process. Frames
-still move. (That every driver process runs sandboxed is checked in the lab,
-test_understudyd_lab.py, from its /proc status.)
+sockets but unix ones; new namespaces; signalling another user's process;
+calls outside the list it allows (bpf, execve, ptrace, io_uring...).
+Frames still move, threads still start. (That every driver process runs
+sandboxed is checked in the lab, test_understudyd_lab.py, from its /proc
+status.)
 """
 import os
 import subprocess
@@ -44,6 +46,18 @@ def test_its_queue_of_the_tap_moves_frames_and_configures_nothing(probed):
         assert probed[ioctl] == "EPERM", ioctl
 
 
-def test_no_sockets_but_unix_ones_and_no_bpf(probed):
+def test_no_sockets_but_unix_ones(probed):
     assert probed["socket_unix"] == "0"
-    assert probed["socket_netlink"] == probed["socket_inet"] == probed["bpf"] == "EPERM"
+    assert probed["socket_netlink"] == probed["socket_inet"] == "EPERM"
+
+
+def test_calls_outside_the_allowed_list_fail_as_if_the_kernel_had_none(probed):
+    assert probed["thread"] == "0", "what the runtime makes is allowed"
+    for call in ("bpf", "execve", "ptrace", "io_uring_setup", "userfaultfd", "perf_event_open", "mount",
+                 "clone3", "unshare"):
+        assert probed[call] == "ENOSYS", call
+
+
+def test_no_new_namespaces(probed):
+    # A user namespace would give the driver capabilities inside it.
+    assert probed["clone_newuser"] == "EPERM"

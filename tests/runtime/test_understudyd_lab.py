@@ -40,7 +40,7 @@ def driver_uid(bdf: str) -> str:
 
 def proc_status(g, pid: int) -> dict:
     """The credentials and confinement lines of a process's /proc status."""
-    keys = ("Uid", "Gid", "Groups", "CapEff", "NoNewPrivs", "Seccomp")
+    keys = ("Uid", "Gid", "Groups", "CapEff", "NoNewPrivs", "Seccomp", "Seccomp_filters")
     lines = g.run(f"cat /proc/{pid}/status", check=True).out.splitlines()
     return {k: v.split() for k, _, v in (line.partition(":") for line in lines) if k in keys}
 
@@ -124,9 +124,10 @@ def test_guest_traffic_through_us0_and_the_driver_process(lab_ready, no_leftover
         daemon.kill(15)   # SIGTERM: stop the driver, release the device
         out = daemon.wait(30)
     # All of it ran in the sandbox (docs/design.md §0): the device's own
-    # user, no capabilities, the seccomp filter (I/O ports granted before).
+    # user, no capabilities, the two seccomp filters (I/O ports granted before).
     assert sandbox == {"Uid": [driver_uid(bdf)] * 4, "Gid": [driver_uid(bdf)] * 4, "Groups": [],
-                       "CapEff": ["0000000000000000"], "NoNewPrivs": ["1"], "Seccomp": ["2"]}, sandbox
+                       "CapEff": ["0000000000000000"], "NoNewPrivs": ["1"], "Seccomp": ["2"],
+                       "Seccomp_filters": ["2"]}, sandbox
     assert status["state"] == "open" and status["carrier"], status
     assert status["driver_name"] == name and status["mac"] == "52:54:00:12:34:56", status
     assert {"tx-checksum", "tso4", "tso6", "tso-ecn"} <= set(status["offloads"]), status

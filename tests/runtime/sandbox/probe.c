@@ -2,7 +2,8 @@
 /*
  * Enters the driver process's sandbox (runtime/driver/sandbox.c) holding a
  * queue of a TAP, as a driver process does, then tries what the sandbox
- * must refuse and what a driver needs. One "name=result" line each: 0, or
+ * must refuse and what a driver needs (and, by printing, threads and
+ * files: libc's own calls). One "name=result" line each: 0, or
  * the errno's name. Run as root: probe UID.
  */
 #define _GNU_SOURCE
@@ -10,6 +11,8 @@
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
+#include <sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,6 +34,24 @@ void die(const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	exit(2);
+}
+
+static void *thread_body(void *arg)
+{
+	return arg;
+}
+
+/* A thread as the kernel world starts its own: clone3, robust lists, rseq. */
+static int start_thread(void)
+{
+	pthread_t t;
+	int err = pthread_create(&t, NULL, thread_body, NULL);
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return pthread_join(t, NULL);
 }
 
 static void report(const char *what, long ret)
@@ -61,6 +82,7 @@ int main(int argc, char **argv)
 
 	printf("uid=%u\n", getuid());
 	report("tap_write", write(tap, frame, sizeof(frame)));
+	report("thread", start_thread());
 	report("tunsetcarrier", ioctl(tap, TUNSETCARRIER, &one));
 	report("tunsetoffload", ioctl(tap, TUNSETOFFLOAD, 0));
 	ifr.ifr_flags = IFF_DETACH_QUEUE;
@@ -72,6 +94,17 @@ int main(int argc, char **argv)
 	report("socket_unix", socket(AF_UNIX, SOCK_SEQPACKET, 0));
 	report("bpf", syscall(SYS_bpf, 0, NULL, 0));
 	report("kill_init", kill(1, 0));
+	/* Outside the allowed calls: as if the kernel had none of them. */
+	report("execve", syscall(SYS_execve, "/bin/true", argv, NULL));
+	report("ptrace", syscall(SYS_ptrace, 0, 0, NULL, NULL));
+	report("io_uring_setup", syscall(SYS_io_uring_setup, 1, NULL));
+	report("userfaultfd", syscall(SYS_userfaultfd, 0));
+	report("perf_event_open", syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0));
+	report("mount", syscall(SYS_mount, "none", "/mnt", "tmpfs", 0, NULL));
+	report("clone3", syscall(SYS_clone3, NULL, 0));
+	report("unshare", syscall(SYS_unshare, CLONE_NEWUSER));
+	/* Allowed, but not to make a namespace. */
+	report("clone_newuser", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0));
 	report("open_tun", open("/dev/net/tun", O_RDWR));
 	return 0;
 }
