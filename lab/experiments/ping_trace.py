@@ -14,7 +14,9 @@ prints their medians:
     python3 -m lab.experiments.ping_trace --pings 30 [--json] [--dump FILE]
 
 --pin, --tx-cpu, --irq-cpu and --ping-cpu move threads and the interrupt, and
---tx-fifo gives the TX thread a real-time priority, for experiments.
+--tx-fifo gives the TX thread a real-time priority, for experiments. With
+--poll-us the TX thread polls instead of sleeping between pings; its first
+hop then ends when it reads the request from the TAP.
 
 The tracer costs a little per event but, unlike strace, does not stop the
 threads it watches, so the gaps it shows are the ones a ping waits through.
@@ -36,6 +38,7 @@ from ..netns import LabNetwork
 TRACING = "/sys/kernel/tracing"
 ECHO_REQUEST_FRAME = 98      # 56 bytes of ping data + ICMP 8 + IP 20 + Ethernet 14
 ECHO_REPLY_PACKET = 84       # the same, as netif_receive_skb sees it (after the MAC header)
+READV = 19
 WRITEV = 20
 IOCTL = 16
 SYSCALLS = {0: "read", 1: "write", 7: "poll", IOCTL: "ioctl", WRITEV: "writev", 202: "futex",
@@ -80,8 +83,14 @@ def threads(guest: Guest, *names: str) -> dict[int, str]:
     return found
 
 
-def enable_tracing(guest: Guest, tids: list[int]) -> None:
+def enable_tracing(guest: Guest, tids: list[int], polling: bool = False) -> None:
+    """The tracepoints, our threads' system calls among them: all of them, or
+    for a polling TX thread, whose empty polls would fill the buffer, only
+    those the hops and timings need (writev and ioctl, and a readv that
+    read something)."""
     pids = " || ".join(f"common_pid == {t}" for t in tids)
+    enter, exit_ = (f"({pids}) && (id == {WRITEV} || id == {IOCTL})",
+                    f"({pids}) && (id == {IOCTL} || (id == {READV} && ret > 0))") if polling else (pids, pids)
     script = f"""
         mountpoint -q {TRACING} || mount -t tracefs tracefs {TRACING}
         cd {TRACING} && echo 0 > tracing_on && echo > trace && echo mono > trace_clock
@@ -93,8 +102,8 @@ def enable_tracing(guest: Guest, tids: list[int]) -> None:
         done
         echo 'name == "us0"' > events/net/net_dev_queue/filter
         echo 'name == "us0"' > events/net/netif_receive_skb/filter
-        echo '{pids}' > events/raw_syscalls/sys_enter/filter
-        echo '{pids}' > events/raw_syscalls/sys_exit/filter
+        echo '{enter}' > events/raw_syscalls/sys_enter/filter
+        echo '{exit_}' > events/raw_syscalls/sys_exit/filter
         echo 1 > tracing_on
     """
     guest.run(script, check=True)
@@ -159,14 +168,22 @@ def last(events: list[Event], lo: int, hi: int, pred) -> int | None:
     return next((i for i in range(hi - 1, lo - 1, -1) if pred(events[i])), None)
 
 
-def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[str, float] | None:
+def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str],
+         polling: bool = False) -> dict[str, float] | None:
     """Milliseconds of each hop of one ping, or None when a milestone is missing.
 
     The way out is read forwards from the request, the way back backwards from
     the reply: the send's own completion interrupt comes in between, and the
-    reply's hops are the last ones of their kind before it."""
+    reply's hops are the last ones of their kind before it. A sleeping TX
+    thread's first hop ends when it runs; a polling one is running already,
+    and its first hop ends when its read of the TAP returns the request."""
     def runs(role: str):
         return lambda e: e.event == "sched_switch" and role in roles.get(int(e.field("next_pid") or -1), "")
+
+    def reads_the_tap(e: Event) -> bool:
+        m = re.match(r"NR (\d+) = (-?\d+)", e.rest)
+        return e.event == "sys_exit" and roles.get(e.pid, "").endswith(":understudy-tx") and \
+            m is not None and int(m[1]) == READV and int(m[2]) > 0
 
     def is_irq(e: Event) -> bool:
         return e.event == "irq_handler_entry" and "vfio" in e.rest
@@ -176,10 +193,12 @@ def hops(events: list[Event], lo: int, hi: int, roles: dict[int, str]) -> dict[s
             re.match(r"NR (\d+)", e.rest)[1] == str(WRITEV)
 
     out = [("request on us0", lo)]
-    i = first(events, lo + 1, hi, runs(":understudy-tx"))
+    label, pred = ("driver tx thread reads it", reads_the_tap) if polling else \
+        ("driver tx thread runs", runs(":understudy-tx"))
+    i = first(events, lo + 1, hi, pred)
     if i is None:
         return None
-    out.append(("driver tx thread runs", i))
+    out.append((label, i))
     # ping runs with the reply when it is switched back in; with no switch
     # before its next request it never left its vCPU (it has the reply at once).
     pid = events[lo].pid
@@ -256,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-us", type=int, metavar="N",
                     help="the driver's TX thread polls for up to N µs after its last work while "
                          "the traffic is sparse (`understudy run --poll-us`); by default it sleeps. "
-                         "The hops are found by the TX thread's wake-ups, which a polling thread "
-                         "does not have: then only the pings and the handler's timings are reported "
-                         "(exit 1, no hop)")
+                         "A polling thread's first hop ends when its read of the TAP returns the "
+                         "request (it has no wake-up), and of its system calls only writev, ioctl "
+                         "and a read that returned data are traced: no silent time is reported")
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
@@ -292,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.tx_fifo:
                 g.run(["chrt", "-f", "-p", "10", str(tid)], check=True)
         untraced = ping()
-        enable_tracing(g, list(roles))
+        enable_tracing(g, list(roles), polling=bool(args.poll_us))
         res = ping()
         raw = stop_tracing(g)
         daemon.stop()
@@ -303,10 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     roles = with_ping(events, found, roles)
     per_ping, silent = [], []
     for n, (lo, hi) in enumerate(found):
-        h = hops(events, lo, hi, roles)
+        h = hops(events, lo, hi, roles, polling=bool(args.poll_us))
         if h:
             per_ping.append(h)
-        silent.append(silent_ms(events, lo, hi))
+        if not args.poll_us:   # a polling thread's untraced calls would read as silence
+            silent.append(silent_ms(events, lo, hi))
         if n < args.show:   # with --json, stdout is the JSON alone
             out = sys.stderr if args.json else sys.stdout
             print(f"--- ping {n + 1}: {(events[hi].ts - events[lo].ts) * 1000:.3f} ms", file=out)
@@ -334,13 +354,14 @@ def main(argv: list[str] | None = None) -> int:
               f"through the in-kernel driver: {summary['kernel_ping_output']}")
         for hop, ms in summary["hop_ms_median"].items():
             print(f"  {ms:8.3f} ms  {hop}")
-        print(f"  {summary['total_ms_median']} ms in all (median); of a ping, "
-              f"{summary['silent_ms_median']} ms with nothing traced on either vCPU (median)")
+        print(f"  {summary['total_ms_median']} ms in all (median)" + (
+              "" if summary["silent_ms_median"] is None else
+              f"; of a ping, {summary['silent_ms_median']} ms with nothing traced on either vCPU (median)"))
         print(f"  the VFIO interrupt handler {summary['vfio_handler_ms_median']} ms, the driver's "
               f"ioctl (unmask) {summary['driver_ioctl_ms_median']} ms (medians)")
     if not per_ping:
-        print(f"[ping_trace] no hops found in any of the {len(found)} pings traced: the TX thread "
-              "never woke for a request (a polling thread does not) or the trace lost events; "
+        print(f"[ping_trace] no hops found in any of the {len(found)} pings traced: the trace "
+              "lost events, or the driver's threads were not the ones traced; "
               "--dump FILE writes the raw trace", file=sys.stderr)
         return 1
     return 0
