@@ -16,7 +16,8 @@
  *   MAC address, offloads, steering, detaching the queue) and the socket
  *   ioctls tun also answers on that fd fail with EPERM, whoever the
  *   process is;
- * - no new sockets but unix ones, no new namespaces;
+ * - no new sockets: it sends on the one the host gave it, and to no
+ *   other address; no new namespaces;
  * - no system call outside the list below, which is what the runtime,
  *   libc and Valgrind (a wrapper the host may run the process under) make
  *   once the kernel world runs: no execve, ptrace, mount, bpf, io_uring,
@@ -25,7 +26,7 @@
  *
  * Two filters, and the kernel takes the more restrictive answer of the
  * two: one refuses, with EPERM, what a driver must not do with calls it
- * may make (the TAP's ioctls, sockets not unix, new namespaces); the
+ * may make (the TAP's ioctls, a clone into new namespaces); the
  * other allows the list and fails anything else with ENOSYS, as a kernel
  * without the call would, so that libc falls back where it can. It goes
  * last, since it does not allow loading a filter. A denied call returns an
@@ -43,7 +44,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <seccomp.h>
@@ -79,7 +79,7 @@ void sandbox_prepare(uid_t uid, gid_t gid, bool keep_root)
 /*
  * What the process may call at all, grouped by use: fds, memory, threads
  * and signals; time; the files it still opens (firmware, the perf map);
- * the unix sockets it shares fds over; template.c's clone; and Valgrind's
+ * the host's socket (send, and recvmsg for fds); template.c's clone; and Valgrind's
  * own (rt_sigtimedwait, pipes, getrlimit...). Old calls that have an *at
  * or a p* successor are listed with it, for whichever libc uses.
  */
@@ -121,9 +121,8 @@ static const int allowed[] = {
 	/* time */
 	SCMP_SYS(clock_gettime), SCMP_SYS(clock_getres), SCMP_SYS(gettimeofday),
 	SCMP_SYS(time), SCMP_SYS(nanosleep), SCMP_SYS(clock_nanosleep),
-	/* the unix sockets the host shares fds over */
-	SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(sendmsg), SCMP_SYS(recvmsg),
-	SCMP_SYS(sendto), SCMP_SYS(recvfrom), SCMP_SYS(shutdown),
+	/* the host's socket: fds come with recvmsg (sendto below) */
+	SCMP_SYS(recvmsg),
 	SCMP_SYS(getrandom),
 };
 
@@ -138,6 +137,9 @@ static int allow_list(void)
 	err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	for (size_t i = 0; !err && i < sizeof(allowed) / sizeof(allowed[0]); i++)
 		err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
+	/* send() on the host's socket, which has its peer: no address of another. */
+	if (!err)
+		err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendto), 1, SCMP_A4(SCMP_CMP_EQ, 0));
 	if (!err)
 		err = seccomp_load(ctx);
 	seccomp_release(ctx);
@@ -176,11 +178,6 @@ static int deny_list(void)
 		struct scmp_arg_cmp sock = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xff00, SOCK_IOCTL_TYPE);
 
 		err = deny(ctx, SCMP_SYS(ioctl), 1, &sock);
-	}
-	if (!err) {
-		struct scmp_arg_cmp not_unix = SCMP_A0(SCMP_CMP_NE, AF_UNIX);
-
-		err = deny(ctx, SCMP_SYS(socket), 1, &not_unix);
 	}
 	for (size_t i = 0; !err && i < sizeof(namespaces) / sizeof(namespaces[0]); i++) {
 		struct scmp_arg_cmp new_namespace = SCMP_A0(SCMP_CMP_MASKED_EQ, namespaces[i], namespaces[i]);

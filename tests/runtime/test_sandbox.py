@@ -3,9 +3,9 @@
 A probe enters the sandbox holding a queue of a real TAP, as a driver process
 does, and tries what the sandbox must refuse: the TAP's own ioctls on that
 queue, which tun answers for any process holding it, root or not; new
-sockets but unix ones; new namespaces; signalling another user's process;
-calls outside the list it allows (bpf, execve, ptrace, io_uring...).
-Frames still move, threads still start. (That every driver process runs
+sockets, or sending anywhere but on the host's socket; new namespaces;
+signalling another user's process; calls outside the list it allows (bpf,
+execve, ptrace, io_uring...). Frames still move, threads still start. (That every driver process runs
 sandboxed is checked in the lab, test_understudyd_lab.py, from its /proc
 status.)
 """
@@ -46,9 +46,10 @@ def test_its_queue_of_the_tap_moves_frames_and_configures_nothing(probed):
         assert probed[ioctl] == "EPERM", ioctl
 
 
-def test_no_sockets_but_unix_ones(probed):
-    assert probed["socket_unix"] == "0"
-    assert probed["socket_netlink"] == probed["socket_inet"] == "EPERM"
+def test_no_new_sockets_and_no_address_but_the_hosts(probed):
+    assert probed["send_to_host"] == "0"
+    for call in ("socket_unix", "socket_netlink", "socket_inet", "sendto_elsewhere"):
+        assert probed[call] == "ENOSYS", call
 
 
 def test_calls_outside_the_allowed_list_fail_as_if_the_kernel_had_none(probed):

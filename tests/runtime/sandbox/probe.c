@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -63,7 +64,8 @@ int main(int argc, char **argv)
 {
 	struct ifreq ifr = { .ifr_flags = IFF_TAP | IFF_NO_PI };
 	unsigned char frame[60] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x88, 0xb5 };
-	int tap, sock, one = 1;
+	struct sockaddr_un elsewhere = { .sun_family = AF_UNIX, .sun_path = "/dev/log" };
+	int tap, sock, host[2], one = 1;
 
 	if (argc != 2)
 		die("usage: probe UID");
@@ -76,6 +78,9 @@ int main(int argc, char **argv)
 	if (sock < 0 || ioctl(sock, SIOCSIFFLAGS, &ifr))
 		die("cannot bring %s up: %s", ifr.ifr_name, strerror(errno));
 	close(sock);
+	/* The host's socket, as the driver process is given it. */
+	if (socketpair(AF_UNIX, SOCK_DGRAM, 0, host))
+		die("cannot make a socket pair: %s", strerror(errno));
 
 	sandbox_prepare(atoi(argv[1]), atoi(argv[1]), false);
 	sandbox_enter();
@@ -92,6 +97,8 @@ int main(int argc, char **argv)
 	report("socket_netlink", socket(AF_NETLINK, SOCK_RAW, 0));
 	report("socket_inet", socket(AF_INET, SOCK_DGRAM, 0));
 	report("socket_unix", socket(AF_UNIX, SOCK_SEQPACKET, 0));
+	report("send_to_host", send(host[0], "hi", 2, 0));
+	report("sendto_elsewhere", sendto(host[0], "hi", 2, 0, (struct sockaddr *)&elsewhere, sizeof(elsewhere)));
 	report("bpf", syscall(SYS_bpf, 0, NULL, 0));
 	report("kill_init", kill(1, 0));
 	/* Outside the allowed calls: as if the kernel had none of them. */
