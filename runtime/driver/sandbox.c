@@ -79,9 +79,10 @@ void sandbox_prepare(uid_t uid, gid_t gid, bool keep_root)
 /*
  * What the process may call at all, grouped by use: fds, memory, threads
  * and signals; time; the files it still opens (firmware, the perf map);
- * the host's socket (send, and recvmsg for fds); template.c's clone; and Valgrind's
- * own (rt_sigtimedwait, pipes, getrlimit...). Old calls that have an *at
- * or a p* successor are listed with it, for whichever libc uses.
+ * the host's socket (send, and recvmsg for fds); template.c's clone; and
+ * Valgrind's own (rt_sigtimedwait, pipes, getrlimit...). Old calls that
+ * have an *at or a p* successor are listed with it, for whichever libc
+ * uses.
  */
 static const int allowed[] = {
 	/* fds: the device, the TAP, eventfds, rings, files */
@@ -133,13 +134,14 @@ static int allow_list(void)
 
 	if (!ctx)
 		return -ENOMEM;
-	/* A binary search over the list rather than a chain: every frame's readv and writev pass it. */
+	/* A binary search rather than a chain: every frame's readv and writev pass it. */
 	err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	for (size_t i = 0; !err && i < sizeof(allowed) / sizeof(allowed[0]); i++)
 		err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, allowed[i], 0);
 	/* send() on the host's socket, which has its peer: no address of another. */
 	if (!err)
-		err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendto), 1, SCMP_A4(SCMP_CMP_EQ, 0));
+		err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendto), 1,
+				       SCMP_A4(SCMP_CMP_EQ, 0));
 	if (!err)
 		err = seccomp_load(ctx);
 	seccomp_release(ctx);
@@ -180,7 +182,8 @@ static int deny_list(void)
 		err = deny(ctx, SCMP_SYS(ioctl), 1, &sock);
 	}
 	for (size_t i = 0; !err && i < sizeof(namespaces) / sizeof(namespaces[0]); i++) {
-		struct scmp_arg_cmp new_namespace = SCMP_A0(SCMP_CMP_MASKED_EQ, namespaces[i], namespaces[i]);
+		struct scmp_arg_cmp new_namespace =
+			SCMP_A0(SCMP_CMP_MASKED_EQ, namespaces[i], namespaces[i]);
 
 		err = deny(ctx, SCMP_SYS(clone), 1, &new_namespace);
 	}
