@@ -72,3 +72,21 @@ def test_ping_trace_splits_each_ping_into_the_hops_of_the_driver_process(lab_rea
     # thread unmasks the line with an ioctl.
     assert report["vfio_handler_ms_median"] > 0 and report["driver_ioctl_ms_median"] > 0, report
     assert report["commit"] and report["machine"]["cpu_model"], "a result says where it came from"
+
+
+def test_ping_trace_splits_the_pings_of_a_polling_tx_thread_at_its_read_of_the_request(lab_ready,
+                                                                                        no_leftover_qemu):
+    res = experiment("ping_trace", "--pings", "20", "--interval", "0.05", "--poll-us", "30000",
+                     "--show", "0", "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    # Polling, the TX thread never sleeps between pings: no wake-up ends the
+    # first hop, the read that returns the request does. Of the pings after
+    # the first (which finds the thread asleep) most are split.
+    assert list(report["hop_ms_median"]) == [
+        "request on us0 -> driver tx thread reads it", "driver tx thread reads it -> reply's interrupt",
+        "reply's interrupt -> driver writes the reply", "driver writes the reply -> reply on us0",
+        "reply on us0 -> ping runs"]
+    assert report["pings"] >= 15, report
+    assert 0 < report["total_ms_median"] < 50, report
+    assert report["silent_ms_median"] is None, "a polling thread's untraced calls are not silence"
