@@ -281,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", help="write the raw trace to this file")
     ap.add_argument("--json", action="store_true", help="print the hop medians as JSON")
     args = ap.parse_args(argv)
+    polling = bool(args.poll_us)
 
     bins = understudy.build(release=True)
     with LabNetwork() as network, Guest(devices=["e1000"], netdev=network) as g:
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.tx_fifo:
                 g.run(["chrt", "-f", "-p", "10", str(tid)], check=True)
         untraced = ping()
-        enable_tracing(g, list(roles), polling=bool(args.poll_us))
+        enable_tracing(g, list(roles), polling)
         res = ping()
         raw = stop_tracing(g)
         daemon.stop()
@@ -322,10 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     roles = with_ping(events, found, roles)
     per_ping, silent = [], []
     for n, (lo, hi) in enumerate(found):
-        h = hops(events, lo, hi, roles, polling=bool(args.poll_us))
+        h = hops(events, lo, hi, roles, polling)
         if h:
             per_ping.append(h)
-        if not args.poll_us:   # a polling thread's untraced calls would read as silence
+        if not polling:   # a polling thread's untraced calls would read as silence
             silent.append(silent_ms(events, lo, hi))
         if n < args.show:   # with --json, stdout is the JSON alone
             out = sys.stderr if args.json else sys.stdout
