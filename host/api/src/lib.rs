@@ -133,6 +133,24 @@ pub struct Counters {
     pub rx_dropped: u64,
 }
 
+/// The class of a device: which shadow stands in for its driver
+/// (understudyd's class interface, docs/design.md §0).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceClass {
+    /// A NIC behind a TAP interface.
+    #[default]
+    Net,
+}
+
+impl DeviceClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceClass::Net => "net",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverState {
@@ -295,6 +313,9 @@ fn one_queue() -> u16 {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DeviceStatus {
     pub device: String,
+    /// Which class's shadow stands in for the driver.
+    #[serde(default)]
+    pub class: DeviceClass,
     pub ifname: String,
     /// The IOMMU group; with `dma_unconfined`, 0: there is none.
     pub iommu_group: u32,

@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 use understudy_api::{GateMode, RunRequest};
 
-use crate::policy::OnExhausted;
+use crate::handover::policy::OnExhausted;
 
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -16,13 +16,13 @@ use understudy_vfio::PciAddress;
 
 use crate::config::Config;
 use crate::handover::Driver;
-use crate::modtree;
-use crate::placement::Placement;
-use crate::process::DriverCommand;
+use crate::os::modtree;
+use crate::os::placement::Placement;
+use crate::os::process::DriverCommand;
 use crate::supervisor::{self, Handle, Setup};
-use crate::policy::AgentPolicy;
-use crate::recovery::RestartPolicy;
-use crate::watchdog::Detection;
+use crate::handover::policy::AgentPolicy;
+use crate::handover::policy::RestartPolicy;
+use crate::supervisor::watchdog::Detection;
 
 /// An interface is `Starting` while `run` sets it up: a second `run` of its
 /// devices is refused from the first moment, not only once the first has

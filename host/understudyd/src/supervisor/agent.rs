@@ -11,10 +11,11 @@ use understudy_api::{DeviceStop, DriverState};
 
 use super::succession::Quiesced;
 use super::{device, Supervisor};
+use crate::class::InFlight;
 use crate::handover::{Driver, Handover, Reason};
-use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{RestartBudget, RestartPolicy};
-use crate::shadow::PassiveLog;
+use crate::handover::policy::{AgentPolicy, Backoff, HookEvent, OnExhausted, RestartBudget, RestartPolicy};
+use crate::os::hook::run_hook;
+use crate::class::net::shadow::PassiveLog;
 
 pub struct RecoveryAgent {
     pub restarts: RestartBudget,
@@ -86,7 +87,7 @@ impl Supervisor {
             },
         };
         // Nobody will send the frames the dead driver never completed.
-        self.datapath.free(uncompleted);
+        self.datapath.give_up(uncompleted);
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
         let confined = self.devices.serving().is_none_or(|v| v.iommu_group().is_some());

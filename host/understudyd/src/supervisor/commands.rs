@@ -7,7 +7,7 @@ use log::warn;
 
 use super::handle::Command;
 use super::{Fault, Purpose, Supervisor};
-use crate::ethtool_job::EthtoolJob;
+use crate::class::net::ethtool::EthtoolJob;
 use crate::handover::{Driver, Reason};
 
 impl Supervisor {

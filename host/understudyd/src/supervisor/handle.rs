@@ -12,17 +12,17 @@ use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, G
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
-use super::interface::tap_statistics;
+use crate::class::net::interface::tap_statistics;
 use super::Supervisor;
 use crate::check::CheckLog;
 use crate::handover::Driver;
-use crate::ethtool_job::Answer;
-use crate::fd;
-use crate::placement::Placement;
-use crate::process::DriverCommand;
-use crate::policy::AgentPolicy;
-use crate::recovery::RestartPolicy;
-use crate::watchdog::Detection;
+use crate::class::net::ethtool::Answer;
+use crate::os::fd;
+use crate::os::placement::Placement;
+use crate::os::process::DriverCommand;
+use crate::handover::policy::AgentPolicy;
+use crate::handover::policy::RestartPolicy;
+use crate::supervisor::watchdog::Detection;
 
 /// How long a CLI client waits for an ethtool answer; the watchdog ends a
 /// silent driver (and so the query) long before this with sane timeouts.

@@ -12,12 +12,12 @@ use understudy_shm::SharedMemory;
 use understudy_vfio::{Device, PciAddress, Vfio};
 
 use super::link::Spawn;
-use super::loader::Loader;
+use super::successor::Loader;
 use super::succession::module_names;
 use super::{device, Fault, Supervisor, UpdateAnswer};
 use crate::handover::{Driver, Event, Handover};
-use crate::shadow::format_mac;
-use crate::standby::Standbys;
+use understudy_protocol::format_mac;
+use crate::supervisor::standby::Standbys;
 
 impl Supervisor {
     /// `understudy migrate`: a successor for `to` loads and probes its device
@@ -67,7 +67,7 @@ impl Supervisor {
     /// After a move (and its rollback): the network learns where the MAC is.
     pub(super) fn announce(&mut self) {
         let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
-        match crate::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
+        match crate::class::net::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
             Ok(frames) => {
                 info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
                       self.label(), self.interface.name());
@@ -163,7 +163,7 @@ pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &Share
             .ok_or_else(|| refused("its driver registered no net_device when it probed".into()))?;
         info!("{address}: standby: {} registered MAC {}, MTU {}..{}, offloads {}", registration.driver,
               format_mac(&registration.dev_addr), registration.min_mtu, registration.max_mtu,
-              crate::shadow::offload_names(registration.offloads).join(", "));
+              crate::class::net::shadow::offload_names(registration.offloads).join(", "));
         standbys.declare(driver, &registration, vfio);
     }
     Ok(standbys)

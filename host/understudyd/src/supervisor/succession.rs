@@ -14,12 +14,13 @@ use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
 
 use super::link::{self, DriverLink, Spawned};
-use super::loader::Loader;
-use super::templates::Templates;
+use super::successor::Loader;
+use super::template::Templates;
 use super::{device, Fault, Purpose, Supervisor, UpdateAnswer};
-use crate::handover::{self, describe, Driver, Event, Handover, Outcome, Reason};
-use crate::recovery::{keep_record, ms_or_dash, FirstFrameWatch};
-use crate::shadow::{NetShadow, PassiveLog};
+use crate::class::InFlight;
+use crate::handover::{self, Driver, Event, Handover, Outcome, Reason};
+use crate::handover::record::{keep_record, ms_or_dash, FirstFrameWatch};
+use crate::class::net::shadow::{NetShadow, PassiveLog};
 
 pub struct Succession {
     /// The modules the driver runs (and the template was made from).
@@ -27,7 +28,7 @@ pub struct Succession {
     pub templates: Templates,
     /// The handover under way: a restart until its successor serves, an
     /// update until its probation is over.
-    handover: Option<Handover<TxFrame>>,
+    handover: Option<Handover<PassiveLog, TxFrame>>,
     /// An update's or a move's successor while it loads, and the CLI waiting for it.
     pub loader: Option<Loader>,
     update_answer: Option<UpdateAnswer>,
@@ -228,7 +229,7 @@ impl Supervisor {
 
     /// Shows a handover that begins in `status`: a restart among the
     /// recoveries, an update among the updates.
-    pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
+    pub(super) fn begin_handover(&mut self, handover: Handover<PassiveLog, TxFrame>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
         // A restart's or a failover's predecessor is gone already: the outage starts at its last frame.
         let gone = !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate);
@@ -267,7 +268,7 @@ impl Supervisor {
     }
 
     /// An event for the handover under way; its actions are taken.
-    pub(super) fn feed(&mut self, event: Event<TxFrame>) -> Result<(), Fault> {
+    pub(super) fn feed(&mut self, event: Event<PassiveLog, TxFrame>) -> Result<(), Fault> {
         let Some(handover) = self.succession.handover.as_mut() else { return Ok(()) };
         let actions = handover.on(event, Instant::now());
         self.publish_handover();
@@ -275,13 +276,13 @@ impl Supervisor {
     }
 
     /// `feed` where no driver can be ended for a fault (the driver is gone already).
-    pub(super) fn feed_quietly(&mut self, event: Event<TxFrame>) {
+    pub(super) fn feed_quietly(&mut self, event: Event<PassiveLog, TxFrame>) {
         if let Err(e) = self.feed(event) {
             self.fault_in_handover(e);
         }
     }
 
-    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<TxFrame>>) {
+    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) {
         if let Err(e) = self.act(actions) {
             self.fault_in_handover(e);
         }
@@ -297,7 +298,7 @@ impl Supervisor {
         self.end_driver(&why, true);
     }
 
-    pub(super) fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
+    pub(super) fn act(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) -> Result<(), Fault> {
         use handover::Action;
         for action in actions {
             match action {
@@ -335,13 +336,13 @@ impl Supervisor {
                 Action::EndSuccessor(why) => return Err(Fault::Io(why)),
                 Action::Adopt(info) => self.adopt(info),
                 Action::Send(request) => {
-                    info!("{}: handover: giving the successor {}", self.label(), describe(&request));
+                    info!("{}: handover: giving the successor {}", self.label(), request.describe());
                     self.send(request, Purpose::Replay)?;
                 }
-                Action::WaitForLink => {
+                Action::WaitForReady => {
                     info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
                           self.label());
-                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + super::interface::CARRIER_HOLD);
+                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + crate::class::net::interface::CARRIER_HOLD);
                     self.interface.carrier_held_until = Some(held);
                     // Receive buffers are lent now: the link may come up with frames waiting.
                     self.move_frames()?;
@@ -404,7 +405,7 @@ impl Supervisor {
         let r = self.standbys.mask(self.devices.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
         self.update(|s| {
-            s.mac.get_or_insert_with(|| crate::shadow::format_mac(&r.dev_addr));
+            s.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
             s.mtu.get_or_insert(r.mtu);
             s.min_mtu = Some(r.min_mtu);
             s.max_mtu = Some(r.max_mtu);
@@ -463,7 +464,7 @@ impl Supervisor {
     }
 
     /// The handover is over (handover.rs's `Outcome`).
-    fn finish_handover(&mut self, outcome: Outcome<TxFrame>) {
+    fn finish_handover(&mut self, outcome: Outcome<PassiveLog, TxFrame>) {
         let handover = self.succession.handover.take().expect("a handover under way");
         let record = handover.record().clone();
         let dev = self.label().clone();

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 
-use crate::fd;
-use crate::process::{self, DriverProcess};
+use crate::os::fd;
+use crate::os::process::{self, DriverProcess};
 
 /// How long a template may take to fork a driver: restoring a few MiB and
 /// one fork, so anything near this means it is broken.

@@ -9,9 +9,10 @@ use log::{info, warn};
 use understudy_protocol::RegisteredInfo;
 
 use super::{driver_log, Fault, Supervisor};
-use crate::process::{self, DriverProcess};
-use crate::shadow::{NetShadow, Place};
-use crate::template::{self, SpawnError, Template};
+use crate::os::process::{self, DriverProcess};
+use crate::class::net::shadow::NetShadow;
+use crate::class::{Log, Place};
+use crate::os::template_fork::{self, SpawnError, Template};
 
 pub struct Templates {
     /// Whether restarts fork from a post-probe template (`--cold-restarts` says no).
@@ -68,7 +69,7 @@ impl Supervisor {
         self.succession.templates.spawn_seq += 1;
         let prober = self.link.as_ref().expect("PROBE was answered");
         let limit = &mut self.log_limit;
-        let spawned = template::spawn(prober.control(), prober.pidfd(), self.succession.templates.spawn_seq,
+        let spawned = template_fork::spawn(prober.control(), prober.pidfd(), self.succession.templates.spawn_seq,
                                       |level, text| driver_log(limit, &dev, level, text));
         match spawned {
             Ok((control, child)) => {

@@ -19,15 +19,16 @@
 mod agent;
 mod commands;
 mod control;
-mod datapath;
-mod device;
 mod handle;
-mod interface;
 mod link;
-mod loader;
 mod moves;
+mod ratelimit;
+pub mod standby;
 mod succession;
-mod templates;
+mod successor;
+mod template;
+mod verbs;
+pub mod watchdog;
 
 pub use handle::{start, Handle, Requester, Setup};
 
@@ -45,65 +46,29 @@ use understudy_vfio::uio::Uio;
 use understudy_vfio::{Device, PciAddress};
 
 use crate::check::Checking;
-use crate::ethtool_job::{Answer, EthtoolJob};
-use crate::fd;
-use crate::handover::{describe, Event};
-use crate::interrupts::InterruptRouting;
-use crate::ratelimit::TokenBucket;
-use crate::shadow::{Action, NetShadow, Phase};
-use crate::standby::Standbys;
+use crate::class::net::datapath::Datapath;
+use crate::class::net::ethtool::{Answer, EthtoolJob};
+use crate::class::net::interface::{self, Interface};
+use crate::class::net::shadow::{Action, NetShadow, PassiveLog, Phase};
+use crate::class::Log;
+use crate::fault::Fault;
+use crate::handover::Event;
+use crate::os::device;
+use crate::os::fd;
+use crate::os::interrupts::InterruptRouting;
 
 use agent::RecoveryAgent;
-use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
-use interface::Interface;
 use link::{DriverLink, Launch};
 use moves::{declare_standbys, open_device};
+use ratelimit::TokenBucket;
+use standby::Standbys;
 use succession::Succession;
 
 /// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
 /// a probe legitimately prints a dozen lines at once).
 const LOG_BURST: u32 = 20;
 const LOG_PER_SECOND: u32 = 10;
-
-/// Why the event loop ends the driver.
-enum Fault {
-    Violation(String),
-    Io(String),
-    /// The driver closed its control socket: usually it is exiting.
-    Closed,
-    /// `understudy recover`.
-    RecoverRequested,
-    /// The kernel asked for the device back: it is being hot-unplugged or unbound.
-    DeviceRemoved,
-    /// The driver's checker is gone: nothing approves its device writes any
-    /// more, so it must not go on (docs/checking.md, "Failing closed").
-    CheckerGone(String),
-    /// The driver missed a deadline while it waited on a checker that
-    /// approved nothing: the checker is hung, and is ended with it.
-    CheckerHung(String),
-    /// Its checker's fatal verdict: its own gate should stop it, but the
-    /// gate runs in the untrusted process.
-    Verdict(String),
-}
-
-impl Fault {
-    /// Why the driver is ended, for the log and `status`.
-    fn describe(self) -> String {
-        match self {
-            Fault::Violation(v) => format!("protocol violation: {v}"),
-            Fault::Io(e) => e,
-            Fault::Closed => "the driver closed its control socket".into(),
-            Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
-            Fault::DeviceRemoved => "the kernel asked for the device back (hot-unplug or unbind)".into(),
-            Fault::CheckerGone(why) => format!("{why}: its driver's device writes are no longer approved, so the driver \
-                                                is ended (a restart gets a fresh checker)"),
-            Fault::CheckerHung(why) => format!("{why}; the driver and its checker are ended (a restart starts both \
-                                                afresh)"),
-            Fault::Verdict(verdict) => format!("its checker's fatal verdict: {verdict}"),
-        }
-    }
-}
 
 /// Why a request was sent, so its reply goes to the right place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +156,7 @@ impl Supervisor {
               launch.driver.binary.display(), setup.ifname);
         let status = DeviceStatus {
             device: label,
+            class: PassiveLog::CLASS,
             ifname: setup.ifname.clone(),
             iommu_group: vfio.iommu_group().unwrap_or(0),
             dma_unconfined: vfio.iommu_group().is_none(),
@@ -473,7 +439,7 @@ impl Supervisor {
         warn!("{}: handover: the successor's link is not up after {} s; {} shows its carrier ({})",
               self.label(), interface::CARRIER_HOLD.as_secs(), self.interface.name(), if on { "on" } else { "off" });
         self.set_carrier(on)?;
-        self.feed(Event::LinkWaitOver)
+        self.feed(Event::ReadyWaitOver)
     }
 
     fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
@@ -507,7 +473,7 @@ impl Supervisor {
             let Some(action) = shadow.next(&tap) else { return Ok(()) };
             match action {
                 Action::Send(request) => {
-                    info!("{}: {}: asking the driver for {}", self.label(), self.interface.name(), describe(&request));
+                    info!("{}: {}: asking the driver for {}", self.label(), self.interface.name(), request.describe());
                     return self.send(request, Purpose::Config);
                 }
                 Action::Undo(undo) => self.interface.undo(undo),
