@@ -32,6 +32,9 @@ pub enum Place {
 pub trait Log: Clone {
     /// The class, as `status` names it.
     const CLASS: DeviceClass;
+    /// What a driver of the class registers when it probes, as messages
+    /// name it (the net class: a net_device).
+    const REGISTERS: &'static str;
     /// What a driver says of the device it registered when it probed (the
     /// net class: REGISTERED's net_device): what it offers.
     type Offer: Clone;

@@ -366,7 +366,7 @@ impl<L: Log, F> Handover<L, F> {
                 if self.moves() {
                     // Checked before anything stops: the probe said what it offers.
                     let unfit = match &loaded.registration {
-                        None => Some("it registered no device when it probed".to_string()),
+                        None => Some(format!("it registered no {} when it probed", L::REGISTERS)),
                         Some(info) => self.log.incompatibility(info, Place::OtherDevice),
                     };
                     if let Some(why) = unfit {

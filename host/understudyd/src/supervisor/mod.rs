@@ -243,7 +243,7 @@ impl Supervisor {
         self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }
 
-    fn update(&self, f: impl FnOnce(&mut DeviceStatus)) {
+    fn set_status(&self, f: impl FnOnce(&mut DeviceStatus)) {
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut st);
     }
@@ -354,7 +354,7 @@ impl Supervisor {
                 error!("{}: the device is being removed and no standby took {}: it is released and {} removed",
                        self.label(), self.interface.name(), self.interface.name());
                 self.shut_down();
-                self.update(|s| {
+                self.set_status(|s| {
                     s.state = DriverState::Stopped;
                     s.death = Some("its device was removed and no standby could take the interface".into());
                 });
@@ -444,7 +444,7 @@ impl Supervisor {
 
     fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
         self.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
-        self.update(|s| s.carrier = on);
+        self.set_status(|s| s.carrier = on);
         Ok(())
     }
 
@@ -452,7 +452,7 @@ impl Supervisor {
         if let Some(n) = self.log_limit.take_suppressed(now, force) {
             warn!("{}: {n} driver log line(s) dropped by the rate limit ({LOG_BURST} at once, {LOG_PER_SECOND}/s)",
                   self.label());
-            self.update(|s| s.log_lines_suppressed += n);
+            self.set_status(|s| s.log_lines_suppressed += n);
         }
     }
 
@@ -500,7 +500,7 @@ impl Supervisor {
             self.frame_passed(sent);
         }
         let pool_free = self.datapath.shm.free_count();
-        self.update(|s| {
+        self.set_status(|s| {
             s.pool_free = pool_free;
             s.counters.tx_dropped += moved.dropped;
         });

@@ -217,7 +217,7 @@ impl Supervisor {
             } else {
                 // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
                 self.interface.hold_carrier(Instant::now());
-                self.update(|s| s.device_stop = Some(q.device_stop.clone()));
+                self.set_status(|s| s.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
             }
@@ -238,7 +238,7 @@ impl Supervisor {
         }
         let death = gone.then(|| record.cause.clone());
         self.succession.handover = Some(handover);
-        self.update(|s| {
+        self.set_status(|s| {
             if gone {
                 s.state = DriverState::Recovering;
                 s.death = death;
@@ -249,17 +249,6 @@ impl Supervisor {
             }
             keep_record(records_of(s, record.reason), record);
         });
-    }
-
-    /// `understudy update`: a successor for `modules` loads while the driver serves (handover.rs).
-    pub(super) fn begin_update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer)
-                               -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
-        info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
-        let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
-        self.begin_handover(handover, None);
-        self.succession.answer_to(answer);
-        self.act(actions)
     }
 
     /// What serves now: the modules on the device.
@@ -315,7 +304,7 @@ impl Supervisor {
                     let (began, reason) = (handover.began(), handover.record().reason);
                     self.watch_first_frame(began, reason);
                     self.interface.hold_carrier(Instant::now());
-                    self.update(|s| {
+                    self.set_status(|s| {
                         s.state = DriverState::Recovering;
                         s.device_stop = Some(q.device_stop.clone());
                     });
@@ -349,7 +338,7 @@ impl Supervisor {
                 }
                 Action::Resubmit(frames) => self.give_frames(frames)?,
                 Action::Announce => self.announce(),
-                Action::Park => self.park(),
+                Action::Park => self.give_device_back(),
                 Action::StartProbation(window) => {
                     info!("{}: the successor serves; it is on probation for {} s", self.label(), window.as_secs());
                     self.succession.probation_until = Some(Instant::now() + window);
@@ -388,7 +377,7 @@ impl Supervisor {
         };
         let pid = link.pid();
         self.link = Some(link);
-        self.update(|s| s.pid = Some(pid as u32));
+        self.set_status(|s| s.pid = Some(pid as u32));
         if kind == StartKind::Probe {
             // A broken control socket shows as the process's end in the run loop.
             if let Err(fault) = self.send_startup(modules, !loaded) {
@@ -404,7 +393,7 @@ impl Supervisor {
     pub(super) fn adopt(&mut self, r: RegisteredInfo) {
         let r = self.standbys.mask(self.devices.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
-        self.update(|s| {
+        self.set_status(|s| {
             s.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
             s.mtu.get_or_insert(r.mtu);
             s.min_mtu = Some(r.min_mtu);
@@ -450,7 +439,7 @@ impl Supervisor {
         self.succession.last_packet = Some(now);
         let Some((watch, reason)) = self.succession.first_frame.take() else { return };
         let mut first = None;
-        self.update(|s| {
+        self.set_status(|s| {
             if let Some(last) = records_of(s, reason).last_mut() {
                 watch.frame_passed(last, now);
                 first = Some((last.first_packet_ms, last.downtime_ms));
@@ -484,7 +473,7 @@ impl Supervisor {
             let left = self.devices.other.take();
             self.standbys.move_over(matches!(outcome, Outcome::Committed), origin, &to, left);
             let standby = self.standbys.status();
-            self.update(|s| s.standby = standby);
+            self.set_status(|s| s.standby = standby);
         }
         match outcome {
             Outcome::Committed if update => {
@@ -494,7 +483,7 @@ impl Supervisor {
                 // The template is the old version's: restarts probe the new one from now on.
                 self.end_template("the driver was updated");
                 self.succession.modules = modules.clone();
-                self.update(|s| s.modules = modules);
+                self.set_status(|s| s.modules = modules);
                 self.hook("updated", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
@@ -503,7 +492,7 @@ impl Supervisor {
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
                 self.end_template("the interface moved to another device");
                 self.succession.modules = modules.clone();
-                self.update(|s| s.modules = modules);
+                self.set_status(|s| s.modules = modules);
                 self.hook("moved", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed => {
@@ -564,7 +553,7 @@ impl Supervisor {
     /// The handover's record replaces its earlier version in `status`; a
     /// first frame already timed there is kept.
     fn publish(&self, record: &HandoverRecord) {
-        self.update(|s| {
+        self.set_status(|s| {
             if let Some(last) = records_of(s, record.reason).last_mut() {
                 let timed = (last.first_packet_ms, last.downtime_ms);
                 *last = record.clone();

@@ -78,7 +78,7 @@ impl Supervisor {
                 let (process, template_control) = link.hand_to_fork(child, control).map_err(Fault::Io)?;
                 info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
                       process.pid);
-                self.update(|s| {
+                self.set_status(|s| {
                     s.pid = Some(pid as u32);
                     s.template_pid = Some(process.pid as u32);
                 });
@@ -118,7 +118,7 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
+        self.set_status(|s| s.template_pid = None);
     }
 
     /// The template exited by itself.
@@ -127,6 +127,6 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
+        self.set_status(|s| s.template_pid = None);
     }
 }

@@ -123,6 +123,7 @@ pub struct PassiveLog {
 
 impl Log for PassiveLog {
     const CLASS: DeviceClass = DeviceClass::Net;
+    const REGISTERS: &'static str = "net_device";
     type Offer = RegisteredInfo;
 
     /// Why a newly registered driver cannot take this log's place, if it cannot.
