@@ -265,8 +265,8 @@ fn ask(socket: &PathBuf, request: &Request) -> Result<Response, String> {
 
 fn print_device(d: &DeviceStatus) {
     let state = serde_json::to_value(d.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-    println!("{}  {}  {}  pid {}  up {:.1} s  carrier {}",
-             d.device, d.ifname, state, d.pid.map_or("-".into(), |p| p.to_string()), d.uptime_s,
+    println!("{}  {} {}  {}  pid {}  up {:.1} s  carrier {}",
+             d.device, d.class.name(), d.ifname, state, d.pid.map_or("-".into(), |p| p.to_string()), d.uptime_s,
              if d.carrier { "on" } else { "off" });
     if d.dma_unconfined {
         println!("    DMA UNCONFINED: no IOMMU, uio_pci_generic; the driver can make its device reach any memory");

@@ -161,6 +161,11 @@ impl Request {
     }
 }
 
+/// A MAC address as `ip link` prints it.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,9 +212,4 @@ mod tests {
         assert!(load(vec!["a\0b".into()]).is_err());
         assert!(load(vec!["x".repeat(PATH_MAX - 1)]).is_ok());
     }
-}
-
-/// A MAC address as `ip link` prints it.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }

@@ -108,6 +108,7 @@ fn spawn_signal_handler(daemon: Arc<Daemon>, socket: PathBuf) -> Result<(), Stri
     // SAFETY: signal-mask manipulation before any other thread exists, so
     // every thread inherits the mask and only sigwait sees these signals.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `set` is ours and initialised by sigemptyset first.
     unsafe {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);

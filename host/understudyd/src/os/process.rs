@@ -174,6 +174,7 @@ pub fn watch(pid: libc::pid_t) -> io::Result<DriverProcess> {
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: pidfd_open returned a fresh fd nobody else owns.
     Ok(DriverProcess { pid, pidfd: unsafe { OwnedFd::from_raw_fd(raw) } })
 }
 

@@ -131,6 +131,7 @@ fn adopt(pid: libc::pid_t) -> io::Result<DriverProcess> {
     }
     // SAFETY: waitid fills `info`; WNOWAIT leaves the child to be reaped later.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is ours to fill, and nothing else is passed.
     if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) } < 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("not a child of the daemon ({})", io::Error::last_os_error())));
     }

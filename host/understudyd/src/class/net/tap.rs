@@ -220,6 +220,7 @@ fn inet_socket() -> io::Result<OwnedFd> {
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: socket returned a fresh fd nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
