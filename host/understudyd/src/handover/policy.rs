@@ -107,7 +107,7 @@ pub struct AgentPolicy {
 pub struct RestartPolicy {
     pub max: u32,
     pub window: Duration,
-    /// Fork restarts from a post-probe template (template.rs) when the driver allows it.
+    /// Fork restarts from a post-probe template (supervisor/template.rs) when the driver allows it.
     pub template: bool,
 }
 

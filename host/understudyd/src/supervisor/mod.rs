@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
-//! One interface and the driver process serving it: the daemon's
-//! per-interface thread.
+//! One device and the driver process serving it: the daemon's per-device
+//! thread, which carries out what the handover (handover/) decides.
 //!
-//! Its state is in parts, each in a file of its own: the devices through
-//! VFIO (device.rs), the interface the stack sees (interface.rs), the frames'
-//! path between them (datapath.rs), the driver process it talks to
-//! (link.rs), the succession of driver processes -- restarts, updates, moves
-//! (succession.rs, carrying out handover.rs), with the successor that loads
-//! while its predecessor serves (loader.rs), the post-probe template
-//! (templates.rs) and what a move between devices adds (moves.rs) -- and the
-//! recovery agent's policy (agent.rs). A checked device's checkers
+//! Its state is in parts, each in a file of its own or in the rooms beside
+//! this one: the device through VFIO (os/device.rs); the class's side --
+//! today the network class's interface (class/net/interface.rs), the frames'
+//! path (class/net/datapath.rs) and its shadow (class/net/shadow.rs); the
+//! driver process it talks to (link.rs) and whether it is alive
+//! (watchdog.rs). The handover's verbs -- restart, fail over, park, attach,
+//! update, migrate -- are side by side in verbs.rs; succession.rs carries
+//! out the actions of the handover under way, with the successor that loads
+//! while its predecessor serves (successor.rs), the post-probe template
+//! restarts fork from (template.rs), the standbys (standby.rs) and what a
+//! move between devices adds (moves.rs); the recovery agent (agent.rs)
+//! chooses the verb after a death. A checked device's checkers
 //! (docs/checking.md) are started and ended with its driver processes
 //! (link.rs, check/). This file is the event loop that ties them: it polls,
 //! hands the driver's messages to control.rs and the CLI's commands to
-//! commands.rs, and turns the admin's changes of the TAP into requests to
-//! the driver (shadow.rs).
+//! commands.rs, and turns the admin's changes of the interface into
+//! requests to the driver (the class's shadow).
 
 mod agent;
 mod commands;
@@ -77,11 +81,11 @@ enum Purpose {
     Load,
     /// HELLO and PROBE: a refusal ends the driver.
     Startup,
-    /// From the net shadow (shadow.rs).
+    /// From the class's shadow (class/net/shadow.rs).
     Config,
     Heartbeat,
     Ethtool,
-    /// The passive log, given to a successor (handover.rs).
+    /// The passive log, given to a successor (handover/).
     Replay,
 }
 
@@ -481,7 +485,7 @@ impl Supervisor {
         }
     }
 
-    /// The driver's progress with its frames (datapath.rs), and what it
+    /// The driver's progress with its frames (class/net/datapath.rs), and what it
     /// says: the first frame through a successor, the drops in `status`.
     fn move_frames(&mut self) -> Result<(), Fault> {
         // A handover wants the first frame through its successor as soon as it passes.

@@ -115,7 +115,7 @@ impl Supervisor {
 }
 
 /// `run --standby`: each device is opened, its driver loaded and probed on
-/// scratch memory (loader.rs), then stopped and kept for the interface; what
+/// scratch memory (successor.rs), then stopped and kept for the interface; what
 /// its driver registered narrows what the interface advertises.
 pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Device>, String> {
     let mut standbys = Standbys::new();

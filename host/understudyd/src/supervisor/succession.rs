@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The succession of driver processes behind one interface: the handover
-//! under way (handover.rs decides, this file carries it out), an update's or
-//! a move's successor while it loads (loader.rs), the post-probe template
-//! restarts fork from (templates.rs) (docs/recovery.md, docs/live-update.md,
+//! under way (handover/ decides, this file carries out its actions), an update's or
+//! a move's successor while it loads (successor.rs), the post-probe template
+//! restarts fork from (template.rs) (docs/recovery.md, docs/live-update.md,
 //! docs/migration.md).
 
 use std::os::fd::BorrowedFd;
@@ -78,7 +78,7 @@ impl Succession {
         self.handover.as_ref().map(|h| h.reason())
     }
 
-    /// Whether the interface waits for a device (handover.rs, `Reason::Park`).
+    /// Whether the interface waits for a device (handover/, `Reason::Park`).
     pub fn parked(&self) -> bool {
         self.handover.as_ref().is_some_and(|h| h.parked())
     }
@@ -178,7 +178,7 @@ impl Supervisor {
     }
 
     /// docs/design.md §4: stops the device and takes every buffer back from
-    /// the driver that is gone; the arena stays mapped (device.rs, `stop`).
+    /// the driver that is gone; the arena stays mapped (os/device.rs, `stop`).
     fn quiesce(&mut self, seen: Instant) -> Quiesced {
         self.interface.carrier_held_until = None;
         self.succession.probation_until = None;
@@ -359,7 +359,7 @@ impl Supervisor {
             .map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let modules = driver.modules.as_slice();
         let now = Instant::now();
-        // An update's process has LOADed already (loader.rs); any other is sent LOAD first.
+        // An update's process has LOADed already (successor.rs); any other is sent LOAD first.
         let (link, kind, loaded) = match self.succession.loader.take() {
             Some(loader) => (loader.link, StartKind::Probe, true),
             None => {
@@ -452,7 +452,7 @@ impl Supervisor {
         }
     }
 
-    /// The handover is over (handover.rs's `Outcome`).
+    /// The handover is over (handover/'s `Outcome`).
     fn finish_handover(&mut self, outcome: Outcome<PassiveLog, TxFrame>) {
         let handover = self.succession.handover.take().expect("a handover under way");
         let record = handover.record().clone();

@@ -203,7 +203,7 @@ impl Supervisor {
     /// Starts the successor that loads while the driver serves: on the
     /// serving device it only LOADs (it maps no shared memory and touches no
     /// device until HELLO and PROBE); on the destination of a move it also
-    /// probes it, on scratch memory (loader.rs).
+    /// probes it, on scratch memory.
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
         let spawn = self.launch.spawn();
         let started = match self.devices.serving() {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The post-probe template restarts fork from (docs/design.md §8; the
-//! process side is template.rs): whether restarts use one, the one taken,
+//! process side is os/template_fork.rs): whether restarts use one, the one taken,
 //! and its first fork's takeover of the device.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
