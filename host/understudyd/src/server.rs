@@ -42,8 +42,8 @@ impl Slot {
                 let st = h.status();
                 let name = device.as_str();
                 // A parked interface names the device it had, which the kernel has taken back.
-                let serves = st.device == name && st.state != understudy_api::DriverState::Parked;
-                (serves || st.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
+                let serves = st.device == name && st.driver.state != understudy_api::DriverState::Parked;
+                (serves || st.handovers.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
             }
         }
     }
@@ -306,10 +306,10 @@ impl Daemon {
         // Absent, or bound to a kernel driver: said before anything else is looked up.
         understudy_vfio::check_device(Path::new(understudy_vfio::SYSFS_PCI_DEVICES), &to)
             .map_err(|e| format!("the destination cannot be taken: {e}"))?;
-        let standby = status.standby.iter().find(|s| s.device == to.as_str());
+        let standby = status.handovers.standby.iter().find(|s| s.device == to.as_str());
         let infos = match (modules.is_empty(), standby) {
             (true, Some(s)) => s.modules.clone(),
-            _ => module_infos(&resolve_modules(modules, &status.modules, &to)?)?,
+            _ => module_infos(&resolve_modules(modules, &status.driver.modules, &to)?)?,
         };
         if standby.is_none() {
             let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

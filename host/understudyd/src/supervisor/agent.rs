@@ -98,12 +98,12 @@ impl Supervisor {
                self.interface.name());
         let pool_free = self.datapath.shm.free_count();
         self.set_status(|s| {
-            s.pool_free = pool_free;
-            s.state = DriverState::Dead;
-            s.pid = None;
-            s.death = Some(death);
-            s.carrier = false;
-            s.device_stop = Some(device_stop);
+            s.net.pool_free = pool_free;
+            s.driver.state = DriverState::Dead;
+            s.driver.pid = None;
+            s.driver.death = Some(death);
+            s.net.carrier = false;
+            s.driver.device_stop = Some(device_stop);
         });
     }
 
@@ -119,7 +119,7 @@ impl Supervisor {
     /// Starts the administrator's hook (--recovery-hook) for an outcome; not waited for.
     pub(super) fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, restart_ms: Option<f64>, retry_in: Option<Duration>) {
         let Some(path) = &self.agent.policy.hook else { return };
-        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
+        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).handovers.recovery_count;
         run_hook(path, &HookEvent {
             device: &self.label().to_string(),
             ifname: self.interface.name(),

@@ -56,7 +56,7 @@ impl Supervisor {
                     self.take_template()?;
                     // The process that drives the device is settled: `status` shows its pid.
                     if let Some(state) = self.shadow.as_ref().map(|s| state_of(s.phase())) {
-                        self.set_status(|s| s.state = state);
+                        self.set_status(|s| s.driver.state = state);
                     }
                 }
             }
@@ -103,9 +103,9 @@ impl Supervisor {
         let Some(shadow) = self.shadow.as_ref() else { return };
         let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
         self.set_status(|s| {
-            s.state = state;
-            s.mtu = Some(mtu);
-            s.mac = Some(mac);
+            s.driver.state = state;
+            s.net.mtu = Some(mtu);
+            s.net.mac = Some(mac);
         });
     }
 
@@ -133,7 +133,7 @@ impl Supervisor {
                 // device to its fork (the template's): "registered" waits for
                 // PROBE's reply, which settles whose pid `status` shows.
                 if !self.link.as_ref().is_some_and(|l| l.probing()) {
-                    self.set_status(|s| s.state = DriverState::Registered);
+                    self.set_status(|s| s.driver.state = DriverState::Registered);
                 }
             }
             DriverMessage::Carrier(on) => {
@@ -161,7 +161,7 @@ impl Supervisor {
                 if self.log_limit.admit(now) {
                     warn!("{dev}: driver WARN at {file}:{line}: {text}");
                 }
-                self.set_status(|s| s.warnings += 1);
+                self.set_status(|s| s.driver.warnings += 1);
                 if let Some(verdict) = self.link.as_mut().and_then(|l| l.warned(now)) {
                     return Err(Fault::Io(verdict));
                 }

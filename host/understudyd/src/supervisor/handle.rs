@@ -136,20 +136,20 @@ impl Handle {
             let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
             // Once the interface is gone its last counts stay.
             if let Ok((packets, bytes, dropped)) = rx {
-                (shared.counters.rx_packets, shared.counters.rx_bytes, shared.counters.rx_dropped) = (packets, bytes, dropped);
+                (shared.net.counters.rx_packets, shared.net.counters.rx_bytes, shared.net.counters.rx_dropped) = (packets, bytes, dropped);
             }
             if let Ok((packets, bytes, _)) = tx {
-                (shared.counters.tx_packets, shared.counters.tx_bytes) = (packets, bytes);
+                (shared.net.counters.tx_packets, shared.net.counters.tx_bytes) = (packets, bytes);
             }
             shared.clone()
         };
         // Dropped: what the driver says it dropped, and what the TAP dropped
         // because the driver did not read it in time.
         if let Ok((_, _, dropped)) = tx {
-            st.counters.tx_dropped += dropped;
+            st.net.counters.tx_dropped += dropped;
         }
-        st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
-        st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.pid));
+        st.driver.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.driver.pid));
         st
     }
 
@@ -158,7 +158,7 @@ impl Handle {
         let st = self.status();
         let log = self.check.as_ref()
             .ok_or_else(|| format!("{} ({}) is not checked (`understudy run --check MODE` checks it)", st.ifname, st.device))?;
-        Ok(log.lock().unwrap_or_else(|p| p.into_inner()).report(st.device, st.ifname, st.pid))
+        Ok(log.lock().unwrap_or_else(|p| p.into_inner()).report(st.device, st.ifname, st.driver.pid))
     }
 
     pub fn requester(&self) -> Requester {

@@ -43,7 +43,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DriverState, EthtoolQueries, ModuleInfo};
+use understudy_api::{Counters, DeviceStatus, DmaStatus, DriverState, DriverStatus, EthtoolQueries, HandoverHistory, ModuleInfo,
+                    NetStatus};
 use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
 use understudy_vfio::uio::Uio;
@@ -162,39 +163,47 @@ impl Supervisor {
             device: label,
             class: PassiveLog::CLASS,
             ifname: setup.ifname.clone(),
-            iommu_group: vfio.iommu_group().unwrap_or(0),
-            dma_unconfined: vfio.iommu_group().is_none(),
-            modules: setup.modules.clone(),
-            driver_binary: launch.driver.binary.display().to_string(),
-            pid: Some(pid as u32),
-            cpu: setup.placement.map(|p| p.cpu),
-            poll_us: setup.placement.and_then(|p| p.poll_us),
-            state: DriverState::Starting,
-            death: None,
-            device_stop: None,
-            uptime_s: 0.0,
-            carrier: false,
-            mac: None,
-            mtu: None,
-            driver_name: None,
-            features: None,
-            hw_features: None,
-            offloads: Vec::new(),
-            min_mtu: None,
-            max_mtu: None,
-            log_lines_suppressed: 0,
-            warnings: 0,
-            counters: Counters::default(),
-            pool_buffers: g.pool_buffers,
-            pool_free: datapath.shm.free_count(),
-            queues: setup.queues,
-            arena_in_hugepages: datapath.shm.arena_in_hugepages(),
-            recoveries: Vec::new(),
-            recovery_count: 0,
-            updates: Vec::new(),
-            migrations: Vec::new(),
-            standby: standbys.status(),
-            template_pid: None,
+            dma: DmaStatus {
+                iommu_group: vfio.iommu_group().unwrap_or(0),
+                dma_unconfined: vfio.iommu_group().is_none(),
+                arena_in_hugepages: datapath.shm.arena_in_hugepages(),
+            },
+            driver: DriverStatus {
+                modules: setup.modules.clone(),
+                driver_binary: launch.driver.binary.display().to_string(),
+                pid: Some(pid as u32),
+                cpu: setup.placement.map(|p| p.cpu),
+                poll_us: setup.placement.and_then(|p| p.poll_us),
+                state: DriverState::Starting,
+                death: None,
+                device_stop: None,
+                uptime_s: 0.0,
+                template_pid: None,
+                log_lines_suppressed: 0,
+                warnings: 0,
+            },
+            net: NetStatus {
+                carrier: false,
+                mac: None,
+                mtu: None,
+                driver_name: None,
+                features: None,
+                hw_features: None,
+                offloads: Vec::new(),
+                min_mtu: None,
+                max_mtu: None,
+                counters: Counters::default(),
+                pool_buffers: g.pool_buffers,
+                pool_free: datapath.shm.free_count(),
+                queues: setup.queues,
+            },
+            handovers: HandoverHistory {
+                recoveries: Vec::new(),
+                recovery_count: 0,
+                updates: Vec::new(),
+                migrations: Vec::new(),
+                standby: standbys.status(),
+            },
             // Handle::status reads it from the checking's log.
             check: None,
         };
@@ -359,8 +368,8 @@ impl Supervisor {
                        self.label(), self.interface.name(), self.interface.name());
                 self.shut_down();
                 self.set_status(|s| {
-                    s.state = DriverState::Stopped;
-                    s.death = Some("its device was removed and no standby could take the interface".into());
+                    s.driver.state = DriverState::Stopped;
+                    s.driver.death = Some("its device was removed and no standby could take the interface".into());
                 });
                 return;
             }
@@ -448,7 +457,7 @@ impl Supervisor {
 
     fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
         self.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
-        self.set_status(|s| s.carrier = on);
+        self.set_status(|s| s.net.carrier = on);
         Ok(())
     }
 
@@ -456,7 +465,7 @@ impl Supervisor {
         if let Some(n) = self.log_limit.take_suppressed(now, force) {
             warn!("{}: {n} driver log line(s) dropped by the rate limit ({LOG_BURST} at once, {LOG_PER_SECOND}/s)",
                   self.label());
-            self.set_status(|s| s.log_lines_suppressed += n);
+            self.set_status(|s| s.driver.log_lines_suppressed += n);
         }
     }
 
@@ -505,8 +514,8 @@ impl Supervisor {
         }
         let pool_free = self.datapath.shm.free_count();
         self.set_status(|s| {
-            s.pool_free = pool_free;
-            s.counters.tx_dropped += moved.dropped;
+            s.net.pool_free = pool_free;
+            s.net.counters.tx_dropped += moved.dropped;
         });
         Ok(())
     }

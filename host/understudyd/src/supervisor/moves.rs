@@ -44,7 +44,7 @@ impl Supervisor {
         self.datapath.label = address.clone();
         self.set_status(|s| {
             s.device = address;
-            s.iommu_group = group;
+            s.dma.iommu_group = group;
         });
     }
 
@@ -74,8 +74,8 @@ impl Supervisor {
                device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
               self.interface.name());
         self.set_status(|s| {
-            s.state = DriverState::Parked;
-            s.pid = None;
+            s.driver.state = DriverState::Parked;
+            s.driver.pid = None;
         });
     }
 
@@ -103,7 +103,7 @@ impl Supervisor {
             warn!("{}: {device}, a standby, is being removed: released", self.label());
             drop(self.standbys.release(device));
             let standby = self.standbys.status();
-            self.set_status(|s| s.standby = standby);
+            self.set_status(|s| s.handovers.standby = standby);
             return;
         }
         warn!("{device}: the kernel asks for the device back (hot-unplug or unbind)");

@@ -217,7 +217,7 @@ impl Supervisor {
             } else {
                 // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
                 self.interface.hold_carrier(Instant::now());
-                self.set_status(|s| s.device_stop = Some(q.device_stop.clone()));
+                self.set_status(|s| s.driver.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
             }
@@ -240,12 +240,12 @@ impl Supervisor {
         self.succession.handover = Some(handover);
         self.set_status(|s| {
             if gone {
-                s.state = DriverState::Recovering;
-                s.death = death;
-                s.device_stop = device_stop;
+                s.driver.state = DriverState::Recovering;
+                s.driver.death = death;
+                s.driver.device_stop = device_stop;
             }
             if matches!(record.reason, HandoverReason::Death | HandoverReason::Requested) {
-                s.recovery_count += 1;
+                s.handovers.recovery_count += 1;
             }
             keep_record(records_of(s, record.reason), record);
         });
@@ -305,8 +305,8 @@ impl Supervisor {
                     self.watch_first_frame(began, reason);
                     self.interface.hold_carrier(Instant::now());
                     self.set_status(|s| {
-                        s.state = DriverState::Recovering;
-                        s.device_stop = Some(q.device_stop.clone());
+                        s.driver.state = DriverState::Recovering;
+                        s.driver.device_stop = Some(q.device_stop.clone());
                     });
                     self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
                 }
@@ -377,7 +377,7 @@ impl Supervisor {
         };
         let pid = link.pid();
         self.link = Some(link);
-        self.set_status(|s| s.pid = Some(pid as u32));
+        self.set_status(|s| s.driver.pid = Some(pid as u32));
         if kind == StartKind::Probe {
             // A broken control socket shows as the process's end in the run loop.
             if let Err(fault) = self.send_startup(modules, !loaded) {
@@ -394,14 +394,14 @@ impl Supervisor {
         let r = self.standbys.mask(self.devices.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
         self.set_status(|s| {
-            s.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
-            s.mtu.get_or_insert(r.mtu);
-            s.min_mtu = Some(r.min_mtu);
-            s.max_mtu = Some(r.max_mtu);
-            s.features = Some(r.features);
-            s.hw_features = Some(r.hw_features);
-            s.driver_name = Some(r.driver.clone());
-            s.offloads = offloads;
+            s.net.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
+            s.net.mtu.get_or_insert(r.mtu);
+            s.net.min_mtu = Some(r.min_mtu);
+            s.net.max_mtu = Some(r.max_mtu);
+            s.net.features = Some(r.features);
+            s.net.hw_features = Some(r.hw_features);
+            s.net.driver_name = Some(r.driver.clone());
+            s.net.offloads = offloads;
         });
         self.shadow = Some(NetShadow::registered(r));
     }
@@ -473,7 +473,7 @@ impl Supervisor {
             let left = self.devices.other.take();
             self.standbys.move_over(matches!(outcome, Outcome::Committed), origin, &to, left);
             let standby = self.standbys.status();
-            self.set_status(|s| s.standby = standby);
+            self.set_status(|s| s.handovers.standby = standby);
         }
         match outcome {
             Outcome::Committed if update => {
@@ -483,7 +483,7 @@ impl Supervisor {
                 // The template is the old version's: restarts probe the new one from now on.
                 self.end_template("the driver was updated");
                 self.succession.modules = modules.clone();
-                self.set_status(|s| s.modules = modules);
+                self.set_status(|s| s.driver.modules = modules);
                 self.hook("updated", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
@@ -492,7 +492,7 @@ impl Supervisor {
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
                 self.end_template("the interface moved to another device");
                 self.succession.modules = modules.clone();
-                self.set_status(|s| s.modules = modules);
+                self.set_status(|s| s.driver.modules = modules);
                 self.hook("moved", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed => {
@@ -545,7 +545,7 @@ impl Supervisor {
 
     /// What the last stop did to the device, as `status` shows it.
     fn last_device_stop(&self) -> DeviceStop {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).device_stop.clone().unwrap_or(DeviceStop {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).driver.device_stop.clone().unwrap_or(DeviceStop {
             bus_master_off: true, irqs_disabled: true, reset: "done".into(), iommu_unmapped: false,
         })
     }
@@ -574,9 +574,9 @@ impl Supervisor {
 /// Where `status` keeps the records of handovers for this reason.
 fn records_of(s: &mut DeviceStatus, reason: HandoverReason) -> &mut Vec<HandoverRecord> {
     match reason {
-        HandoverReason::Death | HandoverReason::Requested => &mut s.recoveries,
-        HandoverReason::Update => &mut s.updates,
-        HandoverReason::Migrate | HandoverReason::Failover => &mut s.migrations,
+        HandoverReason::Death | HandoverReason::Requested => &mut s.handovers.recoveries,
+        HandoverReason::Update => &mut s.handovers.updates,
+        HandoverReason::Migrate | HandoverReason::Failover => &mut s.handovers.migrations,
     }
 }
 

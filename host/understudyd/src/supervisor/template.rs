@@ -79,8 +79,8 @@ impl Supervisor {
                 info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
                       process.pid);
                 self.set_status(|s| {
-                    s.pid = Some(pid as u32);
-                    s.template_pid = Some(process.pid as u32);
+                    s.driver.pid = Some(pid as u32);
+                    s.driver.template_pid = Some(process.pid as u32);
                 });
                 self.succession.templates.template = Some(Template { process, control: template_control });
                 self.succession.templates.takeover = true;
@@ -118,7 +118,7 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.set_status(|s| s.template_pid = None);
+        self.set_status(|s| s.driver.template_pid = None);
     }
 
     /// The template exited by itself.
@@ -127,6 +127,6 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.set_status(|s| s.template_pid = None);
+        self.set_status(|s| s.driver.template_pid = None);
     }
 }
