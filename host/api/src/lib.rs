@@ -133,6 +133,24 @@ pub struct Counters {
     pub rx_dropped: u64,
 }
 
+/// The class of a device: which shadow stands in for its driver
+/// (understudyd's class interface, docs/design.md §0).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceClass {
+    /// A NIC behind a TAP interface.
+    #[default]
+    Net,
+}
+
+impl DeviceClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceClass::Net => "net",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverState {
@@ -292,16 +310,47 @@ fn one_queue() -> u16 {
     1
 }
 
+/// What `understudy status` says of one device, grouped by the part of the
+/// daemon that reports it. In JSON the groups are flattened: one object of
+/// fields, as before they were grouped.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DeviceStatus {
     pub device: String,
+    /// Which class's shadow stands in for the driver.
+    #[serde(default)]
+    pub class: DeviceClass,
     pub ifname: String,
+    #[serde(flatten)]
+    pub dma: DmaStatus,
+    #[serde(flatten)]
+    pub driver: DriverStatus,
+    #[serde(flatten)]
+    pub net: NetStatus,
+    #[serde(flatten)]
+    pub handovers: HandoverHistory,
+    /// Checking (`run --check`): absent for an unchecked device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckStatus>,
+}
+
+/// How the device reaches memory: the IOMMU and the DMA arena.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DmaStatus {
     /// The IOMMU group; with `dma_unconfined`, 0: there is none.
     pub iommu_group: u32,
     /// `run --no-iommu`: the device is uio_pci_generic's and its DMA reaches
     /// all of memory (docs/design.md §4, "Without an IOMMU").
     #[serde(default)]
     pub dma_unconfined: bool,
+    /// Whether the DMA arena lies in 2 MiB hugepages, or in base pages when
+    /// none were free (docs/design.md §4, "The arena's pages").
+    #[serde(default)]
+    pub arena_in_hugepages: bool,
+}
+
+/// The driver process that serves the device, and how the last one ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DriverStatus {
     pub modules: Vec<ModuleInfo>,
     pub driver_binary: String,
     pub pid: Option<u32>,
@@ -315,6 +364,19 @@ pub struct DeviceStatus {
     pub death: Option<String>,
     pub device_stop: Option<DeviceStop>,
     pub uptime_s: f64,
+    /// The post-probe template restarts fork from, if the driver has one.
+    pub template_pid: Option<u32>,
+    /// Driver log lines dropped by the rate limit.
+    pub log_lines_suppressed: u64,
+    /// WARNs the device's driver processes reported, all of them (their
+    /// lines in the log share the log's rate limit).
+    #[serde(default)]
+    pub warnings: u64,
+}
+
+/// The network class's interface: what the driver registered, and the frames.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NetStatus {
     pub carrier: bool,
     pub mac: Option<String>,
     pub mtu: Option<u32>,
@@ -329,12 +391,6 @@ pub struct DeviceStatus {
     /// The driver's MTU range (REGISTERED).
     pub min_mtu: Option<u32>,
     pub max_mtu: Option<u32>,
-    /// Driver log lines dropped by the rate limit.
-    pub log_lines_suppressed: u64,
-    /// WARNs the device's driver processes reported, all of them (their
-    /// lines in the log share the log's rate limit).
-    #[serde(default)]
-    pub warnings: u64,
     pub counters: Counters,
     /// The shared packet pool: buffers in all, and how many the host holds
     /// free (the rest are lent to the driver or hold frames it has not sent).
@@ -346,10 +402,11 @@ pub struct DeviceStatus {
     /// as the driver is asked for.
     #[serde(default = "one_queue")]
     pub queues: u16,
-    /// Whether the DMA arena lies in 2 MiB hugepages, or in base pages when
-    /// none were free (docs/design.md §4, "The arena's pages").
-    #[serde(default)]
-    pub arena_in_hugepages: bool,
+}
+
+/// The handovers the device has had, and where it may move.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HandoverHistory {
     /// Restarts of the driver process, oldest first: the last
     /// `RECOVERIES_KEPT` of them (`recovery_count` counts them all).
     pub recoveries: Vec<HandoverRecord>,
@@ -363,11 +420,6 @@ pub struct DeviceStatus {
     /// The devices the interface may move to (`run --standby`), with their drivers.
     #[serde(default)]
     pub standby: Vec<Standby>,
-    /// The post-probe template restarts fork from, if the driver has one.
-    pub template_pid: Option<u32>,
-    /// Checking (`run --check`): absent for an unchecked device.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check: Option<CheckStatus>,
 }
 
 /// A device an interface may move to, and the driver that would run it.
@@ -432,6 +484,29 @@ pub struct EthtoolReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `status --json` is one flat object whatever groups the struct has:
+    /// scripts and the lab read `mac`, `pid`, `recoveries` at its top.
+    #[test]
+    fn a_device_status_is_one_flat_object_naming_its_class() {
+        let old = r#"{"device":"0000:01:00.0","ifname":"us0","iommu_group":7,"modules":[],"driver_binary":"d",
+            "pid":42,"state":"open","death":null,"device_stop":null,"uptime_s":1.5,"carrier":true,
+            "mac":"52:54:00:12:34:56","mtu":1500,"driver_name":"e1000","features":3,"hw_features":3,
+            "min_mtu":46,"max_mtu":16110,"log_lines_suppressed":0,"counters":{"tx_packets":1,"tx_bytes":2,
+            "tx_dropped":0,"rx_packets":3,"rx_bytes":4,"rx_dropped":0},"recoveries":[],"recovery_count":2,
+            "template_pid":null}"#;
+        let status: DeviceStatus = serde_json::from_str(old).unwrap();
+        assert_eq!((status.class, status.driver.pid, status.net.mtu, status.handovers.recovery_count, status.dma.iommu_group),
+                   (DeviceClass::Net, Some(42), Some(1500), 2, 7));
+        assert_eq!(status.net.queues, 1, "a status without queues has one");
+        let json: serde_json::Value = serde_json::to_value(&status).unwrap();
+        let object = json.as_object().unwrap();
+        for key in ["class", "device", "pid", "state", "mac", "counters", "recoveries", "iommu_group", "queues"] {
+            assert!(object.contains_key(key), "{key} is not at the top: {json}");
+        }
+        assert_eq!(object["class"], "net");
+        assert!(["dma", "driver", "net", "handovers"].iter().all(|group| !object.contains_key(*group)), "{json}");
+    }
 
     #[test]
     fn requests_are_tagged_json() {

@@ -264,65 +264,65 @@ fn ask(socket: &PathBuf, request: &Request) -> Result<Response, String> {
 }
 
 fn print_device(d: &DeviceStatus) {
-    let state = serde_json::to_value(d.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-    println!("{}  {}  {}  pid {}  up {:.1} s  carrier {}",
-             d.device, d.ifname, state, d.pid.map_or("-".into(), |p| p.to_string()), d.uptime_s,
-             if d.carrier { "on" } else { "off" });
-    if d.dma_unconfined {
+    let state = serde_json::to_value(d.driver.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    println!("{}  {} {}  {}  pid {}  up {:.1} s  carrier {}",
+             d.device, d.class.name(), d.ifname, state, d.driver.pid.map_or("-".into(), |p| p.to_string()), d.driver.uptime_s,
+             if d.net.carrier { "on" } else { "off" });
+    if d.dma.dma_unconfined {
         println!("    DMA UNCONFINED: no IOMMU, uio_pci_generic; the driver can make its device reach any memory");
     }
-    for m in &d.modules {
+    for m in &d.driver.modules {
         println!("    module {}  sha256 {}", m.path, m.sha256);
     }
-    if let (Some(mac), Some(mtu)) = (&d.mac, d.mtu) {
-        println!("    driver {}  mac {mac}  mtu {mtu} ({}..{})  features {:#x}", d.driver_name.as_deref().unwrap_or("?"),
-                 d.min_mtu.unwrap_or(0), d.max_mtu.unwrap_or(0), d.features.unwrap_or(0));
-        if !d.offloads.is_empty() {
-            println!("    offloads {}", d.offloads.join(", "));
+    if let (Some(mac), Some(mtu)) = (&d.net.mac, d.net.mtu) {
+        println!("    driver {}  mac {mac}  mtu {mtu} ({}..{})  features {:#x}", d.net.driver_name.as_deref().unwrap_or("?"),
+                 d.net.min_mtu.unwrap_or(0), d.net.max_mtu.unwrap_or(0), d.net.features.unwrap_or(0));
+        if !d.net.offloads.is_empty() {
+            println!("    offloads {}", d.net.offloads.join(", "));
         }
     }
     if let Some(c) = &d.check {
         check::print_status(c);
     }
-    if d.warnings > 0 {
-        println!("    {} WARN(s) from the driver", d.warnings);
+    if d.driver.warnings > 0 {
+        println!("    {} WARN(s) from the driver", d.driver.warnings);
     }
-    if d.log_lines_suppressed > 0 {
-        println!("    {} driver log lines dropped by the rate limit", d.log_lines_suppressed);
+    if d.driver.log_lines_suppressed > 0 {
+        println!("    {} driver log lines dropped by the rate limit", d.driver.log_lines_suppressed);
     }
-    let c = &d.counters;
+    let c = &d.net.counters;
     println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes ({} dropped)",
              c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
-    println!("    pool {} of {} buffers free; arena in {}; {} TAP queue(s) for the driver", d.pool_free, d.pool_buffers,
-             if d.arena_in_hugepages { "2 MiB hugepages" } else { "base pages" }, d.queues);
-    if let Some(death) = &d.death {
+    println!("    pool {} of {} buffers free; arena in {}; {} TAP queue(s) for the driver", d.net.pool_free, d.net.pool_buffers,
+             if d.dma.arena_in_hugepages { "2 MiB hugepages" } else { "base pages" }, d.net.queues);
+    if let Some(death) = &d.driver.death {
         // A refused LOAD quotes the driver's lines: under the reason, indented.
         println!("    died: {}", death.replace('\n', "\n          "));
     }
-    for s in &d.standby {
+    for s in &d.handovers.standby {
         let modules = s.modules.iter().map(|m| m.path.as_str()).collect::<Vec<_>>().join(", ");
         println!("    standby {}  {modules}  offloads {}", s.device, if s.offloads.is_empty() { "none".into() } else { s.offloads.join(", ") });
     }
-    for r in &d.updates {
+    for r in &d.handovers.updates {
         print!("    update ");
         print_update(r);
     }
-    for r in &d.migrations {
+    for r in &d.handovers.migrations {
         print!("    move ");
         print_update(r);
     }
-    for r in &d.recoveries {
+    for r in &d.handovers.recoveries {
         let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         println!("    restarted after: {}\n      {}: stop {:.1} ms, {} {} ms, replay {} ms, link {} ms, first frame at {} ms, \
                   downtime {} ms, {} frame(s) given again",
                  r.cause, r.outcome, r.stop_ms, r.start.phase_name(), ms(r.start_ms), ms(r.replay_ms), ms(r.link_ms),
                  ms(r.first_packet_ms), ms(r.downtime_ms), r.tx_resubmitted);
     }
-    if let Some(s) = &d.device_stop {
+    if let Some(s) = &d.driver.device_stop {
         println!("    device stopped: bus mastering {}, interrupts {}, reset {}, IOMMU mappings {}",
                  if s.bus_master_off { "off" } else { "STILL ON" },
                  if s.irqs_disabled { "disabled" } else { "not all disabled" }, s.reset,
-                 if d.dma_unconfined { "none (no IOMMU)" } else if s.iommu_unmapped { "cleared" } else { "NOT cleared" });
+                 if d.dma.dma_unconfined { "none (no IOMMU)" } else if s.iommu_unmapped { "cleared" } else { "NOT cleared" });
     }
 }
 
@@ -366,7 +366,7 @@ fn modules_of_abi(socket: &PathBuf, device: &str, abi: &str) -> Result<Vec<Strin
         .ok_or("neither UNDERSTUDY_CACHE nor HOME is set")?;
     let release = format!("{abi}-amd64");
     let root = cache.join("kernel").join(&release).join("lib/modules").join(&release);
-    d.modules.iter().map(|m| {
+    d.driver.modules.iter().map(|m| {
         let inside = m.path.split_once("/lib/modules/").and_then(|(_, rest)| rest.split_once('/')).map(|(_, rel)| rel)
             .ok_or_else(|| format!("{} is not under a lib/modules/<release>/ tree: name the new module with --module", m.path))?;
         let path = root.join(inside);
@@ -450,7 +450,7 @@ fn main() -> ExitCode {
     } else {
         match &request {
             Request::Run(RunRequest { check: None, .. }) => response.devices.iter().for_each(|d| {
-                println!("{}: driver process {} started, interface {}", d.device, d.pid.unwrap_or(0), d.ifname)
+                println!("{}: driver process {} started, interface {}", d.device, d.driver.pid.unwrap_or(0), d.ifname)
             }),
             Request::Run(RunRequest { check: Some(mode), .. }) => {
                 for d in &response.devices {
@@ -461,7 +461,7 @@ fn main() -> ExitCode {
                         return ExitCode::from(1);
                     };
                     println!("{}: driver process {} started, interface {}; checked ({mode}) by checker {}", d.device,
-                             d.pid.unwrap_or(0), d.ifname, c.checker_pid.map_or("-".into(), |p| p.to_string()));
+                             d.driver.pid.unwrap_or(0), d.ifname, c.checker_pid.map_or("-".into(), |p| p.to_string()));
                 }
             }
             Request::Status if response.devices.is_empty() => println!("no devices"),

@@ -198,6 +198,8 @@ macro_rules! wire_structs {
             #[repr(C, packed)]
             #[derive(Clone, Copy, Debug)]
             pub struct $name { $(pub $field: $ty,)* }
+            // SAFETY: repr(C, packed), and every field an integer or a byte
+            // array (tests/layout.rs holds each against protocol.h).
             unsafe impl Wire for $name {}
             impl Default for $name {
                 fn default() -> Self {

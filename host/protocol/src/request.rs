@@ -108,6 +108,22 @@ impl Request {
         }
     }
 
+    /// The request with what it asks for, for log lines.
+    pub fn describe(&self) -> String {
+        match self {
+            Request::SetMtu(mtu) => format!("SET_MTU {mtu}"),
+            Request::SetMac(mac) => format!("SET_MAC {}", format_mac(mac)),
+            Request::SetChannels(n) => format!("SET_CHANNELS combined {n}"),
+            Request::SetRxMode { flags, multicast } => format!(
+                "SET_RX_MODE{}{} with {} multicast address(es)",
+                if flags & RX_MODE_PROMISC != 0 { " promisc" } else { "" },
+                if flags & RX_MODE_ALLMULTI != 0 { " allmulti" } else { "" },
+                multicast.len()
+            ),
+            other => other.name().to_string(),
+        }
+    }
+
     pub fn encode(&self, seq: u32) -> Result<Vec<u8>, EncodeError> {
         let mut out = MsgHeader { type_: self.type_(), flags: 0, seq }.as_bytes().to_vec();
         match self {
@@ -143,6 +159,11 @@ impl Request {
         }
         Ok(out)
     }
+}
+
+/// A MAC address as `ip link` prints it.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 #[cfg(test)]

@@ -57,11 +57,13 @@ mod tests {
         // SAFETY: one page inside our own allocation.
         assert_eq!(unsafe { libc::mlock(base.cast(), BASE_PAGE as usize) }, 0);
         let got = physical_chunks(base, BASE_PAGE as usize, BASE_PAGE);
+        // SAFETY: geteuid has no arguments and cannot fail.
         let privileged = unsafe { libc::geteuid() } == 0;
         match got {
             Ok(chunks) => assert!(chunks.len() == 1 && chunks[0] % BASE_PAGE == 0 && chunks[0] != 0, "{chunks:?}"),
             Err(e) => assert!(!privileged, "as root: {e}"),
         }
+        // SAFETY: the page locked above, still ours.
         unsafe { libc::munlock(base.cast(), BASE_PAGE as usize) };
     }
 }

@@ -28,6 +28,7 @@ impl SharedRegion {
         }
         // SAFETY: memfd_create returned a fresh fd we now own.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on an fd we own; no memory is passed.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -46,6 +47,7 @@ impl SharedRegion {
         }
         // SAFETY: memfd_create returned a fresh fd we now own.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on an fd we own; no memory is passed.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -56,6 +58,7 @@ impl SharedRegion {
             // SAFETY: inside our own mapping.
             unsafe { region.base().add(offset).write_volatile(0) };
         }
+        // SAFETY: the range is our own mapping of `len` bytes; mlock only pins it.
         if unsafe { libc::mlock(region.base().cast(), len) } < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 use understudy_api::{GateMode, RunRequest};
 
-use crate::policy::OnExhausted;
+use crate::handover::policy::OnExhausted;
 
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -37,7 +37,7 @@ pub struct Config {
     pub recovery: RecoveryConfig,
 }
 
-/// The recovery agent's policy (policy.rs), for every device.
+/// The recovery agent's policy (handover/policy.rs), for every device.
 #[derive(Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RecoveryConfig {

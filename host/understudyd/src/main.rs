@@ -6,31 +6,16 @@
 //! untrusted driver process (docs/protocol.md). The `understudy` CLI talks to
 //! it over a unix socket.
 
-mod announce;
 mod check;
+mod class;
 mod config;
-mod ethtool_job;
-mod fd;
+mod fault;
 mod handover;
-mod interrupts;
-mod modtree;
-mod multicast;
-mod netlink;
-mod placement;
-mod policy;
-mod process;
-mod ratelimit;
-mod recovery;
+mod os;
 mod server;
-mod shadow;
-mod standby;
-mod steering;
 mod supervisor;
-mod tap;
-mod template;
 #[cfg(test)]
 mod test_script;
-mod watchdog;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,9 +23,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::policy::{AgentPolicy, OnExhausted};
-use crate::recovery::RestartPolicy;
-use crate::watchdog::Detection;
+use crate::handover::policy::{AgentPolicy, OnExhausted};
+use crate::handover::policy::RestartPolicy;
+use crate::supervisor::watchdog::Detection;
 
 const DEFAULT_DRIVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runtime/build/understudy-driver");
 const DEFAULT_CHECKER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/understudy-checker");
@@ -155,7 +140,7 @@ struct Args {
     /// as user and group this number plus the device's PCI address
     /// (domain << 16 | bus << 8 | devfn): IDs no account has, one per
     /// device (docs/design.md §0, "The driver process's sandbox").
-    #[arg(long, default_value_t = process::DEFAULT_DRIVER_UID_BASE, value_parser = clap::value_parser!(u32).range(65536..))]
+    #[arg(long, default_value_t = os::process::DEFAULT_DRIVER_UID_BASE, value_parser = clap::value_parser!(u32).range(65536..))]
     driver_uid_base: u32,
 }
 
@@ -204,7 +189,7 @@ fn main() -> ExitCode {
         retry_max: Duration::from_secs(args.retry_max_s.or(config.recovery.retry_max_s).unwrap_or(60).max(1)),
         hook,
     };
-    let driver = process::DriverCommand { binary: driver, uid_base: args.driver_uid_base };
+    let driver = os::process::DriverCommand { binary: driver, uid_base: args.driver_uid_base };
     match server::serve(&args.socket, driver, checker, detection, restarts, agent, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -16,13 +16,13 @@ use understudy_vfio::PciAddress;
 
 use crate::config::Config;
 use crate::handover::Driver;
-use crate::modtree;
-use crate::placement::Placement;
-use crate::process::DriverCommand;
+use crate::os::modtree;
+use crate::os::placement::Placement;
+use crate::os::process::DriverCommand;
 use crate::supervisor::{self, Handle, Setup};
-use crate::policy::AgentPolicy;
-use crate::recovery::RestartPolicy;
-use crate::watchdog::Detection;
+use crate::handover::policy::AgentPolicy;
+use crate::handover::policy::RestartPolicy;
+use crate::supervisor::watchdog::Detection;
 
 /// An interface is `Starting` while `run` sets it up: a second `run` of its
 /// devices is refused from the first moment, not only once the first has
@@ -42,8 +42,8 @@ impl Slot {
                 let st = h.status();
                 let name = device.as_str();
                 // A parked interface names the device it had, which the kernel has taken back.
-                let serves = st.device == name && st.state != understudy_api::DriverState::Parked;
-                (serves || st.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
+                let serves = st.device == name && st.driver.state != understudy_api::DriverState::Parked;
+                (serves || st.handovers.standby.iter().any(|s| s.device == name)).then_some(st.ifname)
             }
         }
     }
@@ -108,6 +108,7 @@ fn spawn_signal_handler(daemon: Arc<Daemon>, socket: PathBuf) -> Result<(), Stri
     // SAFETY: signal-mask manipulation before any other thread exists, so
     // every thread inherits the mask and only sigwait sees these signals.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `set` is ours and initialised by sigemptyset first.
     unsafe {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
@@ -305,10 +306,10 @@ impl Daemon {
         // Absent, or bound to a kernel driver: said before anything else is looked up.
         understudy_vfio::check_device(Path::new(understudy_vfio::SYSFS_PCI_DEVICES), &to)
             .map_err(|e| format!("the destination cannot be taken: {e}"))?;
-        let standby = status.standby.iter().find(|s| s.device == to.as_str());
+        let standby = status.handovers.standby.iter().find(|s| s.device == to.as_str());
         let infos = match (modules.is_empty(), standby) {
             (true, Some(s)) => s.modules.clone(),
-            _ => module_infos(&resolve_modules(modules, &status.modules, &to)?)?,
+            _ => module_infos(&resolve_modules(modules, &status.driver.modules, &to)?)?,
         };
         if standby.is_none() {
             let devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());

@@ -20,8 +20,8 @@ use super::lines::{self, Framed, Line, Lines, MAX_LINE};
 use super::findings::CheckLog;
 use super::region::{self, Counters};
 use super::Checking;
-use crate::fd;
-use crate::process;
+use crate::os::fd;
+use crate::os::process;
 
 /// How long a stopped checker may take to print its summary and exit.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);

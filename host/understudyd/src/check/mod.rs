@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use log::{info, warn};
 use understudy_api::GateMode;
 
-use crate::placement::Placement;
+use crate::os::placement::Placement;
 
 pub use checker::{Alarm, Checker};
 pub use findings::CheckLog;
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn exit_status_3_of_a_checked_driver_is_put_down_to_the_verdict() {
-        let how = crate::process::describe_status(EXIT_AT_GATE << 8);
+        let how = crate::os::process::describe_status(EXIT_AT_GATE << 8);
         assert_eq!(death_cause(7, &how, true, Some("use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)")),
                    "the driver process 7 was stopped by its checker's verdict before a device write: \
                     use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)");

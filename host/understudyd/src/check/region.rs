@@ -58,6 +58,7 @@ pub fn create() -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own fd; no memory is passed.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -2,7 +2,9 @@
 //! Every path of the handover, without a device: frames are plain numbers.
 
 use super::*;
-use crate::shadow::{NetShadow, RxMode, TapConfig};
+use understudy_protocol::RegisteredInfo;
+
+use crate::class::net::shadow::{NetShadow, PassiveLog, RxMode, TapConfig};
 
 const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 const CSUM_TSO: u64 = (1 << 1) | (1 << 16);
@@ -25,7 +27,7 @@ fn on_e1000(name: &str) -> Driver {
     Driver { device: E1000_AT.parse().unwrap(), modules: module(name) }
 }
 
-fn loaded(half: &str) -> Event<u32> {
+fn loaded(half: &str) -> Event<PassiveLog, u32> {
     Event::Loaded(Ok(Loaded { kernel_half: half.into(), registration: None }))
 }
 
@@ -33,7 +35,7 @@ fn loaded(half: &str) -> Event<u32> {
 fn open_log() -> PassiveLog {
     let mut shadow = NetShadow::registered(e1000(CSUM_TSO));
     let tap = TapConfig { up: true, mtu: 1400, mac: MAC, rx: RxMode::default(), queues: 1 };
-    while let Some(crate::shadow::Action::Send(_)) = shadow.next(&tap) {
+    while let Some(crate::class::net::shadow::Action::Send(_)) = shadow.next(&tap) {
         shadow.answered(0);
     }
     shadow.set_carrier(true);
@@ -46,7 +48,7 @@ fn ms(t0: Instant, ms: u64) -> Instant {
 
 /// Feeds the successor through registration and the whole replay, accepting
 /// every request; returns the actions after the last answer.
-fn register_and_replay(h: &mut Handover<u32>, info: RegisteredInfo, t: Instant) -> Vec<Action<u32>> {
+fn register_and_replay(h: &mut Handover<PassiveLog, u32>, info: RegisteredInfo, t: Instant) -> Vec<Action<PassiveLog, u32>> {
     let mut actions = h.on(Event::Registered(info.clone()), t);
     assert_eq!(actions.remove(0), Action::Adopt(info));
     let mut sent = Vec::new();
@@ -67,11 +69,11 @@ fn a_restart_replays_the_log_waits_for_the_link_then_gives_the_frames_back() {
     assert!(!h.serving() && h.holds_configuration());
     assert_eq!(h.on(Event::Started(StartKind::Template), ms(t0, 11)), vec![]);
     let actions = register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 40));
-    assert_eq!(actions, vec![Action::WaitForLink]);
-    assert_eq!(h.phase, Phase::LinkUp);
+    assert_eq!(actions, vec![Action::WaitForReady]);
+    assert_eq!(h.phase, Phase::AwaitingReady);
     assert!(!h.holds_configuration(), "the TAP's own changes go to the driver while its link comes up");
-    assert_eq!(h.on(Event::Carrier(false), ms(t0, 50)), vec![]);
-    assert_eq!(h.on(Event::Carrier(true), ms(t0, 2040)), vec![Action::Resubmit(vec![7, 8]), Action::Done(Outcome::Committed)]);
+    assert_eq!(h.on(Event::Ready(false), ms(t0, 50)), vec![]);
+    assert_eq!(h.on(Event::Ready(true), ms(t0, 2040)), vec![Action::Resubmit(vec![7, 8]), Action::Done(Outcome::Committed)]);
     let r = h.record();
     assert_eq!((r.reason, r.outcome.as_str(), r.start), (HandoverReason::Death, "recovered", StartKind::Template));
     assert_eq!((r.stop_ms, r.device_stop_ms, r.start_ms, r.replay_ms, r.link_ms), (10.0, 3.0, Some(30.0), Some(0.0), Some(2000.0)));
@@ -83,7 +85,7 @@ fn a_successor_whose_carrier_came_first_gets_its_frames_at_once_and_a_silent_lin
     let t0 = Instant::now();
     let (mut h, _) = Handover::restart(Reason::Requested, open_log(), on_e1000("55"), vec![1], t0, 1.0, t0);
     let mut actions = h.on(Event::Registered(e1000(CSUM_TSO)), t0);
-    h.on(Event::Carrier(true), t0);
+    h.on(Event::Ready(true), t0);
     while let Some(Action::Send(_)) = actions.last() {
         actions = h.on(Event::ReplayAnswered { status: 0 }, t0);
     }
@@ -91,8 +93,8 @@ fn a_successor_whose_carrier_came_first_gets_its_frames_at_once_and_a_silent_lin
     assert_eq!(h.record().reason, HandoverReason::Requested);
 
     let (mut h, _) = Handover::restart(Reason::Requested, open_log(), on_e1000("55"), vec![], t0, 1.0, t0);
-    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), t0), vec![Action::WaitForLink]);
-    assert_eq!(h.on(Event::LinkWaitOver, ms(t0, 10_000)), vec![Action::Resubmit(vec![]), Action::Done(Outcome::Committed)]);
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), t0), vec![Action::WaitForReady]);
+    assert_eq!(h.on(Event::ReadyWaitOver, ms(t0, 10_000)), vec![Action::Resubmit(vec![]), Action::Done(Outcome::Committed)]);
 }
 
 #[test]
@@ -112,7 +114,7 @@ fn a_recovery_that_cannot_take_the_place_ends_the_successor_for_good() {
 #[test]
 fn a_recovery_whose_successor_dies_hands_the_death_back_with_the_log() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::restart(Reason::Death { cause: "hung".into() }, open_log(), on_e1000("55"), vec![], t0, 1.0, t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::restart(Reason::Death { cause: "hung".into() }, open_log(), on_e1000("55"), vec![], t0, 1.0, t0);
     h.on(Event::Registered(e1000(CSUM_TSO)), t0);
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![] }, t0);
     assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Failed { replaceable: true, why, .. })] if why.contains("signal 11")));
@@ -122,7 +124,7 @@ fn a_recovery_whose_successor_dies_hands_the_death_back_with_the_log() {
 #[test]
 fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_probation() {
     let t0 = Instant::now();
-    let (mut h, actions) = Handover::<u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
+    let (mut h, actions) = Handover::<PassiveLog, u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
     assert_eq!(actions, vec![Action::Load(on_e1000("53"))]);
     assert!(h.serving() && h.predecessor_serves() && !h.holds_configuration());
     assert_eq!(h.on(loaded("6.1.0-53"), ms(t0, 300)), vec![Action::StopPredecessor]);
@@ -130,8 +132,8 @@ fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_
     assert_eq!(h.on(Event::Quiesced { uncompleted: vec![9], device_stop_ms: 2.0 }, ms(t0, 305)),
                vec![Action::Start(on_e1000("53"))]);
     h.on(Event::Started(StartKind::Probe), ms(t0, 306));
-    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 805)), vec![Action::WaitForLink]);
-    assert_eq!(h.on(Event::Carrier(true), ms(t0, 900)), vec![Action::Resubmit(vec![9]), Action::StartProbation(PROBATION)]);
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 805)), vec![Action::WaitForReady]);
+    assert_eq!(h.on(Event::Ready(true), ms(t0, 900)), vec![Action::Resubmit(vec![9]), Action::StartProbation(PROBATION)]);
     assert!(h.serving() && !h.predecessor_serves());
     assert_eq!(h.record().outcome, "under way");
     assert_eq!(h.on(Event::ProbationOver, ms(t0, 5900)), vec![Action::Done(Outcome::Committed)]);
@@ -145,7 +147,7 @@ fn an_update_loads_while_the_predecessor_serves_then_switches_and_commits_after_
 #[test]
 fn an_update_refused_at_load_never_stops_the_predecessor() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::update(module("48"), false, open_log(), on_e1000("50"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::update(module("48"), false, open_log(), on_e1000("50"), t0);
     let actions = h.on(Event::Loaded(Err("crc-mismatch: register_netdev".into())), ms(t0, 50));
     assert_eq!(actions, vec![Action::Done(Outcome::Refused { why: "crc-mismatch: register_netdev".into() })]);
     assert!(!actions.iter().any(|a| matches!(a, Action::StopPredecessor | Action::Start(_))));
@@ -155,7 +157,7 @@ fn an_update_refused_at_load_never_stops_the_predecessor() {
 #[test]
 fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_same_log_and_frames() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::update(module("nocsum"), false, open_log(), on_e1000("55"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::update(module("nocsum"), false, open_log(), on_e1000("55"), t0);
     h.on(loaded("6.1.0-55"), t0);
     h.on(Event::Quiesced { uncompleted: vec![1, 2], device_stop_ms: 1.0 }, t0);
     let actions = h.on(Event::Registered(e1000(1 << 16)), ms(t0, 400));
@@ -163,8 +165,8 @@ fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_sa
     let actions = h.on(Event::SuccessorFailed { cause: "ended by the daemon".into(), uncompleted: vec![3] }, ms(t0, 410));
     assert_eq!(actions, vec![Action::Start(on_e1000("55"))]);
     // The predecessor's version registers as before and is held to the whole log.
-    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 500)), vec![Action::WaitForLink]);
-    let actions = h.on(Event::Carrier(true), ms(t0, 600));
+    assert_eq!(register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 500)), vec![Action::WaitForReady]);
+    let actions = h.on(Event::Ready(true), ms(t0, 600));
     let [Action::Resubmit(frames), Action::Done(Outcome::RolledBack { why })] = actions.as_slice() else { panic!("{actions:?}") };
     assert_eq!(frames, &vec![1, 2, 3]);
     assert!(why.contains("tx-checksum-ipv4"), "{why}");
@@ -175,20 +177,20 @@ fn an_update_that_offers_less_rolls_back_to_the_predecessors_modules_with_the_sa
 #[test]
 fn an_update_told_to_allow_feature_loss_goes_on_with_fewer_features() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::update(module("nocsum"), true, open_log(), on_e1000("55"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::update(module("nocsum"), true, open_log(), on_e1000("55"), t0);
     h.on(loaded("6.1.0-55"), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
-    assert_eq!(register_and_replay(&mut h, e1000(1 << 16), t0), vec![Action::WaitForLink]);
+    assert_eq!(register_and_replay(&mut h, e1000(1 << 16), t0), vec![Action::WaitForReady]);
 }
 
 #[test]
 fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_log() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
     h.on(loaded("6.1.0-53"), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     register_and_replay(&mut h, e1000(CSUM_TSO), t0);
-    h.on(Event::Carrier(true), t0);
+    h.on(Event::Ready(true), t0);
     assert_eq!(h.phase, Phase::Probation);
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![6] }, ms(t0, 1000));
     assert_eq!(actions, vec![Action::Start(on_e1000("50"))]);
@@ -202,7 +204,7 @@ fn a_crash_on_probation_rolls_back_and_a_failed_rollback_is_a_failure_with_the_l
 #[test]
 fn a_refused_replay_is_named_and_rolls_an_update_back() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::update(module("53"), false, open_log(), on_e1000("50"), t0);
     h.on(loaded("6.1.0-53"), t0);
     h.on(Event::Quiesced { uncompleted: vec![], device_stop_ms: 1.0 }, t0);
     h.on(Event::Registered(e1000(CSUM_TSO)), t0);
@@ -232,7 +234,7 @@ fn advertising_csum() -> PassiveLog {
     log
 }
 
-fn probed(info: RegisteredInfo) -> Event<u32> {
+fn probed(info: RegisteredInfo) -> Event<PassiveLog, u32> {
     Event::Loaded(Ok(Loaded { kernel_half: "6.1.0-55".into(), registration: Some(info) }))
 }
 
@@ -240,7 +242,7 @@ fn probed(info: RegisteredInfo) -> Event<u32> {
 fn a_move_probes_its_destination_first_then_switches_sets_the_mac_announces_and_commits_after_probation() {
     use understudy_protocol::OFFLOAD_CSUM;
     let t0 = Instant::now();
-    let (mut h, actions) = Handover::<u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
+    let (mut h, actions) = Handover::<PassiveLog, u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
     assert_eq!(actions, vec![Action::Load(to_rtl())]);
     assert!(h.serving() && h.predecessor_serves(), "the old driver serves while the destination is probed");
     assert_eq!(h.on(probed(rtl(OFFLOAD_CSUM)), ms(t0, 400)), vec![Action::StopPredecessor]);
@@ -254,8 +256,8 @@ fn a_move_probes_its_destination_first_then_switches_sets_the_mac_announces_and_
     }
     assert_eq!(sent, vec![Request::SetMtu(1400), Request::SetMac(MAC), Request::Open,
                           Request::SetRxMode { flags: 0, multicast: vec![] }], "the interface keeps its MAC");
-    assert_eq!(actions, vec![Action::WaitForLink]);
-    assert_eq!(h.on(Event::Carrier(true), ms(t0, 700)),
+    assert_eq!(actions, vec![Action::WaitForReady]);
+    assert_eq!(h.on(Event::Ready(true), ms(t0, 700)),
                vec![Action::Resubmit(vec![5]), Action::Announce, Action::StartProbation(PROBATION)]);
     h.announced(2);
     assert_eq!(h.on(Event::ProbationOver, ms(t0, 5700)), vec![Action::Done(Outcome::Committed)]);
@@ -269,12 +271,12 @@ fn a_move_probes_its_destination_first_then_switches_sets_the_mac_announces_and_
 #[test]
 fn a_move_is_refused_before_anything_stops_if_the_destination_lacks_an_advertised_offload() {
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
     let actions = h.on(probed(rtl(0)), t0);
     let [Action::Done(Outcome::Refused { why })] = actions.as_slice() else { panic!("{actions:?}") };
     assert!(why.contains("lacks offloads the interface advertises: tx-checksum"), "{why}");
 
-    let (mut h, _) = Handover::<u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
     let actions = h.on(Event::Loaded(Ok(Loaded { kernel_half: "6.1.0-55".into(), registration: None })), t0);
     assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Refused { why })] if why.contains("no net_device")));
     assert!(h.record().outcome.starts_with("refused: "));
@@ -284,15 +286,15 @@ fn a_move_is_refused_before_anything_stops_if_the_destination_lacks_an_advertise
 fn a_move_whose_successor_fails_goes_back_to_the_old_device_and_announces_it_there() {
     use understudy_protocol::OFFLOAD_CSUM;
     let t0 = Instant::now();
-    let (mut h, _) = Handover::<u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::migrate(to_rtl(), advertising_csum(), on_e1000("55"), t0);
     h.on(probed(rtl(OFFLOAD_CSUM)), t0);
     h.on(Event::Quiesced { uncompleted: vec![1], device_stop_ms: 1.0 }, t0);
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![2] }, ms(t0, 300));
     assert_eq!(actions, vec![Action::Start(on_e1000("55"))]);
     // The old device is held to the whole log again, its own MAC included.
     let actions = register_and_replay(&mut h, e1000(CSUM_TSO), ms(t0, 500));
-    assert_eq!(actions, vec![Action::WaitForLink]);
-    let actions = h.on(Event::Carrier(true), ms(t0, 600));
+    assert_eq!(actions, vec![Action::WaitForReady]);
+    let actions = h.on(Event::Ready(true), ms(t0, 600));
     let [Action::Resubmit(frames), Action::Announce, Action::Done(Outcome::RolledBack { why })] = actions.as_slice()
     else { panic!("{actions:?}") };
     assert_eq!(frames, &vec![1, 2]);
@@ -304,7 +306,7 @@ fn a_failover_starts_on_the_standby_at_once_and_has_nothing_to_roll_back_to() {
     use understudy_protocol::OFFLOAD_CSUM;
     let t0 = Instant::now();
     let cause = "its device is being removed".to_string();
-    let (mut h, actions) = Handover::<u32>::failover(to_rtl(), cause.clone(), advertising_csum(), on_e1000("55"),
+    let (mut h, actions) = Handover::<PassiveLog, u32>::failover(to_rtl(), cause.clone(), advertising_csum(), on_e1000("55"),
                                                      vec![3], t0, 2.0, ms(t0, 5));
     assert_eq!(actions, vec![Action::Start(to_rtl())]);
     assert!(!h.serving() && h.holds_configuration());
@@ -313,15 +315,15 @@ fn a_failover_starts_on_the_standby_at_once_and_has_nothing_to_roll_back_to() {
     while let [Action::Send(_)] = actions.as_slice() {
         actions = h.on(Event::ReplayAnswered { status: 0 }, ms(t0, 310));
     }
-    assert_eq!(actions, vec![Action::WaitForLink]);
-    assert_eq!(h.on(Event::LinkWaitOver, ms(t0, 400)),
+    assert_eq!(actions, vec![Action::WaitForReady]);
+    assert_eq!(h.on(Event::ReadyWaitOver, ms(t0, 400)),
                vec![Action::Resubmit(vec![3]), Action::Announce, Action::Done(Outcome::Committed)]);
     let r = h.record();
     assert_eq!((r.reason, r.outcome.as_str()), (HandoverReason::Failover, "moved"));
     assert_eq!(r.cause, format!("{cause}: failing over to {RTL_AT}"));
     assert_eq!((r.from_device.as_deref(), r.to_device.as_deref()), (Some(E1000_AT), Some(RTL_AT)));
 
-    let (mut h, _) = Handover::<u32>::failover(to_rtl(), cause, advertising_csum(), on_e1000("55"), vec![], t0, 2.0, t0);
+    let (mut h, _) = Handover::<PassiveLog, u32>::failover(to_rtl(), cause, advertising_csum(), on_e1000("55"), vec![], t0, 2.0, t0);
     let actions = h.on(Event::SuccessorFailed { cause: "killed by signal 11".into(), uncompleted: vec![4] }, t0);
     assert!(matches!(actions.as_slice(), [Action::Done(Outcome::Failed { replaceable: true, .. })]), "{actions:?}");
 }
@@ -331,10 +333,10 @@ fn a_parked_interface_waits_for_a_device_then_goes_on_as_a_failover() {
     use understudy_protocol::OFFLOAD_CSUM;
     let t0 = Instant::now();
     let cause = "its device is being removed".to_string();
-    let (mut h, actions) = Handover::<u32>::park(cause, advertising_csum(), on_e1000("55"), vec![8], t0, 1.0, ms(t0, 5));
+    let (mut h, actions) = Handover::<PassiveLog, u32>::park(cause, advertising_csum(), on_e1000("55"), vec![8], t0, 1.0, ms(t0, 5));
     assert_eq!(actions, vec![Action::Park]);
     assert!(h.parked() && !h.serving());
-    assert_eq!(h.on(Event::Carrier(true), ms(t0, 100)), vec![], "nothing drives it");
+    assert_eq!(h.on(Event::Ready(true), ms(t0, 100)), vec![], "nothing drives it");
     assert_eq!(h.record().outcome, "under way");
     assert_eq!((h.record().from_device.as_deref(), h.record().to_device.as_deref()), (Some(E1000_AT), None));
     assert_eq!(h.on(Event::Attach(to_rtl()), ms(t0, 9005)), vec![Action::Start(to_rtl())]);
@@ -344,8 +346,8 @@ fn a_parked_interface_waits_for_a_device_then_goes_on_as_a_failover() {
     while let [Action::Send(_)] = actions.as_slice() {
         actions = h.on(Event::ReplayAnswered { status: 0 }, ms(t0, 9310));
     }
-    assert_eq!(actions, vec![Action::WaitForLink]);
-    assert_eq!(h.on(Event::Carrier(true), ms(t0, 9400)),
+    assert_eq!(actions, vec![Action::WaitForReady]);
+    assert_eq!(h.on(Event::Ready(true), ms(t0, 9400)),
                vec![Action::Resubmit(vec![8]), Action::Announce, Action::Done(Outcome::Committed)]);
     let r = h.record();
     assert_eq!((r.reason, r.outcome.as_str(), r.parked_ms), (HandoverReason::Failover, "moved", Some(9000.0)));

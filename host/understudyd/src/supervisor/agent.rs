@@ -11,10 +11,11 @@ use understudy_api::{DeviceStop, DriverState};
 
 use super::succession::Quiesced;
 use super::{device, Supervisor};
-use crate::handover::{Driver, Handover, Reason};
-use crate::policy::{run_hook, AgentPolicy, Backoff, HookEvent, OnExhausted};
-use crate::recovery::{RestartBudget, RestartPolicy};
-use crate::shadow::PassiveLog;
+use crate::class::InFlight;
+use crate::handover::Reason;
+use crate::handover::policy::{AgentPolicy, Backoff, HookEvent, OnExhausted, RestartBudget, RestartPolicy};
+use crate::os::hook::run_hook;
+use crate::class::net::shadow::PassiveLog;
 
 pub struct RecoveryAgent {
     pub restarts: RestartBudget,
@@ -46,47 +47,32 @@ impl Supervisor {
     pub(super) fn restart_or_give_up(&mut self, reason: Reason, cause: String, log: Option<PassiveLog>, q: Quiesced,
                           seen_dead: Instant, restart: bool) {
         let dev = self.label().clone();
-        let Quiesced { uncompleted, mut device_stop, device_stop_ms } = q;
         let not_restarted = match (restart, log) {
             (false, _) => None,
             (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
             (true, Some(log)) => match self.restart_allowed(seen_dead) {
                 Ok(()) => {
-                    let held = uncompleted.len();
-                    let driver = self.serving_driver();
-                    let (handover, actions) =
-                        Handover::restart(reason, log, driver, uncompleted, seen_dead, device_stop_ms, Instant::now());
                     warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
-                           {held} frame(s) to give it again; {} keeps its carrier",
-                          device_stop.reset, self.interface.name(), self.interface.name());
-                    self.begin_handover(handover, Some(device_stop));
-                    self.interface.hold_carrier(Instant::now());
-                    self.act_quietly(actions);
-                    return;
+                           {} frame(s) to give it again; {} keeps its carrier",
+                          q.device_stop.reset, self.interface.name(), q.uncompleted.len(), self.interface.name());
+                    return self.restart(reason, log, q, seen_dead, true);
                 }
                 Err(why) if self.standbys.available() => {
-                    let why = format!("{cause}; not restarted: {why}");
-                    self.fail_over(why, log, Quiesced { uncompleted, device_stop, device_stop_ms }, seen_dead);
-                    return;
+                    return self.fail_over(format!("{cause}; not restarted: {why}"), log, q, seen_dead);
                 }
-                Err(why) if self.succession.device_removed => {
-                    let (handover, actions) = Handover::park(why, log, self.serving_driver(), uncompleted, seen_dead,
-                                                             device_stop_ms, Instant::now());
-                    self.begin_handover(handover, Some(device_stop));
-                    self.act_quietly(actions);
-                    return;
-                }
+                Err(why) if self.succession.device_removed => return self.park(why, log, q, seen_dead),
                 Err(why) if self.agent.policy.on_exhausted == OnExhausted::Retry => {
                     let wait = self.agent.backoff.next_delay();
                     self.agent.retry =
-                        Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: device_stop.clone() });
+                        Some(PendingRetry { at: seen_dead + wait, cause: cause.clone(), log, device_stop: q.device_stop.clone() });
                     Some(format!("{why}; retrying in {:.1} s (--on-exhausted retry)", wait.as_secs_f64()))
                 }
                 Err(why) => Some(why),
             },
         };
+        let Quiesced { uncompleted, mut device_stop, .. } = q;
         // Nobody will send the frames the dead driver never completed.
-        self.datapath.free(uncompleted);
+        self.datapath.give_up(uncompleted);
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
         let confined = self.devices.serving().is_none_or(|v| v.iommu_group().is_some());
@@ -111,13 +97,13 @@ impl Supervisor {
                if !confined { "none (no IOMMU)" } else if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
                self.interface.name());
         let pool_free = self.datapath.shm.free_count();
-        self.update(|s| {
-            s.pool_free = pool_free;
-            s.state = DriverState::Dead;
-            s.pid = None;
-            s.death = Some(death);
-            s.carrier = false;
-            s.device_stop = Some(device_stop);
+        self.set_status(|s| {
+            s.net.pool_free = pool_free;
+            s.driver.state = DriverState::Dead;
+            s.driver.pid = None;
+            s.driver.death = Some(death);
+            s.net.carrier = false;
+            s.driver.device_stop = Some(device_stop);
         });
     }
 
@@ -130,25 +116,10 @@ impl Supervisor {
         self.agent.restarts.take(seen_dead)
     }
 
-    /// The interface moves to a standby by itself, with the dead driver's
-    /// log and frames: its device is being removed or its driver may not be
-    /// restarted again (docs/migration.md, "Failover").
-    fn fail_over(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
-        let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
-        warn!("{}: driver died: {why}; failing over to the standby {}; {} keeps its carrier",
-              self.label(), to.device, self.interface.name());
-        self.devices.other = Some(device);
-        let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
-                                                     q.device_stop_ms, Instant::now());
-        self.begin_handover(handover, Some(q.device_stop));
-        self.interface.hold_carrier(Instant::now());
-        self.act_quietly(actions);
-    }
-
     /// Starts the administrator's hook (--recovery-hook) for an outcome; not waited for.
     pub(super) fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, restart_ms: Option<f64>, retry_in: Option<Duration>) {
         let Some(path) = &self.agent.policy.hook else { return };
-        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).recovery_count;
+        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).handovers.recovery_count;
         run_hook(path, &HookEvent {
             device: &self.label().to_string(),
             ifname: self.interface.name(),
@@ -186,9 +157,7 @@ impl Supervisor {
             return;
         }
         let reason = Reason::Death { cause: retry.cause.clone() };
-        let driver = self.serving_driver();
-        let (handover, actions) = Handover::restart(reason, retry.log, driver, Vec::new(), now, 0.0, now);
-        self.begin_handover(handover, Some(retry.device_stop));
-        self.act_quietly(actions);
+        let q = Quiesced { uncompleted: Vec::new(), device_stop: retry.device_stop, device_stop_ms: 0.0 };
+        self.restart(reason, retry.log, q, now, false);
     }
 }

@@ -7,7 +7,7 @@ use log::warn;
 
 use super::handle::Command;
 use super::{Fault, Purpose, Supervisor};
-use crate::ethtool_job::EthtoolJob;
+use crate::class::net::ethtool::EthtoolJob;
 use crate::handover::{Driver, Reason};
 
 impl Supervisor {
@@ -22,7 +22,7 @@ impl Supervisor {
                     let _ = answer.send(accepted.map_err(|why| format!("{}: {why}", self.label())));
                 }
                 Command::Update { modules, allow_feature_loss, answer } => match self.may_hand_over() {
-                    Ok(()) if !recover => self.begin_update(modules, allow_feature_loss, answer)?,
+                    Ok(()) if !recover => self.update(modules, allow_feature_loss, answer)?,
                     Ok(()) => {
                         let _ = answer.send(Err(format!("{}: a restart was requested first", self.label())));
                     }
@@ -41,7 +41,7 @@ impl Supervisor {
                         .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
                         .and_then(|()| self.destination(&to));
                     match destination {
-                        Ok(vfio) => self.begin_migrate(Driver { device: to, modules }, vfio, answer)?,
+                        Ok(vfio) => self.migrate(Driver { device: to, modules }, vfio, answer)?,
                         Err(why) => {
                             warn!("{}: move to {to} refused, nothing changed: {why}", self.label());
                             let _ = answer.send(Err(format!("{}: {why}", self.label())));

@@ -11,9 +11,11 @@ use understudy_api::DriverState;
 use understudy_protocol::{printable, DriverMessage, Request};
 
 use super::{driver_log, state_of, Fault, Purpose, Supervisor};
-use crate::ethtool_job::Progress;
-use crate::handover::{describe, Event};
-use crate::shadow::{format_mac, Phase};
+use crate::class::net::ethtool::Progress;
+use crate::handover::Event;
+use understudy_protocol::format_mac;
+
+use crate::class::net::shadow::Phase;
 
 impl Supervisor {
     pub(super) fn handle_control(&mut self) -> Result<(), Fault> {
@@ -54,7 +56,7 @@ impl Supervisor {
                     self.take_template()?;
                     // The process that drives the device is settled: `status` shows its pid.
                     if let Some(state) = self.shadow.as_ref().map(|s| state_of(s.phase())) {
-                        self.update(|s| s.state = state);
+                        self.set_status(|s| s.driver.state = state);
                     }
                 }
             }
@@ -69,9 +71,9 @@ impl Supervisor {
             Purpose::Heartbeat => {}
             Purpose::Config => {
                 if status < 0 {
-                    warn!("{dev}: the driver refused {}: {}", describe(&request), errno());
+                    warn!("{dev}: the driver refused {}: {}", request.describe(), errno());
                 } else {
-                    info!("{dev}: the driver took {}", describe(&request));
+                    info!("{dev}: the driver took {}", request.describe());
                 }
                 if let Some(undo) = self.shadow.as_mut().and_then(|s| s.answered(status)) {
                     self.interface.undo(undo);
@@ -100,10 +102,10 @@ impl Supervisor {
     pub(super) fn show_shadow(&self) {
         let Some(shadow) = self.shadow.as_ref() else { return };
         let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
-        self.update(|s| {
-            s.state = state;
-            s.mtu = Some(mtu);
-            s.mac = Some(mac);
+        self.set_status(|s| {
+            s.driver.state = state;
+            s.net.mtu = Some(mtu);
+            s.net.mac = Some(mac);
         });
     }
 
@@ -131,7 +133,7 @@ impl Supervisor {
                 // device to its fork (the template's): "registered" waits for
                 // PROBE's reply, which settles whose pid `status` shows.
                 if !self.link.as_ref().is_some_and(|l| l.probing()) {
-                    self.update(|s| s.state = DriverState::Registered);
+                    self.set_status(|s| s.driver.state = DriverState::Registered);
                 }
             }
             DriverMessage::Carrier(on) => {
@@ -142,7 +144,7 @@ impl Supervisor {
                     info!("{dev}: handover: the successor's carrier is {}", if on { "on" } else { "off" });
                     let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
                     if !(on && open) {
-                        return self.feed(Event::Carrier(on));
+                        return self.feed(Event::Ready(on));
                     }
                     // The hold is over. The TAP held the predecessor's carrier,
                     // which was off if the interface was down when it died.
@@ -151,7 +153,7 @@ impl Supervisor {
                     info!("{dev}: carrier {}", if on { "on" } else { "off" });
                 }
                 self.set_carrier(on)?;
-                return self.feed(Event::Carrier(on));
+                return self.feed(Event::Ready(on));
             }
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
             DriverMessage::Warn { file, line, text } => {
@@ -159,7 +161,7 @@ impl Supervisor {
                 if self.log_limit.admit(now) {
                     warn!("{dev}: driver WARN at {file}:{line}: {text}");
                 }
-                self.update(|s| s.warnings += 1);
+                self.set_status(|s| s.driver.warnings += 1);
                 if let Some(verdict) = self.link.as_mut().and_then(|l| l.warned(now)) {
                     return Err(Fault::Io(verdict));
                 }

@@ -12,17 +12,17 @@ use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, G
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
-use super::interface::tap_statistics;
+use crate::class::net::interface::tap_statistics;
 use super::Supervisor;
 use crate::check::CheckLog;
 use crate::handover::Driver;
-use crate::ethtool_job::Answer;
-use crate::fd;
-use crate::placement::Placement;
-use crate::process::DriverCommand;
-use crate::policy::AgentPolicy;
-use crate::recovery::RestartPolicy;
-use crate::watchdog::Detection;
+use crate::class::net::ethtool::Answer;
+use crate::os::fd;
+use crate::os::placement::Placement;
+use crate::os::process::DriverCommand;
+use crate::handover::policy::AgentPolicy;
+use crate::handover::policy::RestartPolicy;
+use crate::supervisor::watchdog::Detection;
 
 /// How long a CLI client waits for an ethtool answer; the watchdog ends a
 /// silent driver (and so the query) long before this with sane timeouts.
@@ -136,20 +136,20 @@ impl Handle {
             let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
             // Once the interface is gone its last counts stay.
             if let Ok((packets, bytes, dropped)) = rx {
-                (shared.counters.rx_packets, shared.counters.rx_bytes, shared.counters.rx_dropped) = (packets, bytes, dropped);
+                (shared.net.counters.rx_packets, shared.net.counters.rx_bytes, shared.net.counters.rx_dropped) = (packets, bytes, dropped);
             }
             if let Ok((packets, bytes, _)) = tx {
-                (shared.counters.tx_packets, shared.counters.tx_bytes) = (packets, bytes);
+                (shared.net.counters.tx_packets, shared.net.counters.tx_bytes) = (packets, bytes);
             }
             shared.clone()
         };
         // Dropped: what the driver says it dropped, and what the TAP dropped
         // because the driver did not read it in time.
         if let Ok((_, _, dropped)) = tx {
-            st.counters.tx_dropped += dropped;
+            st.net.counters.tx_dropped += dropped;
         }
-        st.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
-        st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.pid));
+        st.driver.uptime_s = (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+        st.check = self.check.as_ref().map(|log| log.lock().unwrap_or_else(|p| p.into_inner()).status(st.driver.pid));
         st
     }
 
@@ -158,7 +158,7 @@ impl Handle {
         let st = self.status();
         let log = self.check.as_ref()
             .ok_or_else(|| format!("{} ({}) is not checked (`understudy run --check MODE` checks it)", st.ifname, st.device))?;
-        Ok(log.lock().unwrap_or_else(|p| p.into_inner()).report(st.device, st.ifname, st.pid))
+        Ok(log.lock().unwrap_or_else(|p| p.into_inner()).report(st.device, st.ifname, st.driver.pid))
     }
 
     pub fn requester(&self) -> Requester {

@@ -16,13 +16,13 @@ use understudy_api::ModuleInfo;
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 use understudy_vfio::Device;
 
-use super::datapath::Datapath;
+use crate::class::net::datapath::Datapath;
 use super::{Fault, Purpose};
 use crate::check::{self, Alarm, Checker, Checking};
-use crate::fd;
-use crate::placement::Placement;
-use crate::process::{self, DriverCommand, DriverFds, DriverProcess};
-use crate::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
+use crate::os::fd;
+use crate::os::placement::Placement;
+use crate::os::process::{self, DriverCommand, DriverFds, DriverProcess};
+use crate::supervisor::watchdog::{Detection, TxProgress, WarnStorm, Watchdog};
 
 pub struct DriverLink {
     process: DriverProcess,

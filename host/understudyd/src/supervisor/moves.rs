@@ -2,9 +2,8 @@
 //! What a move between devices adds to the handover (docs/migration.md): the
 //! devices an interface may go to (standbys, probed at `run`), a move's
 //! destination, which device serves, the announcement after a move, a device
-//! the kernel takes back, and an interface parked without one.
-
-use std::time::Instant;
+//! the kernel takes back, and the device a parked interface gives back. The
+//! moves themselves are verbs (verbs.rs).
 
 use log::{info, warn};
 use understudy_api::DriverState;
@@ -12,28 +11,13 @@ use understudy_shm::SharedMemory;
 use understudy_vfio::{Device, PciAddress, Vfio};
 
 use super::link::Spawn;
-use super::loader::Loader;
-use super::succession::module_names;
-use super::{device, Fault, Supervisor, UpdateAnswer};
-use crate::handover::{Driver, Event, Handover};
-use crate::shadow::format_mac;
-use crate::standby::Standbys;
+use super::successor::Loader;
+use super::{Fault, Supervisor};
+use crate::handover::Driver;
+use understudy_protocol::format_mac;
+use crate::supervisor::standby::Standbys;
 
 impl Supervisor {
-    /// `understudy migrate`: a successor for `to` loads and probes its device
-    /// on scratch memory while the driver serves (handover.rs); the move
-    /// holds the `destination` (opened by `destination`) from now on.
-    pub(super) fn begin_migrate(&mut self, to: Driver, destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
-        info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
-              self.label(), self.interface.name(), to.device, module_names(&to.modules));
-        let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
-        self.begin_handover(handover, None);
-        self.devices.other = Some(destination);
-        self.succession.answer_to(answer);
-        self.act(actions)
-    }
-
     /// The serving device becomes `device`: the other device of the move
     /// under way (its destination, or on a rollback its origin).
     pub(super) fn serve_on(&mut self, device: &PciAddress) -> Result<&Device, String> {
@@ -58,16 +42,16 @@ impl Supervisor {
         info!("{}: {} is served by this device from now on", address, self.interface.name());
         self.interface.label = address.clone();
         self.datapath.label = address.clone();
-        self.update(|s| {
+        self.set_status(|s| {
             s.device = address;
-            s.iommu_group = group;
+            s.dma.iommu_group = group;
         });
     }
 
     /// After a move (and its rollback): the network learns where the MAC is.
     pub(super) fn announce(&mut self) {
         let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
-        match crate::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
+        match crate::class::net::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
             Ok(frames) => {
                 info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
                       self.label(), self.interface.name());
@@ -81,7 +65,7 @@ impl Supervisor {
     /// The serving device is given back to the kernel, which is removing it;
     /// the interface keeps its settings and its carrier (the stack queues and
     /// TCP retransmits, as across any outage) until it is given a device.
-    pub(super) fn park(&mut self) {
+    pub(super) fn give_device_back(&mut self) {
         self.end_template("its device is being removed");
         self.devices.release();
         self.succession.device_removed = false;
@@ -89,26 +73,10 @@ impl Supervisor {
         warn!("{}: released to the kernel, which is removing it; no standby is left, so {} waits without a \
                device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
               self.interface.name());
-        self.update(|s| {
-            s.state = DriverState::Parked;
-            s.pid = None;
+        self.set_status(|s| {
+            s.driver.state = DriverState::Parked;
+            s.driver.pid = None;
         });
-    }
-
-    /// A parked interface is given `to` (`understudy migrate` while parked).
-    pub(super) fn attach(&mut self, to: Driver, mut destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
-        // A standby's arena is mapped since its probe; a device opened just now has none.
-        if destination.mapped_bytes() == 0 {
-            if let Err(e) = device::map_arena(&mut destination, &self.datapath.shm) {
-                let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
-                return Ok(());
-            }
-        }
-        self.devices.other = Some(destination);
-        self.succession.answer_to(answer);
-        self.interface.hold_carrier(Instant::now());
-        self.feed(Event::Attach(to))
     }
 
     /// The device a move to `to` takes: a standby's, or opened now -- which
@@ -135,7 +103,7 @@ impl Supervisor {
             warn!("{}: {device}, a standby, is being removed: released", self.label());
             drop(self.standbys.release(device));
             let standby = self.standbys.status();
-            self.update(|s| s.standby = standby);
+            self.set_status(|s| s.handovers.standby = standby);
             return;
         }
         warn!("{device}: the kernel asks for the device back (hot-unplug or unbind)");
@@ -147,7 +115,7 @@ impl Supervisor {
 }
 
 /// `run --standby`: each device is opened, its driver loaded and probed on
-/// scratch memory (loader.rs), then stopped and kept for the interface; what
+/// scratch memory (successor.rs), then stopped and kept for the interface; what
 /// its driver registered narrows what the interface advertises.
 pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &SharedMemory) -> Result<Standbys<Device>, String> {
     let mut standbys = Standbys::new();
@@ -163,7 +131,7 @@ pub(super) fn declare_standbys(spawn: &Spawn, standby: Vec<Driver>, real: &Share
             .ok_or_else(|| refused("its driver registered no net_device when it probed".into()))?;
         info!("{address}: standby: {} registered MAC {}, MTU {}..{}, offloads {}", registration.driver,
               format_mac(&registration.dev_addr), registration.min_mtu, registration.max_mtu,
-              crate::shadow::offload_names(registration.offloads).join(", "));
+              crate::class::net::shadow::offload_names(registration.offloads).join(", "));
         standbys.declare(driver, &registration, vfio);
     }
     Ok(standbys)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The succession of driver processes behind one interface: the handover
-//! under way (handover.rs decides, this file carries it out), an update's or
-//! a move's successor while it loads (loader.rs), the post-probe template
-//! restarts fork from (templates.rs) (docs/recovery.md, docs/live-update.md,
+//! under way (handover/ decides, this file carries out its actions), an update's or
+//! a move's successor while it loads (successor.rs), the post-probe template
+//! restarts fork from (template.rs) (docs/recovery.md, docs/live-update.md,
 //! docs/migration.md).
 
 use std::os::fd::BorrowedFd;
@@ -14,12 +14,13 @@ use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
 
 use super::link::{self, DriverLink, Spawned};
-use super::loader::Loader;
-use super::templates::Templates;
+use super::successor::Loader;
+use super::template::Templates;
 use super::{device, Fault, Purpose, Supervisor, UpdateAnswer};
-use crate::handover::{self, describe, Driver, Event, Handover, Outcome, Reason};
-use crate::recovery::{keep_record, ms_or_dash, FirstFrameWatch};
-use crate::shadow::{NetShadow, PassiveLog};
+use crate::class::InFlight;
+use crate::handover::{self, Driver, Event, Handover, Outcome, Reason};
+use crate::handover::record::{keep_record, ms_or_dash, FirstFrameWatch};
+use crate::class::net::shadow::{NetShadow, PassiveLog};
 
 pub struct Succession {
     /// The modules the driver runs (and the template was made from).
@@ -27,7 +28,7 @@ pub struct Succession {
     pub templates: Templates,
     /// The handover under way: a restart until its successor serves, an
     /// update until its probation is over.
-    handover: Option<Handover<TxFrame>>,
+    handover: Option<Handover<PassiveLog, TxFrame>>,
     /// An update's or a move's successor while it loads, and the CLI waiting for it.
     pub loader: Option<Loader>,
     update_answer: Option<UpdateAnswer>,
@@ -77,7 +78,7 @@ impl Succession {
         self.handover.as_ref().map(|h| h.reason())
     }
 
-    /// Whether the interface waits for a device (handover.rs, `Reason::Park`).
+    /// Whether the interface waits for a device (handover/, `Reason::Park`).
     pub fn parked(&self) -> bool {
         self.handover.as_ref().is_some_and(|h| h.parked())
     }
@@ -177,7 +178,7 @@ impl Supervisor {
     }
 
     /// docs/design.md §4: stops the device and takes every buffer back from
-    /// the driver that is gone; the arena stays mapped (device.rs, `stop`).
+    /// the driver that is gone; the arena stays mapped (os/device.rs, `stop`).
     fn quiesce(&mut self, seen: Instant) -> Quiesced {
         self.interface.carrier_held_until = None;
         self.succession.probation_until = None;
@@ -216,7 +217,7 @@ impl Supervisor {
             } else {
                 // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
                 self.interface.hold_carrier(Instant::now());
-                self.update(|s| s.device_stop = Some(q.device_stop.clone()));
+                self.set_status(|s| s.driver.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
             }
@@ -228,7 +229,7 @@ impl Supervisor {
 
     /// Shows a handover that begins in `status`: a restart among the
     /// recoveries, an update among the updates.
-    pub(super) fn begin_handover(&mut self, handover: Handover<TxFrame>, device_stop: Option<DeviceStop>) {
+    pub(super) fn begin_handover(&mut self, handover: Handover<PassiveLog, TxFrame>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
         // A restart's or a failover's predecessor is gone already: the outage starts at its last frame.
         let gone = !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate);
@@ -237,28 +238,17 @@ impl Supervisor {
         }
         let death = gone.then(|| record.cause.clone());
         self.succession.handover = Some(handover);
-        self.update(|s| {
+        self.set_status(|s| {
             if gone {
-                s.state = DriverState::Recovering;
-                s.death = death;
-                s.device_stop = device_stop;
+                s.driver.state = DriverState::Recovering;
+                s.driver.death = death;
+                s.driver.device_stop = device_stop;
             }
             if matches!(record.reason, HandoverReason::Death | HandoverReason::Requested) {
-                s.recovery_count += 1;
+                s.handovers.recovery_count += 1;
             }
             keep_record(records_of(s, record.reason), record);
         });
-    }
-
-    /// `understudy update`: a successor for `modules` loads while the driver serves (handover.rs).
-    pub(super) fn begin_update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer)
-                               -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
-        info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
-        let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
-        self.begin_handover(handover, None);
-        self.succession.answer_to(answer);
-        self.act(actions)
     }
 
     /// What serves now: the modules on the device.
@@ -267,7 +257,7 @@ impl Supervisor {
     }
 
     /// An event for the handover under way; its actions are taken.
-    pub(super) fn feed(&mut self, event: Event<TxFrame>) -> Result<(), Fault> {
+    pub(super) fn feed(&mut self, event: Event<PassiveLog, TxFrame>) -> Result<(), Fault> {
         let Some(handover) = self.succession.handover.as_mut() else { return Ok(()) };
         let actions = handover.on(event, Instant::now());
         self.publish_handover();
@@ -275,13 +265,13 @@ impl Supervisor {
     }
 
     /// `feed` where no driver can be ended for a fault (the driver is gone already).
-    pub(super) fn feed_quietly(&mut self, event: Event<TxFrame>) {
+    pub(super) fn feed_quietly(&mut self, event: Event<PassiveLog, TxFrame>) {
         if let Err(e) = self.feed(event) {
             self.fault_in_handover(e);
         }
     }
 
-    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<TxFrame>>) {
+    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) {
         if let Err(e) = self.act(actions) {
             self.fault_in_handover(e);
         }
@@ -297,7 +287,7 @@ impl Supervisor {
         self.end_driver(&why, true);
     }
 
-    pub(super) fn act(&mut self, actions: Vec<handover::Action<TxFrame>>) -> Result<(), Fault> {
+    pub(super) fn act(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) -> Result<(), Fault> {
         use handover::Action;
         for action in actions {
             match action {
@@ -314,9 +304,9 @@ impl Supervisor {
                     let (began, reason) = (handover.began(), handover.record().reason);
                     self.watch_first_frame(began, reason);
                     self.interface.hold_carrier(Instant::now());
-                    self.update(|s| {
-                        s.state = DriverState::Recovering;
-                        s.device_stop = Some(q.device_stop.clone());
+                    self.set_status(|s| {
+                        s.driver.state = DriverState::Recovering;
+                        s.driver.device_stop = Some(q.device_stop.clone());
                     });
                     self.feed(Event::Quiesced { uncompleted: q.uncompleted, device_stop_ms: q.device_stop_ms })?;
                 }
@@ -335,20 +325,20 @@ impl Supervisor {
                 Action::EndSuccessor(why) => return Err(Fault::Io(why)),
                 Action::Adopt(info) => self.adopt(info),
                 Action::Send(request) => {
-                    info!("{}: handover: giving the successor {}", self.label(), describe(&request));
+                    info!("{}: handover: giving the successor {}", self.label(), request.describe());
                     self.send(request, Purpose::Replay)?;
                 }
-                Action::WaitForLink => {
+                Action::WaitForReady => {
                     info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
                           self.label());
-                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + super::interface::CARRIER_HOLD);
+                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + crate::class::net::interface::CARRIER_HOLD);
                     self.interface.carrier_held_until = Some(held);
                     // Receive buffers are lent now: the link may come up with frames waiting.
                     self.move_frames()?;
                 }
                 Action::Resubmit(frames) => self.give_frames(frames)?,
                 Action::Announce => self.announce(),
-                Action::Park => self.park(),
+                Action::Park => self.give_device_back(),
                 Action::StartProbation(window) => {
                     info!("{}: the successor serves; it is on probation for {} s", self.label(), window.as_secs());
                     self.succession.probation_until = Some(Instant::now() + window);
@@ -369,7 +359,7 @@ impl Supervisor {
             .map_err(|e| format!("cannot allow the device's interrupt again: {e}"))?;
         let modules = driver.modules.as_slice();
         let now = Instant::now();
-        // An update's process has LOADed already (loader.rs); any other is sent LOAD first.
+        // An update's process has LOADed already (successor.rs); any other is sent LOAD first.
         let (link, kind, loaded) = match self.succession.loader.take() {
             Some(loader) => (loader.link, StartKind::Probe, true),
             None => {
@@ -387,7 +377,7 @@ impl Supervisor {
         };
         let pid = link.pid();
         self.link = Some(link);
-        self.update(|s| s.pid = Some(pid as u32));
+        self.set_status(|s| s.driver.pid = Some(pid as u32));
         if kind == StartKind::Probe {
             // A broken control socket shows as the process's end in the run loop.
             if let Err(fault) = self.send_startup(modules, !loaded) {
@@ -403,15 +393,15 @@ impl Supervisor {
     pub(super) fn adopt(&mut self, r: RegisteredInfo) {
         let r = self.standbys.mask(self.devices.address(), r);
         let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
-        self.update(|s| {
-            s.mac.get_or_insert_with(|| crate::shadow::format_mac(&r.dev_addr));
-            s.mtu.get_or_insert(r.mtu);
-            s.min_mtu = Some(r.min_mtu);
-            s.max_mtu = Some(r.max_mtu);
-            s.features = Some(r.features);
-            s.hw_features = Some(r.hw_features);
-            s.driver_name = Some(r.driver.clone());
-            s.offloads = offloads;
+        self.set_status(|s| {
+            s.net.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
+            s.net.mtu.get_or_insert(r.mtu);
+            s.net.min_mtu = Some(r.min_mtu);
+            s.net.max_mtu = Some(r.max_mtu);
+            s.net.features = Some(r.features);
+            s.net.hw_features = Some(r.hw_features);
+            s.net.driver_name = Some(r.driver.clone());
+            s.net.offloads = offloads;
         });
         self.shadow = Some(NetShadow::registered(r));
     }
@@ -449,7 +439,7 @@ impl Supervisor {
         self.succession.last_packet = Some(now);
         let Some((watch, reason)) = self.succession.first_frame.take() else { return };
         let mut first = None;
-        self.update(|s| {
+        self.set_status(|s| {
             if let Some(last) = records_of(s, reason).last_mut() {
                 watch.frame_passed(last, now);
                 first = Some((last.first_packet_ms, last.downtime_ms));
@@ -462,8 +452,8 @@ impl Supervisor {
         }
     }
 
-    /// The handover is over (handover.rs's `Outcome`).
-    fn finish_handover(&mut self, outcome: Outcome<TxFrame>) {
+    /// The handover is over (handover/'s `Outcome`).
+    fn finish_handover(&mut self, outcome: Outcome<PassiveLog, TxFrame>) {
         let handover = self.succession.handover.take().expect("a handover under way");
         let record = handover.record().clone();
         let dev = self.label().clone();
@@ -483,7 +473,7 @@ impl Supervisor {
             let left = self.devices.other.take();
             self.standbys.move_over(matches!(outcome, Outcome::Committed), origin, &to, left);
             let standby = self.standbys.status();
-            self.update(|s| s.standby = standby);
+            self.set_status(|s| s.handovers.standby = standby);
         }
         match outcome {
             Outcome::Committed if update => {
@@ -493,7 +483,7 @@ impl Supervisor {
                 // The template is the old version's: restarts probe the new one from now on.
                 self.end_template("the driver was updated");
                 self.succession.modules = modules.clone();
-                self.update(|s| s.modules = modules);
+                self.set_status(|s| s.driver.modules = modules);
                 self.hook("updated", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
@@ -502,7 +492,7 @@ impl Supervisor {
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
                 self.end_template("the interface moved to another device");
                 self.succession.modules = modules.clone();
-                self.update(|s| s.modules = modules);
+                self.set_status(|s| s.driver.modules = modules);
                 self.hook("moved", &record.cause, None, record.serving_ms, None);
             }
             Outcome::Committed => {
@@ -555,7 +545,7 @@ impl Supervisor {
 
     /// What the last stop did to the device, as `status` shows it.
     fn last_device_stop(&self) -> DeviceStop {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).device_stop.clone().unwrap_or(DeviceStop {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).driver.device_stop.clone().unwrap_or(DeviceStop {
             bus_master_off: true, irqs_disabled: true, reset: "done".into(), iommu_unmapped: false,
         })
     }
@@ -563,7 +553,7 @@ impl Supervisor {
     /// The handover's record replaces its earlier version in `status`; a
     /// first frame already timed there is kept.
     fn publish(&self, record: &HandoverRecord) {
-        self.update(|s| {
+        self.set_status(|s| {
             if let Some(last) = records_of(s, record.reason).last_mut() {
                 let timed = (last.first_packet_ms, last.downtime_ms);
                 *last = record.clone();
@@ -584,9 +574,9 @@ impl Supervisor {
 /// Where `status` keeps the records of handovers for this reason.
 fn records_of(s: &mut DeviceStatus, reason: HandoverReason) -> &mut Vec<HandoverRecord> {
     match reason {
-        HandoverReason::Death | HandoverReason::Requested => &mut s.recoveries,
-        HandoverReason::Update => &mut s.updates,
-        HandoverReason::Migrate | HandoverReason::Failover => &mut s.migrations,
+        HandoverReason::Death | HandoverReason::Requested => &mut s.handovers.recoveries,
+        HandoverReason::Update => &mut s.handovers.updates,
+        HandoverReason::Migrate | HandoverReason::Failover => &mut s.handovers.migrations,
     }
 }
 

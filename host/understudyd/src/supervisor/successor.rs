@@ -20,10 +20,11 @@ use understudy_vfio::Device;
 
 use log::warn;
 
-use super::datapath::Datapath;
+use crate::class::net::datapath::Datapath;
 use super::link::{self, DriverLink, Spawn};
 use super::{device, driver_log, Fault, Purpose, Supervisor};
-use crate::fd;
+use crate::os::fd;
+use crate::class::net::shadow::PassiveLog;
 use crate::handover::{Driver, Event, Loaded};
 
 pub struct Loader {
@@ -101,7 +102,7 @@ impl Loader {
     /// Reads what the process said: `Some` once it is done -- loaded (and
     /// probed), or why not. Its log lines go to `log`. A checker that is
     /// gone or gave a verdict makes it a refusal.
-    pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded, String>> {
+    pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded<PassiveLog>, String>> {
         if let Err(fault) = self.link.read_checker() {
             return Some(Err(fault.describe()));
         }
@@ -145,7 +146,7 @@ impl Loader {
         }
     }
 
-    fn loaded(&mut self) -> Result<Loaded, String> {
+    fn loaded(&mut self) -> Result<Loaded<PassiveLog>, String> {
         let kernel_half = self.kernel_half.take().ok_or("it answered PROBE before LOAD")?;
         Ok(Loaded { kernel_half, registration: self.registration.take() })
     }
@@ -161,7 +162,7 @@ impl Loader {
     }
 
     /// Waits for `read` to be done, for at most `limit` (`run --standby`).
-    pub fn wait(&mut self, limit: Duration, mut log: impl FnMut(u32, &str)) -> Result<Loaded, String> {
+    pub fn wait(&mut self, limit: Duration, mut log: impl FnMut(u32, &str)) -> Result<Loaded<PassiveLog>, String> {
         let end = Instant::now() + limit;
         loop {
             if let Some(done) = self.read(&mut log) {
@@ -202,7 +203,7 @@ impl Supervisor {
     /// Starts the successor that loads while the driver serves: on the
     /// serving device it only LOADs (it maps no shared memory and touches no
     /// device until HELLO and PROBE); on the destination of a move it also
-    /// probes it, on scratch memory (loader.rs).
+    /// probes it, on scratch memory.
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
         let spawn = self.launch.spawn();
         let started = match self.devices.serving() {

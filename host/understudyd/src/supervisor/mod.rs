@@ -1,33 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
-//! One interface and the driver process serving it: the daemon's
-//! per-interface thread.
+//! One device and the driver process serving it: the daemon's per-device
+//! thread, which carries out what the handover (handover/) decides.
 //!
-//! Its state is in parts, each in a file of its own: the devices through
-//! VFIO (device.rs), the interface the stack sees (interface.rs), the frames'
-//! path between them (datapath.rs), the driver process it talks to
-//! (link.rs), the succession of driver processes -- restarts, updates, moves
-//! (succession.rs, carrying out handover.rs), with the successor that loads
-//! while its predecessor serves (loader.rs), the post-probe template
-//! (templates.rs) and what a move between devices adds (moves.rs) -- and the
-//! recovery agent's policy (agent.rs). A checked device's checkers
+//! Its state is in parts, each in a file of its own or in the rooms beside
+//! this one: the device through VFIO (os/device.rs); the class's side --
+//! today the network class's interface (class/net/interface.rs), the frames'
+//! path (class/net/datapath.rs) and its shadow (class/net/shadow.rs); the
+//! driver process it talks to (link.rs) and whether it is alive
+//! (watchdog.rs). The handover's verbs -- restart, fail over, park, attach,
+//! update, migrate -- are side by side in verbs.rs; succession.rs carries
+//! out the actions of the handover under way, with the successor that loads
+//! while its predecessor serves (successor.rs), the post-probe template
+//! restarts fork from (template.rs), the standbys (standby.rs) and what a
+//! move between devices adds (moves.rs); the recovery agent (agent.rs)
+//! chooses the verb after a death. A checked device's checkers
 //! (docs/checking.md) are started and ended with its driver processes
 //! (link.rs, check/). This file is the event loop that ties them: it polls,
 //! hands the driver's messages to control.rs and the CLI's commands to
-//! commands.rs, and turns the admin's changes of the TAP into requests to
-//! the driver (shadow.rs).
+//! commands.rs, and turns the admin's changes of the interface into
+//! requests to the driver (the class's shadow).
 
 mod agent;
 mod commands;
 mod control;
-mod datapath;
-mod device;
 mod handle;
-mod interface;
 mod link;
-mod loader;
 mod moves;
+mod ratelimit;
+pub mod standby;
 mod succession;
-mod templates;
+mod successor;
+mod template;
+mod verbs;
+pub mod watchdog;
 
 pub use handle::{start, Handle, Requester, Setup};
 
@@ -38,72 +43,37 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DriverState, EthtoolQueries, ModuleInfo};
+use understudy_api::{Counters, DeviceStatus, DmaStatus, DriverState, DriverStatus, EthtoolQueries, HandoverHistory, ModuleInfo,
+                    NetStatus};
 use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
 use understudy_vfio::uio::Uio;
 use understudy_vfio::{Device, PciAddress};
 
 use crate::check::Checking;
-use crate::ethtool_job::{Answer, EthtoolJob};
-use crate::fd;
-use crate::handover::{describe, Event};
-use crate::interrupts::InterruptRouting;
-use crate::ratelimit::TokenBucket;
-use crate::shadow::{Action, NetShadow, Phase};
-use crate::standby::Standbys;
+use crate::class::net::datapath::Datapath;
+use crate::class::net::ethtool::{Answer, EthtoolJob};
+use crate::class::net::interface::{self, Interface};
+use crate::class::net::shadow::{Action, NetShadow, PassiveLog, Phase};
+use crate::class::Log;
+use crate::fault::Fault;
+use crate::handover::Event;
+use crate::os::device;
+use crate::os::fd;
+use crate::os::interrupts::InterruptRouting;
 
 use agent::RecoveryAgent;
-use datapath::Datapath;
 use handle::{Command, UpdateAnswer};
-use interface::Interface;
 use link::{DriverLink, Launch};
 use moves::{declare_standbys, open_device};
+use ratelimit::TokenBucket;
+use standby::Standbys;
 use succession::Succession;
 
 /// Driver LOG lines: a burst of 20, then 10 a second (printk_ratelimit allows 10 per 5 s;
 /// a probe legitimately prints a dozen lines at once).
 const LOG_BURST: u32 = 20;
 const LOG_PER_SECOND: u32 = 10;
-
-/// Why the event loop ends the driver.
-enum Fault {
-    Violation(String),
-    Io(String),
-    /// The driver closed its control socket: usually it is exiting.
-    Closed,
-    /// `understudy recover`.
-    RecoverRequested,
-    /// The kernel asked for the device back: it is being hot-unplugged or unbound.
-    DeviceRemoved,
-    /// The driver's checker is gone: nothing approves its device writes any
-    /// more, so it must not go on (docs/checking.md, "Failing closed").
-    CheckerGone(String),
-    /// The driver missed a deadline while it waited on a checker that
-    /// approved nothing: the checker is hung, and is ended with it.
-    CheckerHung(String),
-    /// Its checker's fatal verdict: its own gate should stop it, but the
-    /// gate runs in the untrusted process.
-    Verdict(String),
-}
-
-impl Fault {
-    /// Why the driver is ended, for the log and `status`.
-    fn describe(self) -> String {
-        match self {
-            Fault::Violation(v) => format!("protocol violation: {v}"),
-            Fault::Io(e) => e,
-            Fault::Closed => "the driver closed its control socket".into(),
-            Fault::RecoverRequested => "restart requested (`understudy recover`)".into(),
-            Fault::DeviceRemoved => "the kernel asked for the device back (hot-unplug or unbind)".into(),
-            Fault::CheckerGone(why) => format!("{why}: its driver's device writes are no longer approved, so the driver \
-                                                is ended (a restart gets a fresh checker)"),
-            Fault::CheckerHung(why) => format!("{why}; the driver and its checker are ended (a restart starts both \
-                                                afresh)"),
-            Fault::Verdict(verdict) => format!("its checker's fatal verdict: {verdict}"),
-        }
-    }
-}
 
 /// Why a request was sent, so its reply goes to the right place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +82,11 @@ enum Purpose {
     Load,
     /// HELLO and PROBE: a refusal ends the driver.
     Startup,
-    /// From the net shadow (shadow.rs).
+    /// From the class's shadow (class/net/shadow.rs).
     Config,
     Heartbeat,
     Ethtool,
-    /// The passive log, given to a successor (handover.rs).
+    /// The passive log, given to a successor (handover/).
     Replay,
 }
 
@@ -191,40 +161,49 @@ impl Supervisor {
               launch.driver.binary.display(), setup.ifname);
         let status = DeviceStatus {
             device: label,
+            class: PassiveLog::CLASS,
             ifname: setup.ifname.clone(),
-            iommu_group: vfio.iommu_group().unwrap_or(0),
-            dma_unconfined: vfio.iommu_group().is_none(),
-            modules: setup.modules.clone(),
-            driver_binary: launch.driver.binary.display().to_string(),
-            pid: Some(pid as u32),
-            cpu: setup.placement.map(|p| p.cpu),
-            poll_us: setup.placement.and_then(|p| p.poll_us),
-            state: DriverState::Starting,
-            death: None,
-            device_stop: None,
-            uptime_s: 0.0,
-            carrier: false,
-            mac: None,
-            mtu: None,
-            driver_name: None,
-            features: None,
-            hw_features: None,
-            offloads: Vec::new(),
-            min_mtu: None,
-            max_mtu: None,
-            log_lines_suppressed: 0,
-            warnings: 0,
-            counters: Counters::default(),
-            pool_buffers: g.pool_buffers,
-            pool_free: datapath.shm.free_count(),
-            queues: setup.queues,
-            arena_in_hugepages: datapath.shm.arena_in_hugepages(),
-            recoveries: Vec::new(),
-            recovery_count: 0,
-            updates: Vec::new(),
-            migrations: Vec::new(),
-            standby: standbys.status(),
-            template_pid: None,
+            dma: DmaStatus {
+                iommu_group: vfio.iommu_group().unwrap_or(0),
+                dma_unconfined: vfio.iommu_group().is_none(),
+                arena_in_hugepages: datapath.shm.arena_in_hugepages(),
+            },
+            driver: DriverStatus {
+                modules: setup.modules.clone(),
+                driver_binary: launch.driver.binary.display().to_string(),
+                pid: Some(pid as u32),
+                cpu: setup.placement.map(|p| p.cpu),
+                poll_us: setup.placement.and_then(|p| p.poll_us),
+                state: DriverState::Starting,
+                death: None,
+                device_stop: None,
+                uptime_s: 0.0,
+                template_pid: None,
+                log_lines_suppressed: 0,
+                warnings: 0,
+            },
+            net: NetStatus {
+                carrier: false,
+                mac: None,
+                mtu: None,
+                driver_name: None,
+                features: None,
+                hw_features: None,
+                offloads: Vec::new(),
+                min_mtu: None,
+                max_mtu: None,
+                counters: Counters::default(),
+                pool_buffers: g.pool_buffers,
+                pool_free: datapath.shm.free_count(),
+                queues: setup.queues,
+            },
+            handovers: HandoverHistory {
+                recoveries: Vec::new(),
+                recovery_count: 0,
+                updates: Vec::new(),
+                migrations: Vec::new(),
+                standby: standbys.status(),
+            },
             // Handle::status reads it from the checking's log.
             check: None,
         };
@@ -277,7 +256,7 @@ impl Supervisor {
         self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }
 
-    fn update(&self, f: impl FnOnce(&mut DeviceStatus)) {
+    fn set_status(&self, f: impl FnOnce(&mut DeviceStatus)) {
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut st);
     }
@@ -388,9 +367,9 @@ impl Supervisor {
                 error!("{}: the device is being removed and no standby took {}: it is released and {} removed",
                        self.label(), self.interface.name(), self.interface.name());
                 self.shut_down();
-                self.update(|s| {
-                    s.state = DriverState::Stopped;
-                    s.death = Some("its device was removed and no standby could take the interface".into());
+                self.set_status(|s| {
+                    s.driver.state = DriverState::Stopped;
+                    s.driver.death = Some("its device was removed and no standby could take the interface".into());
                 });
                 return;
             }
@@ -473,12 +452,12 @@ impl Supervisor {
         warn!("{}: handover: the successor's link is not up after {} s; {} shows its carrier ({})",
               self.label(), interface::CARRIER_HOLD.as_secs(), self.interface.name(), if on { "on" } else { "off" });
         self.set_carrier(on)?;
-        self.feed(Event::LinkWaitOver)
+        self.feed(Event::ReadyWaitOver)
     }
 
     fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
         self.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
-        self.update(|s| s.carrier = on);
+        self.set_status(|s| s.net.carrier = on);
         Ok(())
     }
 
@@ -486,7 +465,7 @@ impl Supervisor {
         if let Some(n) = self.log_limit.take_suppressed(now, force) {
             warn!("{}: {n} driver log line(s) dropped by the rate limit ({LOG_BURST} at once, {LOG_PER_SECOND}/s)",
                   self.label());
-            self.update(|s| s.log_lines_suppressed += n);
+            self.set_status(|s| s.driver.log_lines_suppressed += n);
         }
     }
 
@@ -507,7 +486,7 @@ impl Supervisor {
             let Some(action) = shadow.next(&tap) else { return Ok(()) };
             match action {
                 Action::Send(request) => {
-                    info!("{}: {}: asking the driver for {}", self.label(), self.interface.name(), describe(&request));
+                    info!("{}: {}: asking the driver for {}", self.label(), self.interface.name(), request.describe());
                     return self.send(request, Purpose::Config);
                 }
                 Action::Undo(undo) => self.interface.undo(undo),
@@ -515,7 +494,7 @@ impl Supervisor {
         }
     }
 
-    /// The driver's progress with its frames (datapath.rs), and what it
+    /// The driver's progress with its frames (class/net/datapath.rs), and what it
     /// says: the first frame through a successor, the drops in `status`.
     fn move_frames(&mut self) -> Result<(), Fault> {
         // A handover wants the first frame through its successor as soon as it passes.
@@ -534,9 +513,9 @@ impl Supervisor {
             self.frame_passed(sent);
         }
         let pool_free = self.datapath.shm.free_count();
-        self.update(|s| {
-            s.pool_free = pool_free;
-            s.counters.tx_dropped += moved.dropped;
+        self.set_status(|s| {
+            s.net.pool_free = pool_free;
+            s.net.counters.tx_dropped += moved.dropped;
         });
         Ok(())
     }

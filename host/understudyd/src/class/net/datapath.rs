@@ -13,12 +13,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use log::{info, warn};
-use understudy_shm::{SharedMemory, TapCounts, TxFrame};
+use understudy_shm::{SharedMemory, ShmError, TapCounts, TxFrame};
 
-use super::Fault;
-use crate::fd;
-use crate::shadow::offload_names;
-use crate::tap::Tap;
+use crate::class::net::shadow::offload_names;
+use crate::class::net::tap::Tap;
+use crate::class::InFlight;
+use crate::os::fd;
 
 pub struct Datapath {
     pub shm: SharedMemory,
@@ -102,7 +102,7 @@ impl Datapath {
     /// TAP's frames; one kick if the driver asked for one. If `want_progress`
     /// the driver is asked to signal its next finished frame (a handover
     /// waits for its successor's first).
-    pub fn move_frames(&mut self, want_progress: bool) -> Result<Moved, Fault> {
+    pub fn move_frames(&mut self, want_progress: bool) -> Result<Moved, ShmError> {
         let mut moved = Moved::default();
         loop {
             self.reap_tx_done(&mut moved)?;
@@ -169,8 +169,8 @@ impl Datapath {
     }
 
     /// Takes the driver's transmit completions.
-    fn reap_tx_done(&mut self, moved: &mut Moved) -> Result<(), Fault> {
-        while let Some(done) = self.shm.reap_tx_done().map_err(|e| Fault::Violation(e.to_string()))? {
+    fn reap_tx_done(&mut self, moved: &mut Moved) -> Result<(), ShmError> {
+        while let Some(done) = self.shm.reap_tx_done()? {
             moved.dropped += done.dropped as u64;
             moved.completed += 1;
             if !done.dropped {
@@ -180,11 +180,18 @@ impl Datapath {
         }
         Ok(())
     }
+}
+
+/// The net class's requests in flight are the frames the stack sent
+/// (class/mod.rs).
+impl InFlight for Datapath {
+    type Held = TxFrame;
+    type Error = ShmError;
 
     /// The driver is gone: every buffer is the host's again. Returns the
     /// frames it was given and never completed, then those it read from the
     /// TAP and never finished, each oldest first.
-    pub fn reclaim(&mut self) -> Vec<TxFrame> {
+    fn reclaim(&mut self) -> Vec<TxFrame> {
         let mut uncompleted = self.shm.reclaim_all();
         let held = self.shm.reclaim_held();
         self.counts = TapCounts::default();
@@ -204,10 +211,10 @@ impl Datapath {
 
     /// Gives a successor the frames its predecessor never completed, in
     /// order; returns how many it took, then kicks it.
-    pub fn resubmit(&mut self, frames: Vec<TxFrame>) -> Result<u32, Fault> {
+    fn resubmit(&mut self, frames: Vec<TxFrame>) -> Result<u32, ShmError> {
         let mut resubmitted = 0;
         for frame in frames {
-            if self.shm.send(frame).map_err(|e| Fault::Violation(e.to_string()))? {
+            if self.shm.send(frame)? {
                 resubmitted += 1;
             } else {
                 // Cannot happen (the rings are empty and held at most ring_size), but a frame is never lost silently.
@@ -219,7 +226,7 @@ impl Datapath {
     }
 
     /// Frames nobody will send.
-    pub fn free(&mut self, frames: Vec<TxFrame>) {
+    fn give_up(&mut self, frames: Vec<TxFrame>) {
         for lost in frames {
             self.shm.put_free(lost.buf);
         }

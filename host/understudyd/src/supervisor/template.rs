@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The post-probe template restarts fork from (docs/design.md §8; the
-//! process side is template.rs): whether restarts use one, the one taken,
+//! process side is os/template_fork.rs): whether restarts use one, the one taken,
 //! and its first fork's takeover of the device.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -9,9 +9,10 @@ use log::{info, warn};
 use understudy_protocol::RegisteredInfo;
 
 use super::{driver_log, Fault, Supervisor};
-use crate::process::{self, DriverProcess};
-use crate::shadow::{NetShadow, Place};
-use crate::template::{self, SpawnError, Template};
+use crate::os::process::{self, DriverProcess};
+use crate::class::net::shadow::NetShadow;
+use crate::class::{Log, Place};
+use crate::os::template_fork::{self, SpawnError, Template};
 
 pub struct Templates {
     /// Whether restarts fork from a post-probe template (`--cold-restarts` says no).
@@ -68,7 +69,7 @@ impl Supervisor {
         self.succession.templates.spawn_seq += 1;
         let prober = self.link.as_ref().expect("PROBE was answered");
         let limit = &mut self.log_limit;
-        let spawned = template::spawn(prober.control(), prober.pidfd(), self.succession.templates.spawn_seq,
+        let spawned = template_fork::spawn(prober.control(), prober.pidfd(), self.succession.templates.spawn_seq,
                                       |level, text| driver_log(limit, &dev, level, text));
         match spawned {
             Ok((control, child)) => {
@@ -77,9 +78,9 @@ impl Supervisor {
                 let (process, template_control) = link.hand_to_fork(child, control).map_err(Fault::Io)?;
                 info!("{dev}: process {} is the post-probe template restarts fork from; its fork {pid} drives the device",
                       process.pid);
-                self.update(|s| {
-                    s.pid = Some(pid as u32);
-                    s.template_pid = Some(process.pid as u32);
+                self.set_status(|s| {
+                    s.driver.pid = Some(pid as u32);
+                    s.driver.template_pid = Some(process.pid as u32);
                 });
                 self.succession.templates.template = Some(Template { process, control: template_control });
                 self.succession.templates.takeover = true;
@@ -117,7 +118,7 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} ended ({why}; the process {how}); a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
+        self.set_status(|s| s.driver.template_pid = None);
     }
 
     /// The template exited by itself.
@@ -126,6 +127,6 @@ impl Supervisor {
         let how = process::wait(t.process.pid);
         warn!("{}: post-probe template {} {how}; a restart will load and probe the driver again",
               self.label(), t.process.pid);
-        self.update(|s| s.template_pid = None);
+        self.set_status(|s| s.driver.template_pid = None);
     }
 }

@@ -11,7 +11,7 @@ use understudy_protocol::RegisteredInfo;
 use understudy_vfio::PciAddress;
 
 use crate::handover::Driver;
-use crate::shadow::offload_names;
+use crate::class::net::shadow::offload_names;
 
 struct Entry<D> {
     driver: Driver,

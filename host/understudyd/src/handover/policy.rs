@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The recovery agent's policy (Nooks' user-mode recovery agent; docs/design.md §8, docs/recovery.md):
-//! what happens when a device's restart limit is exceeded, and the
-//! administrator's hook, run after every recovery outcome.
+//! how often a dead driver may be restarted, what happens when a device's
+//! restart limit is exceeded, and the administrator's hook, run after every
+//! recovery outcome.
 //!
 //! `down` (the default) leaves the interface without carrier and says why in
 //! `status`; `retry` keeps restarting, waiting longer each time (doubling from
 //! 1 s, capped), until a restart succeeds. The hook is started, never waited
-//! for by the device's thread: a slow or hanging script cannot delay a
-//! recovery. A small thread reaps it and logs its exit status.
+//! for by the device's thread (os/hook.rs).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -93,33 +93,6 @@ impl HookEvent<'_> {
     }
 }
 
-/// Starts the administrator's hook for `event` and returns at once; a thread
-/// waits for it and logs how it ended. Failing to start it is logged too: a
-/// broken hook never stops a recovery.
-pub fn run_hook(hook: &Path, event: &HookEvent) {
-    let (device, outcome) = (event.device.to_string(), event.outcome.to_string());
-    let child = Command::new(hook)
-        .envs(event.env())
-        .stdin(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            log::error!("{device}: cannot start the recovery hook {}: {e}", hook.display());
-            return;
-        }
-    };
-    let hook = hook.to_path_buf();
-    let reaper = std::thread::Builder::new().name("recovery-hook".into()).spawn(move || match child.wait() {
-        Ok(status) if status.success() => log::info!("{device}: recovery hook {} ({outcome}) exited 0", hook.display()),
-        Ok(status) => log::warn!("{device}: recovery hook {} ({outcome}) {status}", hook.display()),
-        Err(e) => log::error!("{device}: recovery hook {} ({outcome}): cannot wait for it: {e}", hook.display()),
-    });
-    if let Err(e) = reaper {
-        log::error!("cannot start a thread to reap the recovery hook: {e}");
-    }
-}
-
 /// The recovery agent's settings for every device.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentPolicy {
@@ -127,6 +100,43 @@ pub struct AgentPolicy {
     /// The longest wait between `retry` attempts.
     pub retry_max: Duration,
     pub hook: Option<PathBuf>,
+}
+
+/// At most `max` restarts of a device's driver within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    pub max: u32,
+    pub window: Duration,
+    /// Fork restarts from a post-probe template (supervisor/template.rs) when the driver allows it.
+    pub template: bool,
+}
+
+/// The restarts a device has had within its policy's window.
+pub struct RestartBudget {
+    policy: RestartPolicy,
+    recent: VecDeque<Instant>,
+}
+
+impl RestartBudget {
+    pub fn new(policy: RestartPolicy) -> Self {
+        RestartBudget { policy, recent: VecDeque::new() }
+    }
+
+    /// Counts a restart at `now` if the policy allows one, else says why not.
+    pub fn take(&mut self, now: Instant) -> Result<(), String> {
+        while self.recent.front().is_some_and(|&t| now.duration_since(t) >= self.policy.window) {
+            self.recent.pop_front();
+        }
+        if self.recent.len() as u32 >= self.policy.max {
+            return Err(match self.policy.max {
+                0 => "restarts are off (understudyd --max-restarts)".to_string(),
+                max => format!("{max} restart(s) within {} s already (understudyd --max-restarts, --restart-window-s)",
+                               self.policy.window.as_secs()),
+            });
+        }
+        self.recent.push_back(now);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -145,41 +155,6 @@ mod tests {
     }
 
     #[test]
-    fn the_hook_gets_the_outcome_in_its_environment_and_is_not_waited_for() {
-        let dir = std::env::temp_dir().join(format!("understudy-hook-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("env");
-        let script = dir.join("hook.sh");
-        crate::test_script::write(&script, &format!("sleep 0.3\nenv | grep ^UNDERSTUDY_ | sort > {}.tmp && mv {0}.tmp {0}",
-                                                    out.display()));
-        let event = HookEvent {
-            device: "0000:01:00.0",
-            ifname: "us0",
-            outcome: "down",
-            cause: "the driver process 7 killed by signal 9 (Killed)",
-            reason: Some("3 restart(s) within 300 s already"),
-            recovery_count: 3,
-            restart_ms: None,
-            retry_in: None,
-        };
-        let t0 = std::time::Instant::now();
-        run_hook(&script, &event);
-        assert!(t0.elapsed() < Duration::from_millis(250), "the caller does not wait for the hook");
-        let deadline = t0 + Duration::from_secs(10);
-        while !out.exists() {
-            assert!(std::time::Instant::now() < deadline, "the hook never ran");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let env = std::fs::read_to_string(&out).unwrap();
-        assert_eq!(env, "UNDERSTUDY_CAUSE=the driver process 7 killed by signal 9 (Killed)\n\
-                         UNDERSTUDY_DEVICE=0000:01:00.0\nUNDERSTUDY_IFNAME=us0\nUNDERSTUDY_OUTCOME=down\n\
-                         UNDERSTUDY_REASON=3 restart(s) within 300 s already\nUNDERSTUDY_RECOVERY_COUNT=3\n");
-        let _ = std::fs::remove_dir_all(&dir);
-        // A hook that cannot start is logged, not fatal.
-        run_hook(Path::new("/nonexistent/hook"), &event);
-    }
-
-    #[test]
     fn on_exhausted_parses_from_toml_words() {
         #[derive(Deserialize)]
         struct T {
@@ -188,5 +163,25 @@ mod tests {
         let t: T = toml::from_str("on_exhausted = \"retry\"").unwrap();
         assert_eq!(t.on_exhausted, OnExhausted::Retry);
         assert!(toml::from_str::<T>("on_exhausted = \"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn at_most_max_restarts_within_the_window() {
+        let t0 = Instant::now();
+        let mut budget = RestartBudget::new(RestartPolicy { max: 2, window: Duration::from_secs(60), template: true });
+        assert_eq!(budget.take(t0), Ok(()));
+        assert_eq!(budget.take(t0 + Duration::from_secs(10)), Ok(()));
+        assert_eq!(budget.take(t0 + Duration::from_secs(20)).unwrap_err(),
+                   "2 restart(s) within 60 s already (understudyd --max-restarts, --restart-window-s)");
+        // The refused attempt is not counted; the first restart leaves the window at 60 s.
+        assert_eq!(budget.take(t0 + Duration::from_secs(60)), Ok(()));
+        assert!(budget.take(t0 + Duration::from_secs(69)).is_err());
+        assert_eq!(budget.take(t0 + Duration::from_secs(70)), Ok(()));
+    }
+
+    #[test]
+    fn no_restart_when_the_policy_allows_none() {
+        let mut budget = RestartBudget::new(RestartPolicy { max: 0, window: Duration::from_secs(60), template: true });
+        assert_eq!(budget.take(Instant::now()).unwrap_err(), "restarts are off (understudyd --max-restarts)");
     }
 }

@@ -12,7 +12,7 @@ use understudy_protocol::PciIds;
 use understudy_shm::SharedMemory;
 use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Device, VfioError};
 
-use crate::recovery::round_ms;
+use crate::handover::record::round_ms;
 
 /// Maps the arena for the device's DMA (docs/protocol.md): the runtime's
 /// part read-write, the packet pool read-only. The device has no business

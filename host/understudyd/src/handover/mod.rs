@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The handover: a driver hands its interface to a successor, which is given
-//! the predecessor's log and the frames it never sent (docs/recovery.md).
+//! The handover: a driver hands its device's interface to a successor, which
+//! is given the predecessor's log and the requests it never completed
+//! (docs/recovery.md). It is the same for every device class: a class gives
+//! it its shadow's log (`L`, class/mod.rs) and the requests it holds (`F`).
 //!
 //! Recovery, `understudy recover`, live update and migration are one move
 //! with four reasons, as MINIX 3's reincarnation server restarts a service by
@@ -12,33 +14,36 @@
 //!                                           │   device on scratch memory -- while the predecessor serves)
 //!  Death, Requested,
 //!  Failover:          (the predecessor is gone already)
-//!                                           └─▶ Registering ─▶ Replaying ─▶ LinkUp ─▶ resubmit ─┐
+//!                                           └─▶ Registering ─▶ Replaying ─▶ AwaitingReady ─▶ resubmit ─┐
 //!  Death, Requested,
-//!  Failover:          recovered, moved ◀─────────────────────────────────────────────────────────┤
-//!  Update, Migrate:   Probation ──(the window passes)──▶ updated, moved ◀────────────────────────┘
+//!  Failover:          recovered, moved ◀────────────────────────────────────────────────────────────────┤
+//!  Update, Migrate:   Probation ──(the window passes)──▶ updated, moved ◀───────────────────────────────┘
 //! ```
 //!
 //! An update or a move whose successor fails -- it dies, hangs, offers less
 //! than its predecessor exposed, refuses a setting of the log, or fails on
 //! probation -- rolls back: the predecessor's driver goes through the same
-//! phases with the same log and frames. One refused at load changes nothing:
+//! phases with the same log and held requests. One refused at load changes nothing:
 //! the predecessor never stopped. After a move, and after its rollback, the
-//! interface announces its MAC from where it now is.
+//! device announces where it now is (the net class: its MAC).
 //!
-//! This module decides; the device's thread (supervisor.rs) acts. Events go
+//! This module decides; the device's thread (supervisor/) acts. Events go
 //! in, actions come out, and no device, process or clock is touched here, so
-//! every path is unit-tested without a device. `F` is a held frame (the
-//! pool's `TxFrame` in the daemon).
+//! every path is unit-tested without a device. `F` is a held request (the
+//! net class's `TxFrame`), `L` the class's log (its `PassiveLog`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use understudy_api::{HandoverReason, HandoverRecord, ModuleInfo, StartKind};
-use understudy_protocol::{RegisteredInfo, Request};
+use understudy_protocol::Request;
 use understudy_vfio::PciAddress;
 
-use crate::recovery::round_ms;
-use crate::shadow::{self, PassiveLog, Place};
+use crate::class::{Log, Place};
+use record::round_ms;
+
+pub mod policy;
+pub mod record;
 
 /// What serves an interface: these modules (dependencies first) on this device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,9 +86,10 @@ pub enum Phase {
     Registering,
     /// Giving the successor the log, one request at a time.
     Replaying,
-    /// The log is replayed; waiting for the successor's carrier before it
-    /// gets frames (without carrier a driver drops them).
-    LinkUp,
+    /// The log is replayed; waiting for the successor to be ready before it
+    /// gets the held requests (the net class: its carrier; a driver without
+    /// link drops frames).
+    AwaitingReady,
     /// An update's successor serves; a failure before the window ends rolls back.
     Probation,
     /// No device: the interface waits for one (`Reason::Park`).
@@ -91,23 +97,23 @@ pub enum Phase {
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Event<F> {
+pub enum Event<L: Log, F> {
     /// The successor's answer to LOAD (and a move's, to its probe), or every problem.
-    Loaded(Result<Loaded, String>),
-    /// The predecessor is gone and its device stopped: the frames it took and
+    Loaded(Result<Loaded<L>, String>),
+    /// The predecessor is gone and its device stopped: the requests it took and
     /// never completed, oldest first, and how long the device's stop took.
     Quiesced { uncompleted: Vec<F>, device_stop_ms: f64 },
     /// The successor process started (forked from the template, or probing).
     Started(StartKind),
-    Registered(RegisteredInfo),
+    Registered(L::Offer),
     /// The successor answered the replay request the last `Send` named.
     ReplayAnswered { status: i32 },
-    /// The successor's carrier changed.
-    Carrier(bool),
-    /// The successor's link did not come up in time: frames go to it anyway.
-    LinkWaitOver,
+    /// The successor says whether it is ready (the net class: its carrier).
+    Ready(bool),
+    /// The successor did not get ready in time: it is given its requests anyway.
+    ReadyWaitOver,
     /// The successor died, hung or was ended (`EndSuccessor`); its device is
-    /// stopped and these are the frames it held.
+    /// stopped and these are the requests it held.
     SuccessorFailed { cause: String, uncompleted: Vec<F> },
     ProbationOver,
     /// A parked interface is given this driver on this device.
@@ -116,16 +122,16 @@ pub enum Event<F> {
 
 /// A successor that loaded while its predecessor served.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Loaded {
+pub struct Loaded<L: Log> {
     /// The kernel half LOAD chose.
     pub kernel_half: String,
     /// What it registered when it probed its device: a move's successor
     /// probes (on scratch memory), an update's cannot (its device is busy).
-    pub registration: Option<RegisteredInfo>,
+    pub registration: Option<L::Offer>,
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Action<F> {
+pub enum Action<L: Log, F> {
     /// Start a process for this driver and send it LOAD -- and, on a device
     /// other than the serving one, HELLO and PROBE on scratch memory; then `Loaded`.
     Load(Driver),
@@ -137,28 +143,29 @@ pub enum Action<F> {
     Start(Driver),
     /// End the successor for this reason; the daemon then reports `SuccessorFailed`.
     EndSuccessor(String),
-    /// The successor registered: the net shadow starts from it.
-    Adopt(RegisteredInfo),
+    /// The successor registered: the class's shadow starts from what it offers.
+    Adopt(L::Offer),
     Send(Request),
-    /// Lend the successor its receive buffers, hold its frames until its link is up.
-    WaitForLink,
-    /// Give the successor these frames, in order, and the TAP's after them.
+    /// Hold the successor's requests until it is ready (the net class: lend
+    /// it receive buffers, hold its frames until its link is up).
+    WaitForReady,
+    /// Give the successor these held requests, in order, and the class's after them.
     Resubmit(Vec<F>),
     /// A failure of the successor within this window still rolls the update back.
     StartProbation(Duration),
-    /// Tell the network where the interface's MAC now is: gratuitous ARP and
-    /// unsolicited neighbour advertisements from the interface.
+    /// After a move, tell the device's peers where it now is (the net
+    /// class: gratuitous ARP and unsolicited neighbour advertisements).
     Announce,
     /// Give the predecessor's device back to the kernel; the interface keeps
-    /// its carrier, its log and its frames until `Attach`.
+    /// its readiness, its log and its held requests until `Attach`.
     Park,
     /// The handover is over.
-    Done(Outcome<F>),
+    Done(Outcome<L, F>),
 }
 
 /// How a handover ended.
 #[derive(Debug, PartialEq)]
-pub enum Outcome<F> {
+pub enum Outcome<L, F> {
     /// The successor serves: recovered, or updated or moved and through probation.
     Committed,
     /// An update or a move failed and its predecessor serves again.
@@ -166,20 +173,20 @@ pub enum Outcome<F> {
     /// An update or a move refused at load: nothing changed.
     Refused { why: String },
     /// Nobody serves. The daemon's death handling decides what follows, with
-    /// this log and these frames; `replaceable` is false when a fresh copy
+    /// this log and these requests; `replaceable` is false when a fresh copy
     /// could do no better (it registered another device, refused a setting).
-    Failed { why: String, log: PassiveLog, uncompleted: Vec<F>, replaceable: bool },
+    Failed { why: String, log: L, uncompleted: Vec<F>, replaceable: bool },
 }
 
 /// How long an updated driver serves before the update is final: a crash
 /// soon after the switch is the new version's (the live-update paper's rollback).
 pub const PROBATION: Duration = Duration::from_secs(5);
 
-pub struct Handover<F> {
+pub struct Handover<L: Log, F> {
     reason: Reason,
     phase: Phase,
     /// The predecessor's log: what every successor is given.
-    log: PassiveLog,
+    log: L,
     /// What served before: what a rollback runs.
     predecessor: Driver,
     /// Why the update failed, once it is rolling back.
@@ -188,8 +195,8 @@ pub struct Handover<F> {
     ending: Option<String>,
     /// The successor was ended because no fresh copy could do better.
     unreplaceable: bool,
-    /// The successor's carrier, as it last said.
-    carrier: bool,
+    /// Whether the successor is ready, as it last said.
+    ready: bool,
     uncompleted: Vec<F>,
     replay: VecDeque<Request>,
     began: Instant,
@@ -198,13 +205,13 @@ pub struct Handover<F> {
     record: HandoverRecord,
 }
 
-impl<F> Handover<F> {
+impl<L: Log, F> Handover<L, F> {
     /// A restart: the predecessor is gone, its device stopped since `began`
     /// (`device_stop_ms` of it the device's own stop), and `uncompleted` its
-    /// frames. Death and `recover`.
-    pub fn restart(reason: Reason, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
-                   began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
-        let mut h = Handover::new(reason, log, predecessor, began);
+    /// held requests. Death and `recover`.
+    pub fn restart(reason: Reason, log: L, predecessor: Driver, uncompleted: Vec<F>,
+                   began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<L, F>>) {
+        let mut h = Self::new(reason, log, predecessor, began);
         h.uncompleted = uncompleted;
         h.record.device_stop_ms = device_stop_ms;
         h.record.stop_ms = h.lap(now);
@@ -215,39 +222,39 @@ impl<F> Handover<F> {
 
     /// The serving device is being removed and no standby is left: as
     /// `restart`, but the interface waits for `Event::Attach`.
-    pub fn park(cause: String, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>, began: Instant,
-                device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
-        let (mut h, _) = Handover::restart(Reason::Park { cause }, log, predecessor, uncompleted, began, device_stop_ms, now);
+    pub fn park(cause: String, log: L, predecessor: Driver, uncompleted: Vec<F>, began: Instant,
+                device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<L, F>>) {
+        let (mut h, _) = Self::restart(Reason::Park { cause }, log, predecessor, uncompleted, began, device_stop_ms, now);
         h.phase = Phase::Parked;
         (h, vec![Action::Park])
     }
 
     /// A failover: as `restart`, but to the standby `to` for `cause`.
     #[allow(clippy::too_many_arguments)] // a restart's arguments, and where to
-    pub fn failover(to: Driver, cause: String, log: PassiveLog, predecessor: Driver, uncompleted: Vec<F>,
-                    began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<F>>) {
-        Handover::restart(Reason::Failover { to, cause }, log, predecessor, uncompleted, began, device_stop_ms, now)
+    pub fn failover(to: Driver, cause: String, log: L, predecessor: Driver, uncompleted: Vec<F>,
+                    began: Instant, device_stop_ms: f64, now: Instant) -> (Self, Vec<Action<L, F>>) {
+        Self::restart(Reason::Failover { to, cause }, log, predecessor, uncompleted, began, device_stop_ms, now)
     }
 
     /// An update of the serving `predecessor` to the modules `to`.
-    pub fn update(to: Vec<ModuleInfo>, allow_feature_loss: bool, log: PassiveLog, predecessor: Driver, now: Instant)
-                  -> (Self, Vec<Action<F>>) {
-        Handover::loading(Reason::Update { modules: to, allow_feature_loss }, log, predecessor, now)
+    pub fn update(to: Vec<ModuleInfo>, allow_feature_loss: bool, log: L, predecessor: Driver, now: Instant)
+                  -> (Self, Vec<Action<L, F>>) {
+        Self::loading(Reason::Update { modules: to, allow_feature_loss }, log, predecessor, now)
     }
 
     /// A move of the serving `predecessor`'s interface to the driver `to`.
-    pub fn migrate(to: Driver, log: PassiveLog, predecessor: Driver, now: Instant) -> (Self, Vec<Action<F>>) {
-        Handover::loading(Reason::Migrate { to }, log, predecessor, now)
+    pub fn migrate(to: Driver, log: L, predecessor: Driver, now: Instant) -> (Self, Vec<Action<L, F>>) {
+        Self::loading(Reason::Migrate { to }, log, predecessor, now)
     }
 
-    fn loading(reason: Reason, log: PassiveLog, predecessor: Driver, now: Instant) -> (Self, Vec<Action<F>>) {
-        let mut h = Handover::new(reason, log, predecessor, now);
+    fn loading(reason: Reason, log: L, predecessor: Driver, now: Instant) -> (Self, Vec<Action<L, F>>) {
+        let mut h = Self::new(reason, log, predecessor, now);
         h.phase = Phase::Loading;
         let load = Action::Load(h.successor());
         (h, vec![load])
     }
 
-    fn new(reason: Reason, log: PassiveLog, predecessor: Driver, began: Instant) -> Self {
+    fn new(reason: Reason, log: L, predecessor: Driver, began: Instant) -> Self {
         let (kind, cause) = match &reason {
             Reason::Death { cause } => (HandoverReason::Death, cause.clone()),
             Reason::Requested => (HandoverReason::Requested, "restart requested (`understudy recover`)".into()),
@@ -263,9 +270,9 @@ impl<F> Handover<F> {
         if matches!(reason, Reason::Park { .. }) {
             record.from_device = Some(predecessor.device.to_string());
         }
-        Handover::<F>::name_successor(&mut record, &reason, &predecessor);
-        Handover { reason, phase: Phase::Registering, log, predecessor, rolling_back: None, ending: None, unreplaceable: false,
-                   carrier: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
+        Self::name_successor(&mut record, &reason, &predecessor);
+        Self { reason, phase: Phase::Registering, log, predecessor, rolling_back: None, ending: None, unreplaceable: false,
+                   ready: false, uncompleted: Vec::new(), replay: VecDeque::new(), began, mark: began, record }
     }
 
     pub fn reason(&self) -> &Reason {
@@ -274,7 +281,7 @@ impl<F> Handover<F> {
 
     /// The driver the handover hands the interface to (before any rollback).
     pub fn successor(&self) -> Driver {
-        Handover::<F>::successor_of(&self.reason, &self.predecessor)
+        Self::successor_of(&self.reason, &self.predecessor)
     }
 
     /// The record says what the interface is handed to: the modules, and for
@@ -283,7 +290,7 @@ impl<F> Handover<F> {
         if matches!(reason, Reason::Death { .. } | Reason::Requested | Reason::Park { .. }) {
             return;
         }
-        let to = Handover::<F>::successor_of(reason, predecessor);
+        let to = Self::successor_of(reason, predecessor);
         record.to_modules = Some(to.modules.clone());
         if matches!(reason, Reason::Migrate { .. } | Reason::Failover { .. }) {
             record.from_device = Some(predecessor.device.to_string());
@@ -308,13 +315,13 @@ impl<F> Handover<F> {
         self.phase == Phase::Parked
     }
 
-    /// The interface's MAC was announced with this many frames.
+    /// The device's new place was announced with this many frames.
     pub fn announced(&mut self, frames: u32) {
         self.record.announced += frames;
     }
 
     /// The log every successor is given.
-    pub fn log(&self) -> &PassiveLog {
+    pub fn log(&self) -> &L {
         &self.log
     }
 
@@ -326,14 +333,14 @@ impl<F> Handover<F> {
         self.began
     }
 
-    /// Whether a driver carries the TAP's frames meanwhile: the predecessor
+    /// Whether a driver carries the class's requests meanwhile: the predecessor
     /// while its successor loads, the successor on probation.
     pub fn serving(&self) -> bool {
         matches!(self.phase, Phase::Loading | Phase::Probation)
     }
 
-    /// Whether the TAP's own changes must wait: the replay follows the log,
-    /// and the TAP is reconciled after it.
+    /// Whether the interface's own changes must wait: the replay follows the
+    /// log, and the interface is reconciled after it.
     pub fn holds_configuration(&self) -> bool {
         matches!(self.phase, Phase::Quiescing | Phase::Registering | Phase::Replaying)
     }
@@ -351,7 +358,7 @@ impl<F> Handover<F> {
         ms
     }
 
-    pub fn on(&mut self, event: Event<F>, now: Instant) -> Vec<Action<F>> {
+    pub fn on(&mut self, event: Event<L, F>, now: Instant) -> Vec<Action<L, F>> {
         match (self.phase, event) {
             (Phase::Loading, Event::Loaded(Ok(loaded))) => {
                 self.record.load_ms = Some(self.lap(now));
@@ -359,7 +366,7 @@ impl<F> Handover<F> {
                 if self.moves() {
                     // Checked before anything stops: the probe said what it offers.
                     let unfit = match &loaded.registration {
-                        None => Some("it registered no net_device when it probed".to_string()),
+                        None => Some(format!("it registered no {} when it probed", L::REGISTERS)),
                         Some(info) => self.log.incompatibility(info, Place::OtherDevice),
                     };
                     if let Some(why) = unfit {
@@ -386,7 +393,7 @@ impl<F> Handover<F> {
             }
             (Phase::Registering, Event::Registered(info)) => self.registered(info, now),
             (Phase::Replaying, Event::ReplayAnswered { status }) if status < 0 => {
-                let refused = self.replay.front().map_or_else(|| "a setting".into(), describe);
+                let refused = self.replay.front().map_or_else(|| "a setting".into(), Request::describe);
                 self.replay.clear();
                 self.end_successor(format!("it refused {refused}, which its predecessor had accepted: {}",
                                            std::io::Error::from_raw_os_error(-status)))
@@ -395,15 +402,15 @@ impl<F> Handover<F> {
                 self.replay.pop_front();
                 self.replay_next(now)
             }
-            (_, Event::Carrier(on)) => {
-                self.carrier = on;
-                if self.phase == Phase::LinkUp && on {
+            (_, Event::Ready(on)) => {
+                self.ready = on;
+                if self.phase == Phase::AwaitingReady && on {
                     self.record.link_ms = Some(self.lap(now));
                     return self.resubmit(now);
                 }
                 Vec::new()
             }
-            (Phase::LinkUp, Event::LinkWaitOver) => {
+            (Phase::AwaitingReady, Event::ReadyWaitOver) => {
                 self.record.link_ms = Some(self.lap(now));
                 self.resubmit(now)
             }
@@ -411,7 +418,7 @@ impl<F> Handover<F> {
             (Phase::Parked, Event::Attach(to)) => {
                 let Reason::Park { cause } = &self.reason else { unreachable!("only a park parks") };
                 self.reason = Reason::Failover { to, cause: cause.clone() };
-                Handover::<F>::name_successor(&mut self.record, &self.reason, &self.predecessor);
+                Self::name_successor(&mut self.record, &self.reason, &self.predecessor);
                 self.record.parked_ms = Some(self.lap(now));
                 self.phase = Phase::Registering;
                 vec![Action::Start(self.successor())]
@@ -426,7 +433,7 @@ impl<F> Handover<F> {
         }
     }
 
-    fn registered(&mut self, info: RegisteredInfo, now: Instant) -> Vec<Action<F>> {
+    fn registered(&mut self, info: L::Offer, now: Instant) -> Vec<Action<L, F>> {
         // A rollback returns to what served before: it is never held to the update's override.
         let place = match (&self.reason, self.rolling_back.is_some()) {
             (Reason::Migrate { .. } | Reason::Failover { .. }, false) => Place::OtherDevice,
@@ -439,8 +446,8 @@ impl<F> Handover<F> {
         self.record.start_ms = Some(self.lap(now));
         self.phase = Phase::Replaying;
         self.replay = self.log.replay(&info).into();
-        // A template's fork says its carrier right after REGISTERED; a probe's comes later.
-        self.carrier = false;
+        // A template's fork says it is ready right after REGISTERED; a probe's later.
+        self.ready = false;
         let mut actions = vec![Action::Adopt(info)];
         actions.extend(self.replay_next(now));
         actions
@@ -448,25 +455,25 @@ impl<F> Handover<F> {
 
     /// A successor that offers less than its predecessor, or refuses what it
     /// accepted, is ended; a fresh copy of the same modules would do no better.
-    fn end_successor(&mut self, why: String) -> Vec<Action<F>> {
+    fn end_successor(&mut self, why: String) -> Vec<Action<L, F>> {
         self.unreplaceable = true;
         self.ending = Some(why.clone());
         vec![Action::EndSuccessor(why)]
     }
 
-    fn replay_next(&mut self, now: Instant) -> Vec<Action<F>> {
+    fn replay_next(&mut self, now: Instant) -> Vec<Action<L, F>> {
         if let Some(request) = self.replay.front() {
             return vec![Action::Send(request.clone())];
         }
         self.record.replay_ms = Some(self.lap(now));
-        if self.log.phase == shadow::Phase::Open && !self.carrier {
-            self.phase = Phase::LinkUp;
-            return vec![Action::WaitForLink];
+        if self.log.waits_for_ready() && !self.ready {
+            self.phase = Phase::AwaitingReady;
+            return vec![Action::WaitForReady];
         }
         self.resubmit(now)
     }
 
-    fn resubmit(&mut self, now: Instant) -> Vec<Action<F>> {
+    fn resubmit(&mut self, now: Instant) -> Vec<Action<L, F>> {
         let frames = std::mem::take(&mut self.uncompleted);
         self.record.tx_resubmitted = frames.len() as u32;
         self.record.serving_ms = Some(round_ms(now.saturating_duration_since(self.began)));
@@ -487,7 +494,7 @@ impl<F> Handover<F> {
 
     /// The successor cannot serve. An update or a move not rolled back yet
     /// goes back to its predecessor; anything else ends here.
-    fn failed(&mut self, cause: String, now: Instant) -> Vec<Action<F>> {
+    fn failed(&mut self, cause: String, now: Instant) -> Vec<Action<L, F>> {
         let cause = self.ending.take().unwrap_or(cause);
         let first_failure = self.rolling_back.is_none();
         if matches!(self.reason, Reason::Update { .. } | Reason::Migrate { .. }) && first_failure {
@@ -510,7 +517,7 @@ impl<F> Handover<F> {
         self.finish(Outcome::Failed { why, log, uncompleted, replaceable: !self.unreplaceable })
     }
 
-    fn finish(&mut self, outcome: Outcome<F>) -> Vec<Action<F>> {
+    fn finish(&mut self, outcome: Outcome<L, F>) -> Vec<Action<L, F>> {
         self.record.outcome = match &outcome {
             Outcome::Committed if matches!(self.reason, Reason::Update { .. }) => "updated".into(),
             Outcome::Committed if self.moves() => "moved".into(),
@@ -520,23 +527,6 @@ impl<F> Handover<F> {
             Outcome::Failed { why, .. } => format!("failed: {why}"),
         };
         vec![Action::Done(outcome)]
-    }
-}
-
-/// A request of the log, for log lines.
-pub fn describe(request: &Request) -> String {
-    use understudy_protocol::{RX_MODE_ALLMULTI, RX_MODE_PROMISC};
-    match request {
-        Request::SetMtu(mtu) => format!("SET_MTU {mtu}"),
-        Request::SetMac(mac) => format!("SET_MAC {}", shadow::format_mac(mac)),
-        Request::SetChannels(n) => format!("SET_CHANNELS combined {n}"),
-        Request::SetRxMode { flags, multicast } => format!(
-            "SET_RX_MODE{}{} with {} multicast address(es)",
-            if flags & RX_MODE_PROMISC != 0 { " promisc" } else { "" },
-            if flags & RX_MODE_ALLMULTI != 0 { " allmulti" } else { "" },
-            multicast.len()
-        ),
-        other => other.name().to_string(),
     }
 }
 

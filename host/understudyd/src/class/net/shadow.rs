@@ -26,7 +26,11 @@
 //! changes. Nor can refused queue pairs: the TAP's queues then all feed the
 //! queues the driver runs, and they are not asked again of this driver.
 
+use understudy_api::DeviceClass;
 use understudy_protocol::{RegisteredInfo, Request, MAX_MC, RX_MODE_ALLMULTI, RX_MODE_PROMISC};
+
+use crate::class::{Log, Place};
+use understudy_protocol::format_mac;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -98,15 +102,6 @@ pub enum Undo {
     Down { why: String },
 }
 
-/// Where a successor takes a log's place (`PassiveLog::incompatibility`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// A restart or an update: the same device, so the same card.
-    SameDevice { allow_feature_loss: bool },
-    /// A move: another device, with its own MAC and features.
-    OtherDevice,
-}
-
 /// The passive log (live-update paper §4): what the driver said of its
 /// net_device and every setting it accepted -- all a fresh driver process
 /// must be given to stand where this one stood. Refused and unanswered
@@ -126,14 +121,18 @@ pub struct PassiveLog {
     pub channels: Option<u16>,
 }
 
-impl PassiveLog {
+impl Log for PassiveLog {
+    const CLASS: DeviceClass = DeviceClass::Net;
+    const REGISTERS: &'static str = "net_device";
+    type Offer = RegisteredInfo;
+
     /// Why a newly registered driver cannot take this log's place, if it cannot.
     /// On the same device: another device, an MTU in use it would refuse, or
     /// fewer features than the stack was using (unless `allow_feature_loss`:
     /// an update told so). On another device (a move): the MAC is the
     /// interface's, set by the replay; the MTU in use and the offloads the
     /// interface advertises are what it must take (docs/migration.md).
-    pub fn incompatibility(&self, fresh: &RegisteredInfo, place: Place) -> Option<String> {
+    fn incompatibility(&self, fresh: &RegisteredInfo, place: Place) -> Option<String> {
         let old = &self.registered;
         let same_device = matches!(place, Place::SameDevice { .. });
         if same_device && (fresh.perm_addr != old.perm_addr || fresh.dev_addr != old.dev_addr) {
@@ -165,7 +164,7 @@ impl PassiveLog {
     /// them: configuration before OPEN, the receive mode right after it.
     /// Not the queue pairs: a successor on another device may have fewer,
     /// and is asked for them once it serves, as the first driver was.
-    pub fn replay(&self, fresh: &RegisteredInfo) -> Vec<Request> {
+    fn replay(&self, fresh: &RegisteredInfo) -> Vec<Request> {
         let mut requests = Vec::new();
         if self.mtu != fresh.mtu {
             requests.push(Request::SetMtu(self.mtu));
@@ -180,6 +179,11 @@ impl PassiveLog {
             }
         }
         requests
+    }
+
+    /// An open interface's successor carries frames once its link is up.
+    fn waits_for_ready(&self) -> bool {
+        self.phase == Phase::Open
     }
 }
 
@@ -209,11 +213,6 @@ pub fn offload_names(offloads: u32) -> Vec<String> {
         .filter(|(flag, _)| offloads & flag != 0)
         .map(|(_, name)| name.to_string())
         .collect()
-}
-
-/// A MAC address as `ip link` shows it.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 pub struct NetShadow {

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 
-use crate::fd;
-use crate::process::{self, DriverProcess};
+use crate::os::fd;
+use crate::os::process::{self, DriverProcess};
 
 /// How long a template may take to fork a driver: restoring a few MiB and
 /// one fork, so anything near this means it is broken.
@@ -131,6 +131,7 @@ fn adopt(pid: libc::pid_t) -> io::Result<DriverProcess> {
     }
     // SAFETY: waitid fills `info`; WNOWAIT leaves the child to be reaped later.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is ours to fill, and nothing else is passed.
     if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) } < 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("not a child of the daemon ({})", io::Error::last_os_error())));
     }

@@ -12,7 +12,7 @@ use std::process::Command;
 use understudy_api::GateMode;
 use understudy_vfio::{Handoff, PciAddress};
 
-use crate::placement::Placement;
+use crate::os::placement::Placement;
 
 /// The fds a driver process inherits, by their command-line option.
 pub struct DriverFds<'a> {
@@ -125,7 +125,7 @@ pub fn spawn(binary: &Path, fds: &DriverFds, identity: Identity, placement: Opti
     }
     for &queue in &fds.tap {
         // A predecessor may have detached it.
-        crate::tap::attach_driver_queue(queue)?;
+        crate::class::net::tap::attach_driver_queue(queue)?;
         cmd.arg("--tap-fd").arg(queue.as_raw_fd().to_string());
         inherited.push(queue.as_raw_fd());
     }
@@ -174,6 +174,7 @@ pub fn watch(pid: libc::pid_t) -> io::Result<DriverProcess> {
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: pidfd_open returned a fresh fd nobody else owns.
     Ok(DriverProcess { pid, pidfd: unsafe { OwnedFd::from_raw_fd(raw) } })
 }
 

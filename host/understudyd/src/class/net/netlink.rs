@@ -130,6 +130,7 @@ impl LinkMonitor {
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: socket returned a fresh fd nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: an all-zero sockaddr_nl is valid; we fill family and groups.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };

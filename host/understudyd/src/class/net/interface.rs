@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use log::{error, warn};
 use understudy_protocol::RegisteredInfo;
 
-use crate::multicast::read_multicast_list;
-use crate::netlink::{Events, LinkInfo, LinkMonitor};
-use crate::shadow::{format_mac, NetShadow, RxMode, TapConfig, Undo};
-use crate::tap::Tap;
+use crate::class::net::multicast::read_multicast_list;
+use crate::class::net::netlink::{Events, LinkInfo, LinkMonitor};
+use understudy_protocol::format_mac;
+
+use crate::class::net::shadow::{NetShadow, RxMode, TapConfig, Undo};
+use crate::class::net::tap::Tap;
 
 /// How often the TAP's multicast list is re-read (multicast.rs: no event announces it).
 const MULTICAST_POLL: Duration = Duration::from_millis(200);
@@ -82,7 +84,7 @@ impl Interface {
     fn read_multicast_list(&mut self) {
         match read_multicast_list(self.ifindex) {
             Ok(list) => self.multicast = list,
-            Err(e) => error!("{}: cannot read {}: {e}", self.label, crate::multicast::DEV_MCAST),
+            Err(e) => error!("{}: cannot read {}: {e}", self.label, crate::class::net::multicast::DEV_MCAST),
         }
     }
 

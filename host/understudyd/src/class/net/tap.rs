@@ -115,7 +115,7 @@ fn open_queue(name: &str) -> io::Result<File> {
 /// queues leaves the daemon's as the only one: the frames go there, unread,
 /// as if the driver did not read its own.
 fn steer_to_driver_queues(tap: BorrowedFd, n: u16) -> io::Result<()> {
-    let prog = crate::steering::load(n)?;
+    let prog = crate::class::net::steering::load(n)?;
     let mut fd = prog.as_raw_fd();
     ioctl(tap, TUNSETSTEERINGEBPF, &mut fd).map_err(|e| io::Error::new(e.kind(), format!("TUNSETSTEERINGEBPF: {e}")))
 }
@@ -220,6 +220,7 @@ fn inet_socket() -> io::Result<OwnedFd> {
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: socket returned a fresh fd nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
