@@ -6,7 +6,7 @@ of a transfer, and the longest gap around each event.
 
 The demo (`python3 -m lab demo`), the crash scenarios (lab/scenario.py), the
 update scenario (lab/update_loop.py) and the recovery and update tests
-(tests/runtime/) build on these; starting and killing the driver is
+(tests/daemon/) build on these; starting and killing the driver is
 lab/understudy.py.
 """
 from __future__ import annotations

@@ -1,11 +1,17 @@
-"""Shared fixtures: the lab must be set up (`python3 -m lab setup`, run by `make test`)."""
+"""Shared fixtures: the lab must be set up (`python3 -m lab setup`, run by `make test`),
+and the driver process's runtime built, for the runtime's tests and the daemon's alike."""
 import os
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
 from lab import config
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIME = REPO / "runtime"
+BUILD = RUNTIME / "build"
 
 # Guests keep their run directory under TMPDIR: a directory of this test session
 # tells its QEMU processes apart from any other lab running on the machine.
@@ -20,6 +26,24 @@ def lab_ready():
     if not k.vmlinuz.exists():
         pytest.fail(f"the lab is not set up ({k.vmlinuz} missing): run `python3 -m lab setup`")
     return k
+
+
+@pytest.fixture(scope="session")
+def runtime_built() -> Path:
+    """Builds the runtime (libloader, understudy-driver, the Kbuild kernel half)."""
+    res = subprocess.run(["make", "-s", "-C", str(RUNTIME)], capture_output=True, text=True)
+    if res.returncode:
+        pytest.fail(f"make -C runtime failed:\n{res.stdout}\n{res.stderr}")
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def debian_modules() -> Path:
+    """The unpacked linux-image package's module tree (set up by `python3 -m lab setup`)."""
+    modules = config.kernel().modules
+    if not (modules / "modules.dep").exists():
+        pytest.fail(f"{modules} is missing: run `python3 -m lab setup`")
+    return modules
 
 
 def qemu_processes() -> set[int]:

@@ -3,7 +3,7 @@ control-message parsing, include/understudy/protocol.h ↔ Rust layout, VFIO
 sysfs checks), run as part of the repository's test suite."""
 import subprocess
 
-from tests.host.conftest import HOST_DIR
+from lab.understudy import HOST_DIR
 
 
 def test_cargo_test_passes():

@@ -186,7 +186,7 @@ def test_stand_alone_picks_the_half_by_vermagic(runtime_built):
 
 
 def test_the_e1000_nocsum_fixture_loads_like_debians_e1000_of_the_pinned_abi(driver, runtime_built):
-    """The fixture of tests/runtime/test_update_incompatible.py (lab/fixtures/e1000-nocsum.patch,
+    """The fixture of tests/daemon/test_update_incompatible.py (lab/fixtures/e1000-nocsum.patch,
     built by `python3 -m lab setup`) passes LOAD's checks as Debian's build does: it is
     refused later, by the compatibility check, not here."""
     abi = config.kernel().abi

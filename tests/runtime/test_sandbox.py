@@ -6,7 +6,7 @@ queue, which tun answers for any process holding it, root or not; new
 sockets, or sending anywhere but on the host's socket; new namespaces;
 signalling another user's process; calls outside the list it allows (bpf,
 execve, ptrace, io_uring...). Frames still move, threads still start. (That every driver process runs
-sandboxed is checked in the lab, test_understudyd_lab.py, from its /proc
+sandboxed is checked in the lab, tests/daemon/test_understudyd_lab.py, from its /proc
 status.)
 """
 import os

@@ -1,7 +1,7 @@
 """The TX thread's poll policy (runtime/ddekit/tx_poll.c), on a clock the C test moves:
 sparse traffic polls through the window, dense traffic and batches sleep in their
 gaps, a short window polls as long as it says. The lab test of `understudy run
---poll-us` (test_understudyd_e1000.py) checks the same on a real NIC."""
+--poll-us` (tests/daemon/test_understudyd_e1000.py) checks the same on a real NIC."""
 import subprocess
 
 

@@ -27,11 +27,6 @@ MAC = "52:54:00:12:34:56"
 BULK_BYTES = 200 * 1000 * 1000
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def e1000_stat(d: understudy.Daemon, bdf: str, name: str) -> int:
     """One of e1000's ethtool statistics, through `understudy ethtool --stats`."""
     res = d.cli("ethtool", "--stats", bdf)

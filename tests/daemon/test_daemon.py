@@ -1,7 +1,7 @@
 """understudyd in a lab guest: taking an e1000 through VFIO, refusing bad input
 with nothing left behind, and surviving drivers that misbehave or die.
 
-The driver process here is tests/host/hostile_driver.c, a test stand-in that
+The driver process here is tests/daemon/hostile_driver.c, a test stand-in that
 gets the device "running" and then breaks the protocol or kills itself."""
 import time
 

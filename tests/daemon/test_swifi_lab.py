@@ -33,11 +33,6 @@ PING_INTERVAL_MS, PING_TIMEOUT_MS = 20, 50
 
 
 @pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
-@pytest.fixture(scope="module")
 def e1000():
     return generator_for(host_module("e1000"))
 

@@ -24,11 +24,6 @@ RXCSUM = 1 << 40     # rx-checksum
 TX_BULK_BYTES = 8 * 1000 * 1000
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def tx_offloads(g: Guest) -> dict[str, str]:
     """What the guest's stack leaves to us0 (`ethtool -k us0`): the TAP's offloads."""
     out = g.run("ethtool -k us0", check=True).out

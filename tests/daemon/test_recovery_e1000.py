@@ -23,11 +23,6 @@ pytestmark = pytest.mark.lab
 BULK_BYTES = 40 * 1000 * 1000
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 @pytest.mark.parametrize("start", ["template", "probe"])
 def test_a_killed_e1000_driver_is_restarted_with_its_settings_and_the_transfer_survives(no_leftover_qemu, bins, start):
     with Guest(devices=["e1000"]) as g:

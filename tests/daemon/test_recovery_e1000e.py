@@ -19,11 +19,6 @@ from . import nic_settings
 pytestmark = pytest.mark.lab
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def test_a_killed_e1000e_driver_on_msix_is_restarted_and_its_vectors_with_it(no_leftover_qemu, bins):
     with Guest(devices=["e1000e"]) as g:
         bdf, ko = understudy.hand_over(g, "nic0", "e1000e")

@@ -25,11 +25,6 @@ RATE_MBPS = 20
 MTU = 1600
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def test_us0_moves_from_e1000_to_8139cp_and_back_during_one_transfer(no_leftover_qemu, lab_ready, runtime_built):
     rep = migrate_loop.migrate_loop("e1000", "8139cp", moves=2, rate_mbps=RATE_MBPS)
     f = rep.figures

@@ -20,11 +20,6 @@ RATE_MBPS = 20
 MAC = "52:54:00:12:34:99"
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def up(g: Guest, bins: dict, bdf: str, modules: list[str]) -> understudy.Daemon:
     d = understudy.Daemon(g, bins, None, "--max-restarts", "3")
     d.run(bdf, modules)

@@ -20,11 +20,6 @@ BULK_BYTES = 40 * 1000 * 1000
 RATE_MBPS = 20
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def us0(d: understudy.Daemon) -> dict:
     """us0's status, whichever device serves it."""
     return next(s for s in d.status().values() if s["ifname"] == "us0")

@@ -16,8 +16,8 @@ import pytest
 from lab import net
 from lab.guest import Guest
 
-from .conftest import DRIVER, REPO, events
-from .test_nic_lab import DRIVERS
+from tests.runtime.conftest import DRIVER, REPO, events
+from tests.runtime.test_nic_lab import DRIVERS
 
 pytestmark = pytest.mark.lab
 SOCKET = "/run/understudy-runtime-test.sock"

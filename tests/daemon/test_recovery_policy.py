@@ -24,11 +24,6 @@ LATE_KILLER = ("while :; do for p in $(pgrep -x understudy-driv); do "
                "[ \"$(ps -o etimes= -p $p)\" -ge 2 ] 2>/dev/null && kill -9 $p; done; sleep 0.1; done")
 
 
-@pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
 def hook_outcomes(g: Guest) -> list[dict]:
     text = g.run(f"cat {HOOK_LOG} 2>/dev/null").out
     return [dict(f.split("=", 1) for f in line.split("|") if "=" in f) for line in text.splitlines()]

@@ -3,7 +3,7 @@ reaches the driver as requests, refusals are undone on us0, ethtool queries
 are answered by the driver, a config file starts two devices, a driver whose
 control loop goes silent is declared hung, and a driver's log flood is cut.
 
-The driver process is tests/host/hostile_driver.c, the test stand-in, with
+The driver process is tests/daemon/hostile_driver.c, the test stand-in, with
 UNDERSTUDY_TEST_DRIVER_DIR as its remote control: it records every request
 it gets and refuses or goes silent when told."""
 import json

@@ -24,11 +24,6 @@ UIO = "uio_pci_generic"
 
 
 @pytest.fixture(scope="module")
-def bins(lab_ready, runtime_built):
-    return understudy.build()
-
-
-@pytest.fixture(scope="module")
 def lab(bins):
     """The guest without an IOMMU, its e1000's address and module, and understudyd."""
     with Guest(devices=["e1000"], iommu=False) as g:
