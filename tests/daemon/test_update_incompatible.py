@@ -17,7 +17,7 @@ from .test_update import BULK_BYTES, MAC, during_transfer, up, update
 pytestmark = pytest.mark.lab
 
 # netdev_features_t bits (include/linux/netdev_features.h of 6.1; the names
-# are ethtool's, as shadow.rs `feature_names` gives them).
+# are ethtool's, as class/net/shadow.rs `feature_names` gives them).
 HW_CSUM = 1 << 3     # tx-checksum-ip-generic
 TSO = 1 << 16        # tx-tcp-segmentation
 RXCSUM = 1 << 40     # rx-checksum
@@ -53,7 +53,7 @@ def test_an_e1000_without_checksum_offload_is_rolled_back_unless_feature_loss_is
             tx_before = guest_sends(g)
 
             # Refused: the successor registers without what its predecessor offered
-            # (shadow.rs `PassiveLog::incompatibility`), and the old modules serve again.
+            # (class/net/shadow.rs `PassiveLog::incompatibility`), and the old modules serve again.
             (code, answer), result, drops = during_transfer(g, d, bdf, lambda: update(d, "us0", "--module", nocsum))
             refused = result.summary()
             print("refused update", answer.get("handover"), "bulk", refused)
