@@ -208,6 +208,67 @@ impl StartKind {
     }
 }
 
+/// How a handover ended, or that it has not yet. In JSON it is the words
+/// `status` shows: "under way", "recovered", "updated", "moved",
+/// "rolled back: why", "refused: why" (an update or a move that changed
+/// nothing), "failed: why" or "abandoned: why".
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(into = "String", from = "String")]
+pub enum HandoverOutcome {
+    #[default]
+    UnderWay,
+    Recovered,
+    Updated,
+    Moved,
+    RolledBack(String),
+    Refused(String),
+    Failed(String),
+    /// Ended without an outcome: the device was released meanwhile.
+    Abandoned(String),
+    /// Words this program does not know (a newer daemon's), as they came.
+    Other(String),
+}
+
+impl std::fmt::Display for HandoverOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            HandoverOutcome::UnderWay => f.write_str("under way"),
+            HandoverOutcome::Recovered => f.write_str("recovered"),
+            HandoverOutcome::Updated => f.write_str("updated"),
+            HandoverOutcome::Moved => f.write_str("moved"),
+            HandoverOutcome::RolledBack(why) => write!(f, "rolled back: {why}"),
+            HandoverOutcome::Refused(why) => write!(f, "refused: {why}"),
+            HandoverOutcome::Failed(why) => write!(f, "failed: {why}"),
+            HandoverOutcome::Abandoned(why) => write!(f, "abandoned: {why}"),
+            HandoverOutcome::Other(words) => f.write_str(words),
+        }
+    }
+}
+
+impl From<HandoverOutcome> for String {
+    fn from(outcome: HandoverOutcome) -> String {
+        outcome.to_string()
+    }
+}
+
+impl From<String> for HandoverOutcome {
+    fn from(words: String) -> Self {
+        let why = |prefix: &str| words.strip_prefix(prefix).map(str::to_string);
+        match words.as_str() {
+            "under way" => HandoverOutcome::UnderWay,
+            "recovered" => HandoverOutcome::Recovered,
+            "updated" => HandoverOutcome::Updated,
+            "moved" => HandoverOutcome::Moved,
+            _ => None
+                .or_else(|| why("rolled back: ").map(HandoverOutcome::RolledBack))
+                .or_else(|| why("refused: ").map(HandoverOutcome::Refused))
+                .or_else(|| why("failed: ").map(HandoverOutcome::Failed))
+                .or_else(|| why("abandoned: ").map(HandoverOutcome::Abandoned))
+                .unwrap_or(HandoverOutcome::Other(words)),
+        }
+    }
+}
+
 /// Why a driver handed its interface to a successor.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -235,9 +296,7 @@ pub struct HandoverRecord {
     #[serde(default)]
     pub reason: HandoverReason,
     pub cause: String,
-    /// "under way", "recovered", "updated", "rolled back: why",
-    /// "refused: why" (an update that changed nothing) or "failed: why".
-    pub outcome: String,
+    pub outcome: HandoverOutcome,
     /// An update's or a move's modules before and after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_modules: Option<Vec<ModuleInfo>>,
@@ -506,6 +565,21 @@ mod tests {
         }
         assert_eq!(object["class"], "net");
         assert!(["dma", "driver", "net", "handovers"].iter().all(|group| !object.contains_key(*group)), "{json}");
+    }
+
+    #[test]
+    fn a_handover_outcome_is_its_words_in_json_and_back() {
+        for outcome in [HandoverOutcome::UnderWay, HandoverOutcome::Recovered, HandoverOutcome::Updated,
+                        HandoverOutcome::Moved, HandoverOutcome::RolledBack("the new driver failed: x".into()),
+                        HandoverOutcome::Refused("crc".into()), HandoverOutcome::Failed("y".into()),
+                        HandoverOutcome::Abandoned("released".into())] {
+            let json = serde_json::to_string(&outcome).unwrap();
+            assert_eq!(json, format!("\"{outcome}\""));
+            assert_eq!(serde_json::from_str::<HandoverOutcome>(&json).unwrap(), outcome);
+        }
+        assert_eq!(serde_json::to_string(&HandoverOutcome::RolledBack("why".into())).unwrap(), r#""rolled back: why""#);
+        assert_eq!(serde_json::from_str::<HandoverOutcome>(r#""replanted""#).unwrap(),
+                   HandoverOutcome::Other("replanted".into()));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, Request, Response, RunRequest,
+use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverOutcome, HandoverRecord, Request, Response, RunRequest,
                      StandbyRequest, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
@@ -473,7 +473,7 @@ fn main() -> ExitCode {
             Request::CheckReport { .. } => unreachable!("`check report` answers on its own"),
         }
     }
-    let rolled_back = response.handover.as_ref().is_some_and(|r| r.outcome.starts_with("rolled back"));
+    let rolled_back = response.handover.as_ref().is_some_and(|r| matches!(r.outcome, HandoverOutcome::RolledBack(_)));
     match (response.ok, rolled_back) {
         (true, _) => ExitCode::SUCCESS,
         (false, true) => ExitCode::from(4),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use sha2::{Digest, Sha256};
-use understudy_api::{ModuleInfo, Request, Response, RunRequest};
+use understudy_api::{HandoverOutcome, ModuleInfo, Request, Response, RunRequest};
 use understudy_protocol::{check_queue_count, MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
@@ -208,11 +208,11 @@ impl Daemon {
                 let update = module_infos(&modules)
                     .and_then(|infos| self.requester_for(&device).map(|r| (r, infos)))
                     .and_then(|(requester, infos)| requester.update(infos, allow_feature_loss));
-                handover_response("update", &device, "updated", update)
+                handover_response("update", &device, HandoverOutcome::Updated, update)
             }
             Request::Migrate { device, to, modules } => {
                 let moved = self.migrate(&device, &to, &modules);
-                handover_response("migrate", &device, "moved", moved)
+                handover_response("migrate", &device, HandoverOutcome::Moved, moved)
             }
             Request::CheckReport { device } => match self.check_report(&device) {
                 Ok(report) => Response { check: Some(report), ..Response::ok(Vec::new()) },
@@ -397,7 +397,7 @@ fn given_chain(given: &[String], device: &PciAddress) -> Vec<String> {
 
 /// The answer to `update` or `migrate` (`what`): ok with the record if its
 /// outcome is `done`, else an error that carries the record.
-fn handover_response(what: &str, device: &str, done: &str,
+fn handover_response(what: &str, device: &str, done: HandoverOutcome,
                      result: Result<understudy_api::HandoverRecord, String>) -> Response {
     match result {
         Ok(record) if record.outcome == done => Response { handover: Some(record), ..Response::ok(Vec::new()) },

@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use understudy_api::{HandoverReason, HandoverRecord, ModuleInfo, StartKind};
+use understudy_api::{HandoverOutcome, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
 use understudy_protocol::Request;
 use understudy_vfio::PciAddress;
 
@@ -263,7 +263,7 @@ impl<L: Log, F> Handover<L, F> {
             Reason::Failover { to, cause } => (HandoverReason::Failover, format!("{cause}: failing over to {}", to.device)),
             Reason::Park { cause } => (HandoverReason::Failover, format!("{cause}: waiting for a device")),
         };
-        let mut record = HandoverRecord { reason: kind, cause, outcome: "under way".into(), ..HandoverRecord::default() };
+        let mut record = HandoverRecord { reason: kind, cause, outcome: HandoverOutcome::UnderWay, ..HandoverRecord::default() };
         if !matches!(reason, Reason::Death { .. } | Reason::Requested) {
             record.from_modules = Some(predecessor.modules.clone());
         }
@@ -519,12 +519,12 @@ impl<L: Log, F> Handover<L, F> {
 
     fn finish(&mut self, outcome: Outcome<L, F>) -> Vec<Action<L, F>> {
         self.record.outcome = match &outcome {
-            Outcome::Committed if matches!(self.reason, Reason::Update { .. }) => "updated".into(),
-            Outcome::Committed if self.moves() => "moved".into(),
-            Outcome::Committed => "recovered".into(),
-            Outcome::RolledBack { why } => format!("rolled back: {why}"),
-            Outcome::Refused { why } => format!("refused: {why}"),
-            Outcome::Failed { why, .. } => format!("failed: {why}"),
+            Outcome::Committed if matches!(self.reason, Reason::Update { .. }) => HandoverOutcome::Updated,
+            Outcome::Committed if self.moves() => HandoverOutcome::Moved,
+            Outcome::Committed => HandoverOutcome::Recovered,
+            Outcome::RolledBack { why } => HandoverOutcome::RolledBack(why.clone()),
+            Outcome::Refused { why } => HandoverOutcome::Refused(why.clone()),
+            Outcome::Failed { why, .. } => HandoverOutcome::Failed(why.clone()),
         };
         vec![Action::Done(outcome)]
     }

@@ -9,7 +9,7 @@ use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
+use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverOutcome, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
 use understudy_protocol::RegisteredInfo;
 use understudy_shm::TxFrame;
 
@@ -537,7 +537,7 @@ impl Supervisor {
         self.devices.other = None;
         if let Some(h) = self.succession.handover.take() {
             let mut record = h.record().clone();
-            record.outcome = format!("abandoned: {why}");
+            record.outcome = HandoverOutcome::Abandoned(why.to_string());
             self.publish(&record);
             self.answer_update(record);
         }
