@@ -6,8 +6,8 @@
  * export us_<name>: its definitions are checked against the prototypes
  * below (internal.h includes this header in every kernel half file), and
  * understudy-driver's struct kernel_api (driver/driver.h) and its binding
- * by name (driver/modules.c) are generated from the same list, so a
- * signature that changes on one side fails to compile on the other.
+ * by name (driver/modules.c) are generated from the same list, so the
+ * two sides cannot disagree on a signature and still compile.
  *
  * It lives here, beside its implementation, as ddekit.h, the contract in
  * the other direction, lives in runtime/ddekit: a contract between the two
@@ -24,7 +24,7 @@
 struct ddekit_tx_frame;
 struct kernel_param;
 
-/* The kernel's ETH_GSTRING_LEN: the length of one ethtool statistic's name. */
+/* The kernel's ETH_GSTRING_LEN (us_net_stats is defined with it): one statistic's name. */
 #define US_KERNEL_API_STAT_NAME_LEN	32
 
 #define US_KERNEL_API(X)							\
