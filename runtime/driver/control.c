@@ -247,8 +247,8 @@ static int ethtool(const struct us_ethtool *req, uint8_t *data, uint32_t *len)
 	}
 	case US_ETHTOOL_STATS: {
 		struct us_ethtool_stats head = { 0 };
-		char names[US_ETHTOOL_STATS_PER_REPLY][ETH_GSTRING_LEN];
-		uint64_t values[US_ETHTOOL_STATS_PER_REPLY];
+		char names[US_ETHTOOL_STATS_PER_REPLY][US_KERNEL_API_STAT_NAME_LEN];
+		unsigned long long values[US_ETHTOOL_STATS_PER_REPLY];
 		uint32_t total = 0;
 		int n;
 

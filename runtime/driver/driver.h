@@ -8,40 +8,17 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define ETH_GSTRING_LEN	32
+#include "../kernel/kernel_api.h"
 
-struct ddekit_tx_frame;
-
-/* The kernel half's entry points, found among its exports (runtime/kernel). */
+/*
+ * The kernel half's entry points (kernel/kernel_api.h), bound by name to
+ * its exports by run_modules (modules.c).
+ */
+#define KERNEL_API_POINTER(name, type, parameters) type (*name)parameters;
 struct kernel_api {
-	int (*boot)(void);
-	void (*cpu_enter)(void);
-	void (*cpu_leave)(void);
-	int (*net_open)(void);
-	int (*net_stop)(void);
-	int (*net_xmit)(const void *frame, unsigned int len);
-	void (*net_xmit_buffers)(struct ddekit_tx_frame *frames, unsigned int n);
-	unsigned int (*net_xmit_tap)(void);
-	unsigned int (*irq_serve)(int *eventfds, unsigned int max);
-	int (*net_set_mtu)(unsigned int mtu);
-	int (*net_set_mac)(const uint8_t *mac);
-	int (*net_set_rx_mode)(uint32_t flags, unsigned int n_mc, const uint8_t *mc);
-	int (*net_set_features)(uint64_t features);
-	int (*net_set_channels)(unsigned int combined);
-	int (*net_drvinfo)(char *driver, char *version, char *fw_version, char *bus_info,
-			   unsigned int len);
-	int (*net_link)(uint32_t *speed, uint8_t *duplex, uint8_t *autoneg, uint8_t *port,
-			uint8_t *link);
-	int (*net_stats)(uint32_t first, uint32_t max, uint32_t *total,
-			 char (*names)[ETH_GSTRING_LEN], uint64_t *values);
-	int (*param_set)(const void *kernel_param, const char *val);
-	unsigned long (*irq_count)(void);
-	unsigned long (*rx_frames)(void);
-	long (*skb_live)(void);
-	int (*template_park)(void);
-	int (*template_resume)(void);
-	void (*template_used_memory)(unsigned long *offset, unsigned long *len);
+	US_KERNEL_API(KERNEL_API_POINTER)
 };
+#undef KERNEL_API_POINTER
 
 extern struct kernel_api kernel;
 

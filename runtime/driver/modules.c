@@ -121,30 +121,10 @@ static void *kernel_export(const char *name)
 
 static void find_kernel_api(void)
 {
-	kernel.boot = kernel_export("us_boot");
-	kernel.cpu_enter = kernel_export("us_cpu_enter");
-	kernel.cpu_leave = kernel_export("us_cpu_leave");
-	kernel.net_open = kernel_export("us_net_open");
-	kernel.net_stop = kernel_export("us_net_stop");
-	kernel.net_xmit = kernel_export("us_net_xmit");
-	kernel.net_xmit_buffers = kernel_export("us_net_xmit_buffers");
-	kernel.net_xmit_tap = kernel_export("us_net_xmit_tap");
-	kernel.irq_serve = kernel_export("us_irq_serve");
-	kernel.net_set_mtu = kernel_export("us_net_set_mtu");
-	kernel.net_set_mac = kernel_export("us_net_set_mac");
-	kernel.net_set_rx_mode = kernel_export("us_net_set_rx_mode");
-	kernel.net_set_features = kernel_export("us_net_set_features");
-	kernel.net_set_channels = kernel_export("us_net_set_channels");
-	kernel.net_drvinfo = kernel_export("us_net_drvinfo");
-	kernel.net_link = kernel_export("us_net_link");
-	kernel.net_stats = kernel_export("us_net_stats");
-	kernel.param_set = kernel_export("us_param_set");
-	kernel.irq_count = kernel_export("us_irq_count");
-	kernel.rx_frames = kernel_export("us_rx_frames");
-	kernel.skb_live = kernel_export("us_skb_live");
-	kernel.template_park = kernel_export("us_template_park");
-	kernel.template_resume = kernel_export("us_template_resume");
-	kernel.template_used_memory = kernel_export("us_template_used_memory");
+#define BIND_KERNEL_API(name, type, parameters) \
+	kernel.name = kernel_export(US_KERNEL_API_SYMBOL_NAME(name));
+	US_KERNEL_API(BIND_KERNEL_API)
+#undef BIND_KERNEL_API
 }
 
 static void setup_percpu(void)

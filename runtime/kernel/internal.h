@@ -11,6 +11,7 @@
 #include <linux/netdev_features.h>
 
 #include "../ddekit/ddekit.h"
+#include "kernel_api.h"
 
 /*
  * A thread that runs kernel code. The one kernel "CPU" is a lock; whoever
@@ -24,8 +25,7 @@ struct us_task {
 	void *waiter;			/* its thread, for us_wake_task() */
 };
 
-void us_cpu_enter(void);
-void us_cpu_leave(void);
+/* us_cpu_enter() and us_cpu_leave() take and give up the CPU (kernel_api.h). */
 /*
  * Gives up the CPU until something changes (us_wake) or until deadline_ns
  * (CLOCK_MONOTONIC, 0: none); the caller re-checks its condition.
