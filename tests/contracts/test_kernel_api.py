@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 
-from ..runtime.conftest import BUILD, RUNTIME, runtime_built  # noqa: F401 (a fixture)
+from ..conftest import BUILD, RUNTIME
 
 HEADER = RUNTIME / "kernel" / "kernel_api.h"
 KO_LOAD = BUILD / "ko-load"
