@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The trace region's layout: a mirror of `include/understudy/trace.h`.
+//! The trace region's layout (docs/checking.md, "The trace"): the Rust
+//! mirror of `include/understudy/trace.h`. The checker reads the region through it; understudyd creates
+//! the region at its size and reads its header's counters.
 //!
 //! [`CONSTANTS`] and [`layouts`] list every constant and struct, generated
-//! with the items themselves; `tests/layout.rs` fails unless the header
-//! declares exactly these with the same values, sizes and offsets.
+//! with the items themselves; `tests/layout.rs` fails unless the headers
+//! declare exactly these with the same values, sizes and offsets.
 //!
 //! The structs are `#[repr(C)]` with natural alignment, as in C: the region
-//! is a page-aligned mapping and every offset the driver gives is checked
-//! for alignment before a struct is read from it (`region.rs`).
+//! is a page-aligned mapping, and a reader checks every offset the driver
+//! gives for alignment before it reads a struct from it (the checker's
+//! `region.rs`).
 
 use std::mem::{offset_of, size_of};
 
