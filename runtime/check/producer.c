@@ -39,11 +39,6 @@
 #include "check.h"
 #include "layout.h"
 
-#define SAME_AS_TRACE(name, value) \
-	_Static_assert((int)DDEKIT_##name == (int)US_##name, "ddekit.h's " #name " differs from trace.h's");
-DDEKIT_TRACE_CONSTANTS(SAME_AS_TRACE)
-#undef SAME_AS_TRACE
-
 /* stubs.S's view of the region (layout.h). */
 _Static_assert(offsetof(struct us_trace_header, head) == STUB_HDR_HEAD, "head");
 _Static_assert(offsetof(struct us_trace_header, approved) == STUB_HDR_APPROVED, "approved");
@@ -75,7 +70,7 @@ static struct us_trace_site *sites;
 static uint32_t nsites;
 static struct { uint64_t lo, size; } device_ranges[MAX_DEVICE_RANGES];
 static unsigned int ndevice_ranges;
-static __thread int thread_context = DDEKIT_CTX_PROCESS;
+static __thread int thread_context = US_CTX_PROCESS;
 static __thread unsigned long thread_handler;
 
 int check_gate_mode(const char *name)

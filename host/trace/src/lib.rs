@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The trace region's layout (docs/checking.md, "The trace"): the Rust
-//! mirror of `include/understudy/trace.h`. The checker reads the region through it; understudyd creates
+//! mirror of `include/understudy/trace.h` and of `trace-events.h`, which it
+//! includes. The checker reads the region through it; understudyd creates
 //! the region at its size and reads its header's counters.
 //!
 //! [`CONSTANTS`] and [`layouts`] list every constant and struct, generated
@@ -36,6 +37,7 @@ trace_constants! {
     GATE_PERMISSIVE: u32 = 1;
     GATE_STRINGENT: u32 = 2;
 
+    // What an event says: trace-events.h.
     EV_ACCESS: u16 = 1;
     EV_STRING: u16 = 2;
     EV_PORT: u16 = 3;
@@ -78,6 +80,7 @@ trace_constants! {
     CTX_TIMER: u64 = 3;
     CTX_WORK: u64 = 4;
 
+    // trace.h: the sites' flags, where the tables lie.
     SITE_READ: u8 = 0x01;
     SITE_WRITE: u8 = 0x02;
     SITE_PERCPU: u8 = 0x04;
