@@ -108,6 +108,18 @@ protocol_constants! {
     REPLY_DATA_MAX: usize = MSG_MAX - size_of::<MsgHeader>() - size_of::<Reply>();
 }
 
+/// The slot of the ring entry a free-running counter names; `ring_size` is
+/// a power of two (`us_ring_slot`).
+pub const fn ring_slot(counter: u32, ring_size: u32) -> u32 {
+    counter & (ring_size - 1)
+}
+
+/// The entries published and not yet consumed, modulo 2^32: more than the
+/// ring's size says the other end broke the ring (`us_ring_used`).
+pub const fn ring_used(head: u32, tail: u32) -> u32 {
+    head.wrapping_sub(tail)
+}
+
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
 /// to whole pages (`us_ring_stride`).
 pub const fn ring_stride(ring_size: u32) -> u64 {
