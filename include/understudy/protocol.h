@@ -192,6 +192,15 @@ static inline uint64_t us_rings_size(uint32_t ring_size)
 	return us_tap_state_offset(ring_size) + ((bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1));
 }
 
+/* ---- exit statuses (docs/protocol.md, "Control messages") ----------------- */
+
+/* The driver process panicked as a kernel would: a BUG, a fault nothing
+ * fixes up, a broken invariant of the runtime (sysexits.h's EX_SOFTWARE). */
+#define US_EXIT_PANIC   70
+/* The driver's gate stopped it at its checker's fatal verdict, before a
+ * device write (docs/checking.md, "The gate"). */
+#define US_EXIT_VERDICT 3
+
 /* ---- control messages (SOCK_SEQPACKET, one message per packet) ------------ */
 
 enum us_msg_type {

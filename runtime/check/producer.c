@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
 #include "../loader/loader.h"
@@ -237,7 +239,7 @@ static void stop(uint64_t ret)
 		 "CHECK-STOP the checker's verdict at event %" PRIu64 ": stopped before the device write at %s%s",
 		 verdict() - 1, where, original);
 	ddekit_event(line);
-	_exit(CHECK_EXIT_VERDICT);
+	_exit(US_EXIT_VERDICT);
 }
 
 /* stubs.S and put(): the checker sleeps on `head`. */

@@ -66,6 +66,12 @@ protocol_constants! {
     HELD_OFFSET: usize = 192;
     PAGE_SIZE: u64 = 4096;
 
+    /// A driver process that exits with this panicked, as a kernel would.
+    EXIT_PANIC: i32 = 70;
+    /// A driver process that exits with this was stopped by its gate at its
+    /// checker's fatal verdict, before a device write (docs/checking.md, "The gate").
+    EXIT_VERDICT: i32 = 3;
+
     MSG_HELLO: u16 = 1;
     MSG_PROBE: u16 = 2;
     MSG_OPEN: u16 = 3;

@@ -13,7 +13,7 @@
 //!
 //! `a_change_to_the_header_alone_is_reported` runs the same comparison on
 //! copies of the header that add a `#define US_NEW 1`, add a message type,
-//! drop a constant, add a struct member, change a value,
+//! drop a constant, add a struct member, change a value or an exit status
 //! or change the ring arithmetic, and checks that each is reported.
 
 use std::path::{Path, PathBuf};
@@ -113,6 +113,8 @@ fn a_change_to_the_header_alone_is_reported() {
          "offsetof(struct us_carrier, spare) = 1: in the header only"),
         ("value", edit("#define US_TEXT_MAX 1024u", "#define US_TEXT_MAX 1000u"),
          "US_TEXT_MAX: the header says 1000, host/protocol 1024"),
+        ("exit-status", edit("#define US_EXIT_VERDICT 3\n", "#define US_EXIT_VERDICT 4\n"),
+         "US_EXIT_VERDICT: the header says 4, host/protocol 3"),
         ("ring-arithmetic", edit("\treturn head - tail;\n", "\treturn head > tail ? head - tail : 0;\n"),
          "us_ring_used(3, 7): the header says 0, host/protocol 4294967292"),
     ];
