@@ -24,4 +24,7 @@ pub mod report;
 pub mod shadow;
 pub mod stack;
 pub mod symbols;
-pub mod trace;
+
+/// The trace region's layout, as the driver process writes it
+/// (include/understudy/trace.h, mirrored by understudy-trace).
+pub use understudy_trace as trace;

@@ -112,6 +112,27 @@ _Static_assert(sizeof(struct us_ring) == US_RING_ENTRIES_OFFSET, "ring header la
 _Static_assert(sizeof(struct us_ring_entry) == 20, "ring entry layout");
 #define US_PAGE_SIZE 4096u
 
+/*
+ * The arithmetic of both ends (docs/protocol.md, "Rings"): head and tail
+ * count entries since the start and wrap at 2^32; ring_size is a power of
+ * two. The driver's ends call these (runtime/ddekit/host.c), the host's call
+ * host/protocol's twins (host/shm/src/ring.rs), and host/protocol's layout
+ * test holds the two against each other.
+ */
+
+/* The slot of the entry a counter names. */
+static inline uint32_t us_ring_slot(uint32_t counter, uint32_t ring_size)
+{
+	return counter & (ring_size - 1);
+}
+
+/* The entries published and not yet consumed, modulo 2^32: more than
+ * ring_size says the other end broke the ring. */
+static inline uint32_t us_ring_used(uint32_t head, uint32_t tail)
+{
+	return head - tail;
+}
+
 /* Ring i starts at i * us_ring_stride(ring_size) in the rings memfd: each ring
  * is rounded up to whole pages. */
 static inline uint64_t us_ring_stride(uint32_t ring_size)
@@ -170,6 +191,15 @@ static inline uint64_t us_rings_size(uint32_t ring_size)
 
 	return us_tap_state_offset(ring_size) + ((bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1));
 }
+
+/* ---- exit statuses (docs/protocol.md, "Control messages") ----------------- */
+
+/* The driver process panicked as a kernel would: a BUG, a fault nothing
+ * fixes up, a broken invariant of the runtime (sysexits.h's EX_SOFTWARE). */
+#define US_EXIT_PANIC   70
+/* The driver's gate stopped it at its checker's fatal verdict, before a
+ * device write (docs/checking.md, "The gate"). */
+#define US_EXIT_VERDICT 3
 
 /* ---- control messages (SOCK_SEQPACKET, one message per packet) ------------ */
 

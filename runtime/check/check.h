@@ -15,9 +15,6 @@
 
 struct ko_module;
 
-/* Exit status of a driver the gate stopped on the checker's verdict. */
-#define CHECK_EXIT_VERDICT	3
-
 /* "triage", "permissive", "stringent"; -1 for anything else. */
 int check_gate_mode(const char *name);
 

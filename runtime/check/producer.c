@@ -33,16 +33,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
 #include "../loader/loader.h"
 #include "check.h"
 #include "layout.h"
-
-#define SAME_AS_TRACE(name, value) \
-	_Static_assert((int)DDEKIT_##name == (int)US_##name, "ddekit.h's " #name " differs from trace.h's");
-DDEKIT_TRACE_CONSTANTS(SAME_AS_TRACE)
-#undef SAME_AS_TRACE
 
 /* stubs.S's view of the region (layout.h). */
 _Static_assert(offsetof(struct us_trace_header, head) == STUB_HDR_HEAD, "head");
@@ -75,7 +72,7 @@ static struct us_trace_site *sites;
 static uint32_t nsites;
 static struct { uint64_t lo, size; } device_ranges[MAX_DEVICE_RANGES];
 static unsigned int ndevice_ranges;
-static __thread int thread_context = DDEKIT_CTX_PROCESS;
+static __thread int thread_context = US_CTX_PROCESS;
 static __thread unsigned long thread_handler;
 
 int check_gate_mode(const char *name)
@@ -242,7 +239,7 @@ static void stop(uint64_t ret)
 		 "CHECK-STOP the checker's verdict at event %" PRIu64 ": stopped before the device write at %s%s",
 		 verdict() - 1, where, original);
 	ddekit_event(line);
-	_exit(CHECK_EXIT_VERDICT);
+	_exit(US_EXIT_VERDICT);
 }
 
 /* stubs.S and put(): the checker sleeps on `head`. */

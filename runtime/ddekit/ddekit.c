@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "ddekit.h"
 #include "setup.h"
 
@@ -98,7 +100,7 @@ void ddekit_panic(const char *why)
 	fprintf(stderr, "understudy-driver: kernel panic: %s\n", why);
 	printf("PANIC %s\n", why);
 	fflush(stdout);
-	_exit(70);
+	_exit(US_EXIT_PANIC);
 }
 
 /* ---- time --------------------------------------------------------------- */

@@ -213,47 +213,21 @@ extern int ddekit_checking;
 void ddekit_trace(unsigned int kind, unsigned long site, unsigned long addr,
 		  unsigned long arg0, unsigned long arg1);
 /*
- * The thread now runs kernel code of context `kind` (DDEKIT_CTX_*): the
+ * The thread now runs kernel code of context `kind` (US_CTX_*): the
  * handler `handler` (0 for process context). Returns the previous kind.
  */
 int ddekit_trace_context(int kind, unsigned long handler);
 /* A device write the runtime does for the driver (config space): the gate applies. */
 void ddekit_check_gate(unsigned long site);
 
-/* US_EV_*, US_LOCK_* and US_CTX_* of include/understudy/trace.h as DDEKIT_*; runtime/check asserts them equal. */
-#define DDEKIT_TRACE_CONSTANTS(X)	\
-	X(EV_ALLOC,		16)	\
-	X(EV_FREE,		17)	\
-	X(EV_DMA_MAP,		18)	\
-	X(EV_DMA_UNMAP,		19)	\
-	X(EV_DMA_SYNC_CPU,	20)	\
-	X(EV_DMA_SYNC_DEVICE,	21)	\
-	X(EV_DMA_ALLOC,		22)	\
-	X(EV_DMA_FREE,		23)	\
-	X(EV_LOCK,		24)	\
-	X(EV_UNLOCK,		25)	\
-	X(EV_IRQ_OFF,		26)	\
-	X(EV_IRQ_ON,		27)	\
-	X(EV_CONTEXT,		28)	\
-	X(EV_COPY,		29)	\
-	X(EV_FILL,		30)	\
-	X(EV_STOP,		31)	\
-	X(EVF_DIR_SHIFT,	8)	\
-	X(LOCK_SPIN,		0)	\
-	X(LOCK_SPIN_IRQ,	1)	\
-	X(LOCK_SPIN_BH,		2)	\
-	X(LOCK_MUTEX,		3)	\
-	X(STOP_CLOSE,		0)	\
-	X(STOP_DETACH,		1)	\
-	X(CTX_PROCESS,		0)	\
-	X(CTX_HARDIRQ,		1)	\
-	X(CTX_SOFTIRQ,		2)	\
-	X(CTX_TIMER,		3)	\
-	X(CTX_WORK,		4)
-
-#define DDEKIT_TRACE_CONSTANT(name, value) DDEKIT_##name = value,
-enum { DDEKIT_TRACE_CONSTANTS(DDEKIT_TRACE_CONSTANT) };
-#undef DDEKIT_TRACE_CONSTANT
+/*
+ * The events' kinds and arguments (US_EV_*, US_LOCK_*, US_STOP_*, US_CTX_*):
+ * the trace contract's header that includes nothing, so that this one may
+ * include it. The path is relative to this file, for Kbuild has no -I of
+ * the repository's include/ (runtime/Makefile links ddekit/ beside each
+ * kernel half's tree).
+ */
+#include "../../include/understudy/trace-events.h"
 
 /* ---- network taps ----------------------------------------------------- */
 

@@ -48,7 +48,7 @@ static int control_fd = -1;
 static struct {
 	bool ready;
 	struct us_ring *ring[US_RING_COUNT];
-	uint32_t mask;
+	uint32_t ring_size;
 	int kick_fd, notify_fd;
 	uint8_t *pool;
 	uint32_t pool_buffers, buffer_size;
@@ -174,7 +174,7 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 		return err;
 	for (int i = 0; i < US_RING_COUNT; i++)
 		rings.ring[i] = (struct us_ring *)((uint8_t *)va + i * stride);
-	rings.mask = ring_size - 1;
+	rings.ring_size = ring_size;
 	rings.kick_fd = kick_fd;
 	rings.notify_fd = notify_fd;
 	rings.pool = arena;
@@ -191,9 +191,10 @@ static void produce(struct us_ring *r, uint32_t buf, uint32_t len, uint16_t flag
 	uint64_t one = 1;
 
 	/* The host lends at most ring_size buffers, so tx_done never fills. */
-	if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) > rings.mask)
+	if (us_ring_used(head, __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE)) >= rings.ring_size)
 		ddekit_panic("tx_done is full: the host lent more than ring_size buffers");
-	r->entries[head & rings.mask] = (struct us_ring_entry){ .buf = buf, .len = len, .flags = flags };
+	r->entries[us_ring_slot(head, rings.ring_size)] =
+		(struct us_ring_entry){ .buf = buf, .len = len, .flags = flags };
 	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
 	/* Order the head store before reading the flag (the consumer re-checks). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -212,9 +213,9 @@ static bool consume(struct us_ring *r, struct us_ring_entry *e)
 
 	if (head == tail)
 		return false;
-	if (head - tail > rings.mask + 1)
+	if (us_ring_used(head, tail) > rings.ring_size)
 		ddekit_panic("the host's ring indices are inconsistent");
-	*e = r->entries[tail & rings.mask];
+	*e = r->entries[us_ring_slot(tail, rings.ring_size)];
 	__atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
 	return true;
 }

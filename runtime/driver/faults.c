@@ -14,6 +14,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <understudy/protocol.h>
+
 #include "../ddekit/ddekit.h"
 #include "../ddekit/setup.h"
 #include "../loader/loader.h"
@@ -26,7 +28,7 @@
 static void write_str(const char *s)
 {
 	if (write(STDERR_FILENO, s, strlen(s)) < 0)
-		_exit(70);
+		_exit(US_EXIT_PANIC);
 }
 
 static void on_sigill(int sig, siginfo_t *info, void *uctx)
@@ -43,7 +45,7 @@ static void on_sigill(int sig, siginfo_t *info, void *uctx)
 		write_str(line + 6);
 		printf("%s", line);
 		fflush(stdout);
-		_exit(70);
+		_exit(US_EXIT_PANIC);
 	}
 	if (bug->flags & KO_BUG_WARNING) {
 		uint16_t *flags = (uint16_t *)bug->flags_addr;

@@ -130,7 +130,7 @@ static int do_stop(struct net_device *dev, void *unused)
 {
 	int err = us_netdev_stop(dev);
 
-	us_trace(DDEKIT_EV_STOP, 0, dev, DDEKIT_STOP_CLOSE, 0);
+	us_trace(US_EV_STOP, 0, dev, US_STOP_CLOSE, 0);
 	return err;
 }
 

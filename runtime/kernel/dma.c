@@ -24,7 +24,7 @@ dma_addr_t dma_map_page_attrs(struct device *dev, struct page *page, size_t offs
 		us_panic("dma_map_page(%px + %zu, %zu) from %pS: not arena memory",
 			 page_address(page), offset, size, __builtin_return_address(0));
 	addr = us_dma_addr(phys, size);
-	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_MAP, dir), _RET_IP_, page_address(page) + offset,
+	us_trace(US_TRACE_DMA(US_EV_DMA_MAP, dir), _RET_IP_, page_address(page) + offset,
 		 size, addr);
 	return addr;
 }
@@ -33,7 +33,7 @@ EXPORT_SYMBOL(dma_map_page_attrs);
 void dma_unmap_page_attrs(struct device *dev, dma_addr_t addr, size_t size,
 			  enum dma_data_direction dir, unsigned long attrs)
 {
-	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_UNMAP, dir), _RET_IP_, (void *)addr, size, 0);
+	us_trace(US_TRACE_DMA(US_EV_DMA_UNMAP, dir), _RET_IP_, (void *)addr, size, 0);
 }
 EXPORT_SYMBOL(dma_unmap_page_attrs);
 
@@ -59,7 +59,7 @@ void dma_unmap_sg_attrs(struct device *dev, struct scatterlist *sg, int nents,
 	int i;
 
 	for_each_sg(sg, s, nents, i)
-		us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_UNMAP, dir), _RET_IP_,
+		us_trace(US_TRACE_DMA(US_EV_DMA_UNMAP, dir), _RET_IP_,
 			 (void *)sg_dma_address(s), sg_dma_len(s), 0);
 }
 EXPORT_SYMBOL(dma_unmap_sg_attrs);
@@ -67,7 +67,7 @@ EXPORT_SYMBOL(dma_unmap_sg_attrs);
 void dma_sync_single_for_cpu(struct device *dev, dma_addr_t addr, size_t size,
 			     enum dma_data_direction dir)
 {
-	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_SYNC_CPU, dir), _RET_IP_, (void *)addr, size, 0);
+	us_trace(US_TRACE_DMA(US_EV_DMA_SYNC_CPU, dir), _RET_IP_, (void *)addr, size, 0);
 	rmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_cpu);
@@ -75,7 +75,7 @@ EXPORT_SYMBOL(dma_sync_single_for_cpu);
 void dma_sync_single_for_device(struct device *dev, dma_addr_t addr, size_t size,
 				enum dma_data_direction dir)
 {
-	us_trace(US_TRACE_DMA(DDEKIT_EV_DMA_SYNC_DEVICE, dir), _RET_IP_, (void *)addr, size, 0);
+	us_trace(US_TRACE_DMA(US_EV_DMA_SYNC_DEVICE, dir), _RET_IP_, (void *)addr, size, 0);
 	wmb();
 }
 EXPORT_SYMBOL(dma_sync_single_for_device);
@@ -92,13 +92,13 @@ void *us_dma_alloc_coherent(size_t size, dma_addr_t *dma_handle, gfp_t flag, uns
 		us_free(va);
 		return NULL;
 	}
-	us_trace(DDEKIT_EV_DMA_ALLOC, site, va, size, *dma_handle);
+	us_trace(US_EV_DMA_ALLOC, site, va, size, *dma_handle);
 	return va;
 }
 
 void us_dma_free_coherent(size_t size, void *cpu_addr, unsigned long site)
 {
-	us_trace(DDEKIT_EV_DMA_FREE, site, cpu_addr, size, 0);
+	us_trace(US_EV_DMA_FREE, site, cpu_addr, size, 0);
 	us_free(cpu_addr);
 }
 
@@ -197,7 +197,7 @@ void *dma_pool_alloc(struct dma_pool *pool, gfp_t mem_flags, dma_addr_t *handle)
 	if (va) {
 		/* A block is aligned to its power-of-two size: none of up to 2 MiB crosses a hugepage. */
 		*handle = us_dma_addr(virt_to_phys(va), pool->size);
-		us_trace(DDEKIT_EV_DMA_ALLOC, _RET_IP_, va, pool->size, *handle);
+		us_trace(US_EV_DMA_ALLOC, _RET_IP_, va, pool->size, *handle);
 	}
 	return va;
 }
@@ -205,7 +205,7 @@ EXPORT_SYMBOL(dma_pool_alloc);
 
 void dma_pool_free(struct dma_pool *pool, void *vaddr, dma_addr_t dma)
 {
-	us_trace(DDEKIT_EV_DMA_FREE, _RET_IP_, vaddr, pool->size, 0);
+	us_trace(US_EV_DMA_FREE, _RET_IP_, vaddr, pool->size, 0);
 	us_free(vaddr);
 }
 EXPORT_SYMBOL(dma_pool_free);

@@ -63,8 +63,8 @@ static __always_inline void us_trace(unsigned int kind, unsigned long site, cons
 		ddekit_trace(kind, site, (unsigned long)addr, arg0, arg1);
 }
 
-/* A DMA event's kind with the DMA API's direction in its flags (trace.h, US_EVF_DIR_SHIFT). */
-#define US_TRACE_DMA(kind, dir)	((kind) | ((unsigned int)(dir) & 3) << (16 + DDEKIT_EVF_DIR_SHIFT))
+/* A DMA event's kind with the DMA API's direction in its flags (trace-events.h, US_EVF_DIR_SHIFT). */
+#define US_TRACE_DMA(kind, dir)	((kind) | ((unsigned int)(dir) & 3) << (16 + US_EVF_DIR_SHIFT))
 
 /* mem.c: every allocation lives in the IOMMU-mapped DMA region. */
 int us_mem_init(void);

@@ -65,9 +65,9 @@ static void handle(struct us_irq *desc)
 
 	desc->count++;
 	__irq_enter_raw();
-	ddekit_trace_context(DDEKIT_CTX_HARDIRQ, (unsigned long)desc->handler);
+	ddekit_trace_context(US_CTX_HARDIRQ, (unsigned long)desc->handler);
 	ret = desc->handler(desc->irq, desc->dev_id);
-	ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
+	ddekit_trace_context(US_CTX_PROCESS, 0);
 	__irq_exit_raw();
 	us_softirq_on_irq_exit();
 	if (ret == IRQ_WAKE_THREAD && desc->thread_fn)
@@ -283,7 +283,7 @@ static struct us_irq *lookup(unsigned int irq)
 
 void disable_irq_nosync(unsigned int irq)
 {
-	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
+	us_trace(US_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 }
 EXPORT_SYMBOL(disable_irq_nosync);
@@ -291,14 +291,14 @@ EXPORT_SYMBOL(disable_irq_nosync);
 /* No handler runs while the caller holds the CPU, so nothing to wait for. */
 void disable_irq(unsigned int irq)
 {
-	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
+	us_trace(US_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 }
 EXPORT_SYMBOL(disable_irq);
 
 bool disable_hardirq(unsigned int irq)
 {
-	us_trace(DDEKIT_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
+	us_trace(US_EV_IRQ_OFF, _RET_IP_, NULL, irq, 0);
 	lookup(irq)->disable_depth++;
 	return true;
 }
@@ -310,7 +310,7 @@ void enable_irq(unsigned int irq)
 
 	if (WARN(!desc->disable_depth, "unbalanced enable_irq(%u)\n", irq))
 		return;
-	us_trace(DDEKIT_EV_IRQ_ON, _RET_IP_, NULL, irq, 0);
+	us_trace(US_EV_IRQ_ON, _RET_IP_, NULL, irq, 0);
 	if (--desc->disable_depth)
 		return;
 	if (desc->masked_while_disabled) {

@@ -40,7 +40,7 @@ void *memcpy(void *dst, const void *src, size_t n)
 	size_t words = n / 8, bytes = n % 8;
 
 	/* the checker sees the copy (what it defines), not the string steps */
-	us_trace(DDEKIT_EV_COPY, _RET_IP_, dst, (unsigned long)src, n);
+	us_trace(US_EV_COPY, _RET_IP_, dst, (unsigned long)src, n);
 	asm volatile("rep movsq" : "+D"(dst), "+S"(src), "+c"(words) : : "memory");
 	asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
 	return ret;
@@ -53,7 +53,7 @@ void *memset(void *s, int c, size_t n)
 	size_t words = n / 8, bytes = n % 8;
 	u64 pattern = 0x0101010101010101ULL * (u8)c;
 
-	us_trace(DDEKIT_EV_FILL, _RET_IP_, s, 0, n);
+	us_trace(US_EV_FILL, _RET_IP_, s, 0, n);
 	asm volatile("rep stosq" : "+D"(s), "+c"(words) : "a"(pattern) : "memory");
 	asm volatile("rep stosb" : "+D"(s), "+c"(bytes) : "a"(pattern) : "memory");
 	return ret;
@@ -66,7 +66,7 @@ void *memmove(void *dst, const void *src, size_t n)
 
 	if (dst <= src || (const char *)src + n <= (char *)dst)
 		return memcpy(dst, src, n);
-	us_trace(DDEKIT_EV_COPY, _RET_IP_, dst, (unsigned long)src, n);
+	us_trace(US_EV_COPY, _RET_IP_, dst, (unsigned long)src, n);
 	dst = (char *)dst + n - 1;
 	src = (const char *)src + n - 1;
 	asm volatile("std; rep movsb; cld" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");

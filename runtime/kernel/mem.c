@@ -198,10 +198,10 @@ static void *alloc_traced(size_t size, gfp_t flags, unsigned long site)
 	void *p = alloc_block(size);
 
 	if (!ZERO_OR_NULL_PTR(p)) {
-		us_trace(DDEKIT_EV_ALLOC, site, p, size, 0);
+		us_trace(US_EV_ALLOC, site, p, size, 0);
 		if (flags & __GFP_ZERO) {
 			memset(p, 0, size);	/* as the slab does: the bytes asked for */
-			us_trace(DDEKIT_EV_FILL, site, p, 0, size);
+			us_trace(US_EV_FILL, site, p, 0, size);
 		}
 	}
 	return p;
@@ -242,7 +242,7 @@ void us_free(const void *p)
 	if (ZERO_OR_NULL_PTR(p))
 		return;
 	order = block_order(p, "kfree");
-	us_trace(DDEKIT_EV_FREE, _RET_IP_, p, 0, 0);
+	us_trace(US_EV_FREE, _RET_IP_, p, 0, 0);
 	*(void **)p = region.free[order];
 	region.free[order] = (void *)p;
 	region.in_use -= 1UL << order;
@@ -346,8 +346,8 @@ void *vmalloc(unsigned long size)
 
 	if (p) {
 		region.in_use += PAGE_ALIGN(size);
-		us_trace(DDEKIT_EV_ALLOC, _RET_IP_, p, size, 0);
-		us_trace(DDEKIT_EV_FILL, _RET_IP_, p, 0, size);	/* fresh pages are zero */
+		us_trace(US_EV_ALLOC, _RET_IP_, p, size, 0);
+		us_trace(US_EV_FILL, _RET_IP_, p, 0, size);	/* fresh pages are zero */
 	}
 	return p;
 }
@@ -368,7 +368,7 @@ void vfree(const void *addr)
 	len = ddekit_vfree(addr);
 	if (!len)
 		us_panic("vfree(%px): not the start of a vmalloc area", addr);
-	us_trace(DDEKIT_EV_FREE, _RET_IP_, addr, 0, 0);
+	us_trace(US_EV_FREE, _RET_IP_, addr, 0, 0);
 	region.in_use -= len;
 }
 EXPORT_SYMBOL(vfree);

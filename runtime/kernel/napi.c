@@ -135,7 +135,7 @@ bool us_net_rx_action(void)
 		n = list_first_entry(&list, struct napi_struct, poll_list);
 		list_del_init(&n->poll_list);
 		if (test_bit(NAPI_STATE_SCHED, &n->state)) {
-			int outer = ddekit_trace_context(DDEKIT_CTX_SOFTIRQ, (unsigned long)n->poll);
+			int outer = ddekit_trace_context(US_CTX_SOFTIRQ, (unsigned long)n->poll);
 
 			work = n->poll(n, n->weight);
 			ddekit_trace_context(outer, 0);

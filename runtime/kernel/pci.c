@@ -430,7 +430,7 @@ static void unbind_cleanup(struct pci_dev *pdev)
 	snprintf(event, sizeof(event), "UNBOUND driver=%s device=%04x:%04x released=%d",
 		 pdev->dev.driver->name, pdev->vendor, pdev->device, released);
 	pdev->dev.driver = NULL;
-	us_trace(DDEKIT_EV_STOP, 0, pdev, DDEKIT_STOP_DETACH, 0);
+	us_trace(US_EV_STOP, 0, pdev, US_STOP_DETACH, 0);
 	ddekit_event(event);
 }
 

@@ -19,7 +19,7 @@
 
 /*
  * ip: the lock's caller, for the report (no frame pointers to walk) and
- * the checker; kind: what else the lock excludes (DDEKIT_LOCK_*).
+ * the checker; kind: what else the lock excludes (US_LOCK_*).
  */
 static void take(raw_spinlock_t *lock, unsigned long ip, unsigned int kind)
 {
@@ -27,21 +27,21 @@ static void take(raw_spinlock_t *lock, unsigned long ip, unsigned int kind)
 	if (atomic_read(&lock->raw_lock.val))
 		us_panic("spinlock %px taken twice (deadlock), caller %pS", lock, (void *)ip);
 	atomic_set(&lock->raw_lock.val, _Q_LOCKED_VAL);
-	us_trace(DDEKIT_EV_LOCK, ip, lock, kind, 0);
+	us_trace(US_EV_LOCK, ip, lock, kind, 0);
 }
 
 static void release(raw_spinlock_t *lock, unsigned long ip)
 {
 	if (!atomic_read(&lock->raw_lock.val))
 		us_panic("spinlock %px released but not held, caller %pS", lock, (void *)ip);
-	us_trace(DDEKIT_EV_UNLOCK, ip, lock, 0, 0);
+	us_trace(US_EV_UNLOCK, ip, lock, 0, 0);
 	atomic_set(&lock->raw_lock.val, 0);
 	preempt_enable();
 }
 
 void __lockfunc _raw_spin_lock(raw_spinlock_t *lock)
 {
-	take(lock, _RET_IP_, DDEKIT_LOCK_SPIN);
+	take(lock, _RET_IP_, US_LOCK_SPIN);
 }
 EXPORT_SYMBOL(_raw_spin_lock);
 
@@ -55,7 +55,7 @@ int __lockfunc _raw_spin_trylock(raw_spinlock_t *lock)
 {
 	if (atomic_read(&lock->raw_lock.val))
 		return 0;
-	take(lock, _RET_IP_, DDEKIT_LOCK_SPIN);
+	take(lock, _RET_IP_, US_LOCK_SPIN);
 	return 1;
 }
 EXPORT_SYMBOL(_raw_spin_trylock);
@@ -66,7 +66,7 @@ EXPORT_SYMBOL(_raw_spin_trylock);
  */
 unsigned long __lockfunc _raw_spin_lock_irqsave(raw_spinlock_t *lock)
 {
-	take(lock, _RET_IP_, DDEKIT_LOCK_SPIN_IRQ);
+	take(lock, _RET_IP_, US_LOCK_SPIN_IRQ);
 	return X86_EFLAGS_IF;
 }
 EXPORT_SYMBOL(_raw_spin_lock_irqsave);
@@ -79,7 +79,7 @@ EXPORT_SYMBOL(_raw_spin_unlock_irqrestore);
 
 void __lockfunc _raw_spin_lock_irq(raw_spinlock_t *lock)
 {
-	take(lock, _RET_IP_, DDEKIT_LOCK_SPIN_IRQ);
+	take(lock, _RET_IP_, US_LOCK_SPIN_IRQ);
 }
 EXPORT_SYMBOL(_raw_spin_lock_irq);
 
@@ -92,7 +92,7 @@ EXPORT_SYMBOL(_raw_spin_unlock_irq);
 void __lockfunc _raw_spin_lock_bh(raw_spinlock_t *lock)
 {
 	__preempt_count_add(SOFTIRQ_DISABLE_OFFSET);
-	take(lock, _RET_IP_, DDEKIT_LOCK_SPIN_BH);
+	take(lock, _RET_IP_, US_LOCK_SPIN_BH);
 }
 EXPORT_SYMBOL(_raw_spin_lock_bh);
 
@@ -131,7 +131,7 @@ void mutex_lock(struct mutex *lock)
 	while (atomic_long_read(&lock->owner))
 		us_wait(0);
 	atomic_long_set(&lock->owner, (long)current);
-	us_trace(DDEKIT_EV_LOCK, _RET_IP_, lock, DDEKIT_LOCK_MUTEX, 0);
+	us_trace(US_EV_LOCK, _RET_IP_, lock, US_LOCK_MUTEX, 0);
 }
 EXPORT_SYMBOL(mutex_lock);
 
@@ -147,7 +147,7 @@ int mutex_trylock(struct mutex *lock)
 	if (atomic_long_read(&lock->owner))
 		return 0;
 	atomic_long_set(&lock->owner, (long)current);
-	us_trace(DDEKIT_EV_LOCK, _RET_IP_, lock, DDEKIT_LOCK_MUTEX, 0);
+	us_trace(US_EV_LOCK, _RET_IP_, lock, US_LOCK_MUTEX, 0);
 	return 1;
 }
 EXPORT_SYMBOL(mutex_trylock);
@@ -156,7 +156,7 @@ void mutex_unlock(struct mutex *lock)
 {
 	if (atomic_long_read(&lock->owner) != (long)current)
 		us_panic("mutex %px unlocked by %s, which does not hold it", lock, current->comm);
-	us_trace(DDEKIT_EV_UNLOCK, _RET_IP_, lock, 0, 0);
+	us_trace(US_EV_UNLOCK, _RET_IP_, lock, 0, 0);
 	atomic_long_set(&lock->owner, 0);
 	us_wake();
 }

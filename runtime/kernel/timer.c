@@ -251,9 +251,9 @@ restart:
 		detach(timer);
 		running_timer = timer;
 		__local_bh_disable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
-		ddekit_trace_context(DDEKIT_CTX_TIMER, (unsigned long)timer->function);
+		ddekit_trace_context(US_CTX_TIMER, (unsigned long)timer->function);
 		timer->function(timer);
-		ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
+		ddekit_trace_context(US_CTX_PROCESS, 0);
 		__local_bh_enable_ip(_THIS_IP_, SOFTIRQ_OFFSET);
 		running_timer = NULL;
 		us_wake();	/* timer_delete_sync() may be waiting */

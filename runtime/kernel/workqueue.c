@@ -213,9 +213,9 @@ static void worker_thread(void *unused)
 		list_del_init(&work->entry);
 		clear_bit(WORK_STRUCT_PENDING_BIT, work_data_bits(work));
 		running_work = work;
-		ddekit_trace_context(DDEKIT_CTX_WORK, (unsigned long)work->func);
+		ddekit_trace_context(US_CTX_WORK, (unsigned long)work->func);
 		work->func(work);
-		ddekit_trace_context(DDEKIT_CTX_PROCESS, 0);
+		ddekit_trace_context(US_CTX_PROCESS, 0);
 		running_work = NULL;
 		us_wake();	/* cancel_work_sync() and flushes may be waiting */
 	}

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 //! A contract header of `include/understudy/` and its Rust mirror must declare
-//! the same thing. This crate reduces the header to a list of C expressions
-//! and their values — `US_X` for every constant, `sizeof(struct us_x)` for
-//! every struct, `offsetof(...)` and the size of every member (of one element
-//! for a flexible array member), and sample calls of every `static inline
-//! us_*()` — the names read from the header's text, the values from a C
-//! program compiled against it. A mirror's test builds the same list from its
+//! the same thing. This crate reduces the header, with the contract headers
+//! beside it that it includes, to a list of C expressions and their values —
+//! `US_X` for every constant, `sizeof(struct us_x)` for every struct,
+//! `offsetof(...)` and the size of every member (of one element for a
+//! flexible array member), and sample calls of every `static inline us_*()`
+//! — the names read from the headers' text, the values from a C program
+//! compiled against it. A mirror's test builds the same list from its
 //! own declarations and compares the two with [`disagreements`].
 //!
 //! The reader knows the headers' small grammar (see [`header_items`]); a
@@ -204,14 +205,35 @@ pub fn header_items(text: &str) -> HeaderItems {
     items
 }
 
-/// The expressions `header` (`.../understudy/x.h`) declares and their values,
+/// What `header` declares with the contract headers it includes, read from
+/// their text. A contract belongs to neither world (docs/protocol.md): it
+/// includes <stdint.h> and the contract headers beside it ("x.h"), which
+/// include nothing else either; no Linux, no host header, nothing of libc
+/// beyond the fixed-width integers.
+pub fn contract_items(header: &Path) -> HeaderItems {
+    let mut items = header_items(&std::fs::read_to_string(header).unwrap());
+    for include in std::mem::take(&mut items.includes) {
+        match include.strip_prefix('"').and_then(|i| i.strip_suffix('"')) {
+            Some(sibling) if !sibling.contains('/') => {
+                let part = contract_items(&header.with_file_name(sibling));
+                items.constants.extend(part.constants);
+                items.structs.extend(part.structs);
+                items.functions.extend(part.functions);
+            }
+            _ => assert_eq!(include, "<stdint.h>",
+                            "{} includes {include}: a contract includes only <stdint.h> and contract headers beside it",
+                            header.display()),
+        }
+    }
+    items
+}
+
+/// The expressions `header` (`.../understudy/x.h`) and the contract headers
+/// it includes declare, and their values,
 /// from a C program compiled in `work` (a directory of the caller's own: the
 /// tests run in parallel). Every function of the header needs samples.
 pub fn header_values(header: &Path, work: &Path, samples: &FunctionSamples) -> Values {
-    let items = header_items(&std::fs::read_to_string(header).unwrap());
-    // A contract belongs to neither world (docs/protocol.md): no Linux, no
-    // host header, nothing of libc beyond the fixed-width integers.
-    assert_eq!(items.includes, ["<stdint.h>"], "{} includes more than <stdint.h>", header.display());
+    let items = contract_items(header);
 
     let mut exprs = items.constants.clone();
     for (tag, members) in &items.structs {
@@ -293,6 +315,19 @@ mod tests {
         for text in ["#define US_F(x) (x)\n", "struct us_u { union { uint8_t a; } u; };\n", "struct us_m { int a, b; };\n"] {
             assert!(std::panic::catch_unwind(|| header_items(text)).is_err(), "{text:?} was accepted");
         }
+    }
+
+    /// A contract's sibling headers are read with it; any other include fails.
+    #[test]
+    fn a_contract_is_read_with_the_headers_beside_it_it_includes() {
+        let dir = std::env::temp_dir().join(format!("cheader-test-{}-siblings", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("part.h"), "enum us_k { US_K = 1 };\n").unwrap();
+        std::fs::write(dir.join("whole.h"), "#include <stdint.h>\n#include \"part.h\"\n#define US_W 2u\n").unwrap();
+        std::fs::write(dir.join("libc.h"), "#include <stdint.h>\n#include <stdio.h>\n").unwrap();
+        assert_eq!(contract_items(&dir.join("whole.h")).constants, ["US_W", "US_K"]);
+        assert!(std::panic::catch_unwind(|| contract_items(&dir.join("libc.h"))).is_err(), "<stdio.h> was accepted");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

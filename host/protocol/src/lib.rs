@@ -66,6 +66,12 @@ protocol_constants! {
     HELD_OFFSET: usize = 192;
     PAGE_SIZE: u64 = 4096;
 
+    /// A driver process that exits with this panicked, as a kernel would.
+    EXIT_PANIC: i32 = 70;
+    /// A driver process that exits with this was stopped by its gate at its
+    /// checker's fatal verdict, before a device write (docs/checking.md, "The gate").
+    EXIT_VERDICT: i32 = 3;
+
     MSG_HELLO: u16 = 1;
     MSG_PROBE: u16 = 2;
     MSG_OPEN: u16 = 3;
@@ -106,6 +112,18 @@ protocol_constants! {
 
     /// The most data a `REPLY` carries: a whole message (`LOAD`'s text fills one).
     REPLY_DATA_MAX: usize = MSG_MAX - size_of::<MsgHeader>() - size_of::<Reply>();
+}
+
+/// The slot of the ring entry a free-running counter names; `ring_size` is
+/// a power of two (`us_ring_slot`).
+pub const fn ring_slot(counter: u32, ring_size: u32) -> u32 {
+    counter & (ring_size - 1)
+}
+
+/// The entries published and not yet consumed, modulo 2^32: more than the
+/// ring's size says the other end broke the ring (`us_ring_used`).
+pub const fn ring_used(head: u32, tail: u32) -> u32 {
+    head.wrapping_sub(tail)
 }
 
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up

@@ -13,8 +13,8 @@
 //!
 //! `a_change_to_the_header_alone_is_reported` runs the same comparison on
 //! copies of the header that add a `#define US_NEW 1`, add a message type,
-//! drop a constant, add a struct member or change a value, and checks that
-//! each is reported.
+//! drop a constant, add a struct member, change a value or an exit status
+//! or change the ring arithmetic, and checks that each is reported.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +33,18 @@ fn function_samples() -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
             ("us_tx_span(1514, 2048)", tx_span(1514, 2048).into()),
             ("us_tx_span(1537, 2048)", tx_span(1537, 2048).into()),
             ("us_tx_span(US_TX_MAX_FRAME, 2048)", tx_span(TX_MAX_FRAME, 2048).into()),
+        ]),
+        ("us_ring_slot", vec![
+            ("us_ring_slot(5, US_RING_SIZE)", ring_slot(5, RING_SIZE).into()),
+            ("us_ring_slot(US_RING_SIZE + 3, US_RING_SIZE)", ring_slot(RING_SIZE + 3, RING_SIZE).into()),
+            ("us_ring_slot(0xffffffff, 8)", ring_slot(0xffff_ffff, 8).into()),
+        ]),
+        ("us_ring_used", vec![
+            ("us_ring_used(7, 3)", ring_used(7, 3).into()),
+            ("us_ring_used(7, 7)", ring_used(7, 7).into()),
+            // The counters wrap at 2^32; a tail past head is a huge count.
+            ("us_ring_used(2, 0xfffffffe)", ring_used(2, 0xffff_fffe).into()),
+            ("us_ring_used(3, 7)", ring_used(3, 7).into()),
         ]),
         ("us_ring_stride", vec![
             ("us_ring_stride(US_RING_SIZE)", ring_stride(RING_SIZE)),
@@ -81,7 +93,8 @@ fn rust_and_c_agree_on_every_constant_struct_and_member() {
 
 /// The negative test: the comparison, run on copies of the header changed
 /// alone, reports each change (a constant or member added, a constant dropped,
-/// a value changed), so the test above cannot pass by comparing too little.
+/// a value changed, a function that computes otherwise), so the test above
+/// cannot pass by comparing too little.
 #[test]
 fn a_change_to_the_header_alone_is_reported() {
     let original = std::fs::read_to_string(header()).unwrap();
@@ -100,6 +113,10 @@ fn a_change_to_the_header_alone_is_reported() {
          "offsetof(struct us_carrier, spare) = 1: in the header only"),
         ("value", edit("#define US_TEXT_MAX 1024u", "#define US_TEXT_MAX 1000u"),
          "US_TEXT_MAX: the header says 1000, host/protocol 1024"),
+        ("exit-status", edit("#define US_EXIT_VERDICT 3\n", "#define US_EXIT_VERDICT 4\n"),
+         "US_EXIT_VERDICT: the header says 4, host/protocol 3"),
+        ("ring-arithmetic", edit("\treturn head - tail;\n", "\treturn head > tail ? head - tail : 0;\n"),
+         "us_ring_used(3, 7): the header says 0, host/protocol 4294967292"),
     ];
     for (name, text, expected) in cases {
         let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("layout-{name}"));

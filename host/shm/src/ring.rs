@@ -6,17 +6,20 @@
 //! it reads back from shared memory (the driver's `head` on rings it consumes,
 //! the driver's `tail` on rings it produces) is checked before use; the host's
 //! own counters are kept in host memory, never re-read from the ring.
+//!
+//! The layout is understudy-protocol's (`RingHeader`, `ring_stride`) and so
+//! is the counters' arithmetic (`ring_slot`, `ring_used`): the twins of
+//! include/understudy/protocol.h's, which the driver's ends call.
 
+use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use understudy_protocol::{ring_stride, rings_size, RingEntry, Wire, RING_COUNT, RING_ENTRIES_OFFSET};
+use understudy_protocol::{
+    ring_slot, ring_stride, ring_used, rings_size, RingEntry, RingHeader, Wire, RING_COUNT, RING_ENTRIES_OFFSET,
+};
 
 use crate::region::SharedRegion;
 use crate::ShmError;
-
-const HEAD: usize = 0;
-const TAIL: usize = 64;
-const WAITING: usize = 128;
 
 pub const RING_NAMES: [&str; RING_COUNT] = ["tx", "tx_done"];
 
@@ -58,24 +61,24 @@ impl Rings {
     }
 
     pub fn head(&self, ring: usize) -> &AtomicU32 {
-        self.counter(ring, HEAD)
+        self.counter(ring, offset_of!(RingHeader, head))
     }
 
     pub fn tail(&self, ring: usize) -> &AtomicU32 {
-        self.counter(ring, TAIL)
+        self.counter(ring, offset_of!(RingHeader, tail))
     }
 
     pub fn consumer_waiting(&self, ring: usize) -> &AtomicU32 {
-        self.counter(ring, WAITING)
+        self.counter(ring, offset_of!(RingHeader, consumer_waiting))
     }
 
     fn entry_offset(&self, ring: usize, counter: u32) -> usize {
-        let index = (counter & (self.ring_size - 1)) as usize;
-        ring * ring_stride(self.ring_size) as usize + RING_ENTRIES_OFFSET + index * std::mem::size_of::<RingEntry>()
+        let slot = ring_slot(counter, self.ring_size) as usize;
+        ring * ring_stride(self.ring_size) as usize + RING_ENTRIES_OFFSET + slot * size_of::<RingEntry>()
     }
 
     pub fn read_entry(&self, ring: usize, counter: u32) -> RingEntry {
-        let mut bytes = [0u8; std::mem::size_of::<RingEntry>()];
+        let mut bytes = [0u8; size_of::<RingEntry>()];
         self.region.read(self.entry_offset(ring, counter), &mut bytes);
         RingEntry::from_prefix(&bytes).expect("sized")
     }
@@ -102,8 +105,8 @@ impl Producer {
     /// Re-reads the driver's `tail`; it may only have moved forward, up to `head`.
     fn refresh_tail(&mut self, rings: &Rings) -> Result<(), ShmError> {
         let tail = rings.tail(self.ring).load(Ordering::Acquire);
-        let advanced = tail.wrapping_sub(self.tail);
-        if advanced > self.head.wrapping_sub(self.tail) {
+        // How far tail moved, against how far it could (the entries out).
+        if ring_used(tail, self.tail) > ring_used(self.head, self.tail) {
             return Err(ShmError::Violation(format!(
                 "{} ring: the driver set tail to {tail}, outside [{}, {}] (its previous tail and the host's head)",
                 RING_NAMES[self.ring], self.tail, self.head
@@ -116,17 +119,17 @@ impl Producer {
     /// Free slots, after checking what the driver has consumed.
     pub fn space(&mut self, rings: &Rings) -> Result<u32, ShmError> {
         self.refresh_tail(rings)?;
-        Ok(rings.ring_size - self.head.wrapping_sub(self.tail))
+        Ok(rings.ring_size - ring_used(self.head, self.tail))
     }
 
     /// Entries published and not yet consumed by the driver.
     pub fn outstanding(&self) -> u32 {
-        self.head.wrapping_sub(self.tail)
+        ring_used(self.head, self.tail)
     }
 
     /// Writes one entry and publishes it; the caller checked `space()`.
     pub fn push(&mut self, rings: &Rings, entry: RingEntry) {
-        assert!(self.head.wrapping_sub(self.tail) < rings.ring_size, "push into a full ring");
+        assert!(ring_used(self.head, self.tail) < rings.ring_size, "push into a full ring");
         rings.write_entry(self.ring, self.head, entry);
         self.head = self.head.wrapping_add(1);
         rings.head(self.ring).store(self.head, Ordering::Release);
@@ -161,7 +164,7 @@ impl Consumer {
     /// returned unchecked: its meaning (buffer ownership, length) is the pool's.
     pub fn pop(&mut self, rings: &Rings) -> Result<Option<RingEntry>, ShmError> {
         let head = rings.head(self.ring).load(Ordering::Acquire);
-        let available = head.wrapping_sub(self.tail);
+        let available = ring_used(head, self.tail);
         if available > rings.ring_size {
             return Err(ShmError::Violation(format!(
                 "{} ring: head {head} is {available} entries past tail {} (ring size {})",

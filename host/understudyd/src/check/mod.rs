@@ -15,8 +15,9 @@
 //! waits on a checker that approves nothing is ended with that checker, and
 //! the cause says so (checker.rs, `hung`); a fatal verdict ends the driver too,
 //! whether or not its own gate (which runs in the untrusted process) stops
-//! it first. A driver that exits with `EXIT_AT_GATE` says its gate stopped
-//! it at the verdict; its restart's cause names the verdict.
+//! it first. A driver that exits with `EXIT_VERDICT` (understudy-protocol)
+//! says its gate stopped it at the verdict; its restart's cause names the
+//! verdict.
 //!
 //! Not checked: a prober -- the process that probes a move's destination or
 //! a standby on scratch memory (docs/migration.md). It never serves, its
@@ -39,10 +40,6 @@ use crate::os::placement::Placement;
 pub use checker::{Alarm, Checker};
 pub use findings::CheckLog;
 pub use region::create as create_region;
-
-/// The exit status of a driver process whose gate stopped it at its
-/// checker's verdict, before a device write (docs/checking.md, "The gate").
-pub const EXIT_AT_GATE: i32 = 3;
 
 /// How a device is checked, and what its checkers found.
 #[derive(Clone)]
@@ -81,7 +78,7 @@ impl Checking {
 
 /// Why a driver process `pid` of a checked device ended, for the log and
 /// its restart's record: `how` it ended, and whether it ended with
-/// `EXIT_AT_GATE` -- then `verdict` is its checker's, if it gave one.
+/// `EXIT_VERDICT` -- then `verdict` is its checker's, if it gave one.
 pub fn death_cause(pid: libc::pid_t, how: &str, at_gate: bool, verdict: Option<&str>) -> String {
     match (at_gate, verdict) {
         (false, _) => format!("the driver process {pid} {how}"),
@@ -132,10 +129,11 @@ pub mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use understudy_protocol::EXIT_VERDICT;
 
     #[test]
     fn exit_status_3_of_a_checked_driver_is_put_down_to_the_verdict() {
-        let how = crate::os::process::describe_status(EXIT_AT_GATE << 8);
+        let how = crate::os::process::describe_status(EXIT_VERDICT << 8);
         assert_eq!(death_cause(7, &how, true, Some("use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)")),
                    "the driver process 7 was stopped by its checker's verdict before a device write: \
                     use-after-free at e1000:e1000_xmit_frame+0x4c (event 3)");

@@ -260,7 +260,7 @@ impl DriverLink {
         let Some(checker) = self.checker.take() else {
             return format!("the driver process {pid} {}", ended.describe());
         };
-        let at_gate = ended.exit_code() == Some(check::EXIT_AT_GATE);
+        let at_gate = ended.exit_code() == Some(understudy_protocol::EXIT_VERDICT);
         let verdict = checker.stop(at_gate);
         check::death_cause(pid, &ended.describe(), at_gate, verdict.as_deref())
     }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The trace region's layout: a mirror of `include/understudy/trace.h`.
+//! The trace region's layout (docs/checking.md, "The trace"): the Rust
+//! mirror of `include/understudy/trace.h` and of `trace-events.h`, which it
+//! includes. The checker reads the region through it; understudyd creates
+//! the region at its size and reads its header's counters.
 //!
 //! [`CONSTANTS`] and [`layouts`] list every constant and struct, generated
-//! with the items themselves; `tests/layout.rs` fails unless the header
-//! declares exactly these with the same values, sizes and offsets.
+//! with the items themselves; `tests/layout.rs` fails unless the headers
+//! declare exactly these with the same values, sizes and offsets.
 //!
 //! The structs are `#[repr(C)]` with natural alignment, as in C: the region
-//! is a page-aligned mapping and every offset the driver gives is checked
-//! for alignment before a struct is read from it (`region.rs`).
+//! is a page-aligned mapping, and a reader checks every offset the driver
+//! gives for alignment before it reads a struct from it (the checker's
+//! `region.rs`).
 
 use std::mem::{offset_of, size_of};
 
@@ -33,6 +37,7 @@ trace_constants! {
     GATE_PERMISSIVE: u32 = 1;
     GATE_STRINGENT: u32 = 2;
 
+    // What an event says: trace-events.h.
     EV_ACCESS: u16 = 1;
     EV_STRING: u16 = 2;
     EV_PORT: u16 = 3;
@@ -75,6 +80,7 @@ trace_constants! {
     CTX_TIMER: u64 = 3;
     CTX_WORK: u64 = 4;
 
+    // trace.h: the sites' flags, where the tables lie.
     SITE_READ: u8 = 0x01;
     SITE_WRITE: u8 = 0x02;
     SITE_PERCPU: u8 = 0x04;
