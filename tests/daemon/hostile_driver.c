@@ -382,9 +382,9 @@ static void tap_frame_done(struct us_tap_state *st, bool dropped)
 	}
 }
 
-static void complete_tx(struct us_ring *done, uint32_t mask, uint32_t buf, uint16_t flags)
+static void complete_tx(struct us_ring *done, uint32_t ring_size, uint32_t buf, uint16_t flags)
 {
-	done->entries[done->head & mask] = (struct us_ring_entry){ .buf = buf, .flags = flags };
+	done->entries[us_ring_slot(done->head, ring_size)] = (struct us_ring_entry){ .buf = buf, .flags = flags };
 	release(&done->head, done->head + 1);
 	if (__atomic_exchange_n(&done->consumer_waiting, 0, __ATOMIC_ACQ_REL)) {
 		uint64_t one = 1;
@@ -407,18 +407,18 @@ static void serve(void *rings, struct us_hello *hello, bool loop)
 {
 	struct us_ring *tx = ring(rings, hello, US_RING_TX), *done = ring(rings, hello, US_RING_TX_DONE);
 	struct us_tap_state *st = tap_state(rings, hello);
-	uint32_t mask = hello->ring_size - 1, bs = hello->buffer_size;
+	uint32_t bs = hello->buffer_size;
 	char *arena = map_arena(hello);
 	struct virtio_net_hdr none = { 0 };
 
 	for (;;) {
-		if (acquire(&tx->head) != tx->tail) {
-			struct us_ring_entry t = tx->entries[tx->tail & mask];
+		if (us_ring_used(acquire(&tx->head), tx->tail) != 0) {
+			struct us_ring_entry t = tx->entries[us_ring_slot(tx->tail, hello->ring_size)];
 			release(&tx->tail, tx->tail + 1);
 			struct iovec iov[2] = { { &none, sizeof none }, { arena + (size_t)t.buf * bs, t.len } };
 			if (loop && writev(tap_fd, iov, 2) < 0)
 				die("write TAP");
-			complete_tx(done, mask, t.buf, loop ? 0 : US_TX_DONE_DROPPED);
+			complete_tx(done, hello->ring_size, t.buf, loop ? 0 : US_TX_DONE_DROPPED);
 			continue;
 		}
 		ssize_t n = take_tap_frame(st, arena, hello);

@@ -10,6 +10,7 @@ import pytest
 
 from lab import traffic, understudy
 from lab.guest import Guest
+from tests import contract
 from tests.conftest import REPO
 
 
@@ -69,19 +70,21 @@ def test_a_checker_that_dies_ends_its_driver_and_the_shadow_restarts_both(lab_re
 
 # Stops a process and, once it is stopped, prints the head and approved
 # counters of the trace region it maps (include/understudy/trace.h, struct
-# us_trace_header: head at 128, approved at 192). A checker closes its fd of
+# us_trace_header: `head` and `approved`). A checker closes its fd of
 # the region once it is mapped, so the region is opened through map_files.
 STOP_AND_READ_COUNTERS = """
 import os, signal, struct, sys, time
-pid = int(sys.argv[1])
+pid, HEAD, APPROVED = map(int, sys.argv[1:4])
 [mapping] = [line.split()[0] for line in open(f"/proc/{pid}/maps") if "memfd:understudy-trace" in line]
 region = os.open(f"/proc/{pid}/map_files/{mapping}", os.O_RDONLY)
 os.kill(pid, signal.SIGSTOP)
 while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
     time.sleep(0.001)
-header = os.pread(region, 200, 0)
-print(struct.unpack_from("<Q", header, 128)[0], struct.unpack_from("<Q", header, 192)[0])
+header = os.pread(region, 4096, 0)
+print(struct.unpack_from("<Q", header, HEAD)[0], struct.unpack_from("<Q", header, APPROVED)[0])
 """
+
+TRACE_COUNTERS = [str(contract.value("trace.h", f"offsetof(struct us_trace_header, {c})")) for c in ("head", "approved")]
 
 
 @pytest.mark.lab
@@ -97,7 +100,8 @@ def test_a_checker_that_hangs_ends_its_driver_and_the_shadow_restarts_both(lab_r
             checker_pid, driver_pid = before["check"]["checker_pid"], before["pid"]
             with traffic.Us0Transfer(g, 48 << 20, timeout=300) as transfer:
                 traffic.wait_received(daemon, bdf, before["counters"]["rx_bytes"] + (4 << 20), transfer)
-                stopped = g.run(["python3", "-c", STOP_AND_READ_COUNTERS, str(int(checker_pid))], check=True)
+                stopped = g.run(["python3", "-c", STOP_AND_READ_COUNTERS, str(int(checker_pid)), *TRACE_COUNTERS],
+                                check=True)
                 after = understudy.wait_recovery(daemon, bdf, before["recovery_count"] + 1)
                 old_checker = g.run(f"test -e /proc/{int(checker_pid)}")
                 result = transfer.result(600)

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lab"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import contract  # noqa: E402
 from vfio_open import Status, VFIO_GROUP_FLAGS_VIABLE, ioctl, io  # noqa: E402
 
 VFIO_GET_API_VERSION, VFIO_SET_IOMMU = io(0), io(2)
@@ -34,7 +36,7 @@ VFIO_TYPE1v2_IOMMU = 3
 VFIO_DMA_MAP_FLAG_READ_WRITE = 1 | 2
 
 CHECKER = Path(__file__).resolve().parents[2] / "host/target/release/understudy-checker"
-TRACE_REGION_SIZE = 64 << 20     # US_TRACE_REGION_SIZE, include/understudy/trace.h
+TRACE_REGION_SIZE = contract.define("trace.h", "US_TRACE_REGION_SIZE")
 
 ARENA_IOVA = 0x10000000
 ARENA_SIZE = 64 << 20

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from .. import contract
 from .conftest import BUILD, DRIVER, KERNEL_HALF, events
 
 SELFTESTS = ["percpu", "timers", "wakeups", "workqueues", "napi", "skb", "receive", "vmalloc", "checksum", "strings",
@@ -55,7 +56,7 @@ def test_a_broken_module_ends_the_process_with_the_reason(runtime_built, crash, 
                           "--module", str(BUILD / "understudy-selftest.ko"),
                           "--param", f"understudy_selftest.crash={crash}"],
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 70, res.stdout + res.stderr
+    assert res.returncode == contract.define("protocol.h", "US_EXIT_PANIC"), res.stdout + res.stderr
     [panic] = [line for line in res.stdout.splitlines() if line.startswith("PANIC ")]
     assert re.search(reason, panic), panic
     assert "INIT" not in res.stdout
