@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ddekit.h"
+#include "dma.h"
+#include "memory.h"
 #include "setup.h"
 
 #define CHUNK_SHIFT	21
