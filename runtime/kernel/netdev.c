@@ -182,7 +182,7 @@ EXPORT_SYMBOL(dev_addr_mod);
 
 /*
  * What of the stack's work the host may leave to this driver process
- * (ddekit.h): every tx offload, since what the driver's features do not
+ * (ddekit/host.h): every tx offload, since what the driver's features do not
  * cover the runtime completes in software (checksums in apply_offloads(),
  * segmentation in gso.c), as the kernel's validate_xmit_skb() would; and
  * whether the device checks received checksums.
