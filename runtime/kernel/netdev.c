@@ -5,6 +5,9 @@
  * and receive are napi.c's). Where the kernel would hand packets and state
  * to the stack, this runtime hands them to the host: registration and
  * carrier become ddekit events and taps (docs/design.md §7).
+ *
+ * Stands in for Linux's net/core/dev.c, net/ethernet/eth.c,
+ * net/sched/sch_generic.c and lib/dynamic_queue_limits.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
