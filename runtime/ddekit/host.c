@@ -30,9 +30,9 @@
 
 #include <understudy/protocol.h>
 
+#include "arena.h"
 #include "host.h"
 #include "log.h"
-#include "memory.h"
 #include "setup.h"
 #include "thread.h"
 

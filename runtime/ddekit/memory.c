@@ -1,56 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Memory kernel code gets: the DMA arena the host shares with the process
- * (its device addresses: dma.c), zeroed bookkeeping memory, and vmalloc
- * areas between guard pages.
+ * Memory kernel code gets that the device never sees (the DMA arena is
+ * arena.c's): zeroed bookkeeping memory, and vmalloc areas between guard
+ * pages.
  *
  * Built with -mincoming-stack-boundary=3 (see ddekit.h).
  */
-#include <errno.h>
 #include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "checking.h"
 #include "memory.h"
-#include "setup.h"
-
-static struct {
-	void *va;
-	uint64_t iova;
-	size_t size;
-	size_t pool_size;
-} arena;
-
-int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size)
-{
-	void *va;
-
-	if (pool_size >= size || !ddekit_dma_chunks_fit(size))
-		return -EINVAL;
-	if (arena_fd >= 0)
-		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
-	else
-		va = mmap(NULL, size, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (va == MAP_FAILED)
-		return -errno;
-	arena.va = va;
-	arena.iova = arena_fd >= 0 ? iova : 0;
-	arena.size = size;
-	arena.pool_size = pool_size;
-	return 0;
-}
-
-void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
-		  unsigned long *pool_size)
-{
-	*va = arena.va;
-	*iova = arena.iova;
-	*size = arena.size;
-	*pool_size = arena.pool_size;
-}
 
 void *ddekit_zalloc(unsigned long size)
 {

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * ddekit's memory (memory.c): the DMA arena, and memory the device never
- * sees.
+ * ddekit's memory (memory.c) that the device never sees.
  *
  * Part of ddekit's interface to the kernel half: builtin C types only
  * (ddekit.h).
@@ -9,13 +8,6 @@
 #ifndef UNDERSTUDY_DDEKIT_MEMORY_H
 #define UNDERSTUDY_DDEKIT_MEMORY_H
 
-/*
- * The DMA arena: [va, va + size) is IOMMU-mapped at iova; its first
- * pool_size bytes are the host's packet pool, the rest is the runtime's.
- * Without an arena fd (self-test mode) iova is 0 and nothing is mapped.
- */
-void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
-		  unsigned long *pool_size);
 /* Zeroed memory the device never sees (runtime bookkeeping). */
 void *ddekit_zalloc(unsigned long size);
 /*

@@ -32,7 +32,7 @@ void ddekit_name_device(const char *pci_name);
 int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size);
 /*
  * Without an IOMMU: the memfd of the arena's device addresses, a u64 per
- * 2 MiB hugepage (dma.c). Before ddekit_setup_arena, which checks that the
+ * 2 MiB hugepage (arena.c). Before ddekit_setup_arena, which checks that the
  * table covers the arena.
  */
 int ddekit_setup_dma_chunks(int fd);

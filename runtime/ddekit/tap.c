@@ -31,6 +31,7 @@
 
 #include <understudy/protocol.h>
 
+#include "arena.h"
 #include "host.h"
 #include "log.h"
 #include "memory.h"
