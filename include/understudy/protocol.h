@@ -4,8 +4,8 @@
  * between understudyd and a driver process, in neither world. It includes
  * nothing but <stdint.h>, so the driver's libc half (runtime/ddekit,
  * runtime/driver) and the tests' stand-ins build against it without Linux or
- * host headers; the kernel half does not include it (runtime/ddekit/ddekit.h,
- * "network taps", says how its copies of the flags are checked).
+ * host headers; the kernel half does not include it (runtime/ddekit/host.h
+ * says how its copies of the flags are checked).
  *
  * understudyd's mirror is host/protocol/src/lib.rs. host/protocol/tests/layout.rs
  * reads this file, lists every US_* constant (#define or enum member), every

@@ -4,7 +4,7 @@
  * its kinds, its flags and the values of its arguments. Part of the trace
  * contract, include/understudy/trace.h, which includes it; it includes
  * nothing, so that both the driver's kernel half (runtime/kernel, through
- * runtime/ddekit/ddekit.h) and its libc half name the events the same way.
+ * runtime/ddekit/checking.h) and its libc half name the events the same way.
  */
 #ifndef UNDERSTUDY_TRACE_EVENTS_H
 #define UNDERSTUDY_TRACE_EVENTS_H

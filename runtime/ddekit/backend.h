@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "ddekit.h"
+#include "device.h"
 
 struct ddekit_backend {
 	/* Reads or writes config space; 0 or -errno. */
@@ -18,7 +18,7 @@ struct ddekit_backend {
 	unsigned long long (*bar_size)(int bar);
 	/* Maps a memory BAR of size bytes; NULL if it cannot be mapped. */
 	void *(*bar_map)(int bar, unsigned long long size);
-	/* The ddekit_irq_* calls of ddekit.h, for this back-end. */
+	/* The ddekit_irq_* calls of device.h, for this back-end. */
 	int (*irq_vectors)(enum ddekit_irq_source source);
 	int (*irq_enable_vectors)(enum ddekit_irq_source source, unsigned int count);
 	void (*irq_disable_vectors)(enum ddekit_irq_source source);

@@ -30,14 +30,16 @@
 
 #include <understudy/protocol.h>
 
-#include "ddekit.h"
+#include "arena.h"
+#include "host.h"
+#include "log.h"
 #include "setup.h"
+#include "thread.h"
 
 /*
  * The kernel half cannot include <understudy/protocol.h> (Kbuild compiles it
- * without <stdint.h>), so ddekit.h gives it names of its own for the
- * protocol constants it uses ("network taps" there); each must be the
- * protocol's value.
+ * without <stdint.h>), so host.h gives it names of its own for the
+ * protocol constants it uses; each must be the protocol's value.
  */
 #define SAME_AS_PROTOCOL(name, value) \
 	_Static_assert(DDEKIT_##name == US_##name, "DDEKIT_" #name " is not US_" #name);
@@ -221,7 +223,7 @@ static bool consume(struct us_ring *r, struct us_ring_entry *e)
 }
 
 /*
- * The interrupt lines the TX thread serves (ddekit.h), and the eventfd that
+ * The interrupt lines the TX thread serves (host.h), and the eventfd that
  * makes it wait again: written when a line is handed to it and when its
  * stopped queue wakes.
  */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Received frames go to the host's stack from here (ddekit_tap_rx, which
- * writes to the TAP through tap.c). Small ones -- the ACKs of the flows
+ * Received frames go to the host's stack from here (ddekit_net_rx, which
+ * writes them to the TAP through tap.c; without a host, to main's test
+ * harness, ddekit_setup_rx). Small ones -- the ACKs of the flows
  * the host sends through this device -- are written by a thread of their
  * own, which runs on the CPUs the process may use other than the runtime's
  * (docs/performance.md §5).
@@ -35,8 +36,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "ddekit.h"
+#include "log.h"
+#include "rx_writer.h"
 #include "setup.h"
+#include "tap.h"
+#include "thread.h"
 
 /* The TAP header and a frame of up to an IPv6 TCP ACK with options. */
 #define SMALL_FRAME 160
@@ -173,10 +177,10 @@ static void writer_drain(void)
 /*
  * One received frame to the host's stack, on TAP queue `queue`: a small one
  * through the writer, any other written here, once every frame queued
- * before it is written.
+ * before it is written. false: there is no TAP.
  */
-bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
-		   const struct ddekit_rx_part *parts, unsigned int n)
+static bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+			  const struct ddekit_rx_part *parts, unsigned int n)
 {
 	struct iovec iov[1 + DDEKIT_RX_MAX_PARTS];
 	size_t len = sizeof(*meta);
@@ -195,4 +199,26 @@ bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
 	writer_drain();
 	ddekit_tap_writev(queue, iov, 1 + n);
 	return true;
+}
+
+static void (*rx_handler)(const void *frame, unsigned int len);
+
+void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len))
+{
+	rx_handler = handler;
+}
+
+void ddekit_net_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
+		   const struct ddekit_rx_part *parts, unsigned int n)
+{
+	static uint8_t frame[64 * 1024 + 64];
+	size_t len = 0;
+
+	if (ddekit_tap_rx(queue, meta, parts, n) || !rx_handler)
+		return;
+	for (unsigned int i = 0; i < n && len + parts[i].len <= sizeof(frame); i++) {
+		memcpy(frame + len, parts[i].base, parts[i].len);
+		len += parts[i].len;
+	}
+	rx_handler(frame, len);
 }

@@ -32,13 +32,15 @@ void ddekit_name_device(const char *pci_name);
 int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size);
 /*
  * Without an IOMMU: the memfd of the arena's device addresses, a u64 per
- * 2 MiB hugepage (bus.c). Before ddekit_setup_arena, which checks that the
+ * 2 MiB hugepage (arena.c). Before ddekit_setup_arena, which checks that the
  * table covers the arena.
  */
 int ddekit_setup_dma_chunks(int fd);
 bool ddekit_dma_chunks_fit(size_t arena_size);
 /* GS base of every thread that runs kernel code; installs it in the caller. */
 int ddekit_setup_percpu(void *block);
+/* Between ddekit's files: that block (cpu.c), which thread.c installs in each thread it starts. */
+extern void *percpu_block;
 /* Who gets received frames without the host's TAP (main's test harness). */
 void ddekit_setup_rx(void (*handler)(const void *frame, unsigned int len));
 /* Also called with every event line (main watches for CARRIER, ...). */
@@ -103,11 +105,7 @@ int ddekit_setup_tap_state(struct us_tap_state *state, uint32_t ring_size, int n
  */
 int ddekit_tap_wait_fds(int *fds);
 void ddekit_tap_woken(void);
-/* ... a received frame to the TAP (false: none), log records. */
-struct ddekit_rx_meta;
-struct ddekit_rx_part;
-bool ddekit_tap_rx(unsigned int queue, const struct ddekit_rx_meta *meta,
-		   const struct ddekit_rx_part *parts, unsigned int n);
+/* ... and log records. */
 void ddekit_host_log(int level, const char *text, unsigned long len);
 
 /* For rx_writer.c, which delivers received frames: one to TAP queue `queue`, from any thread. */

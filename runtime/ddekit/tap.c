@@ -31,8 +31,13 @@
 
 #include <understudy/protocol.h>
 
-#include "ddekit.h"
+#include "arena.h"
+#include "host.h"
+#include "log.h"
+#include "memory.h"
+#include "rx_writer.h"
 #include "setup.h"
+#include "tap.h"
 
 /*
  * A TAP frame's block is 2 KiB or 128 KiB (xmit.c) and aligned to its size

@@ -31,8 +31,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ddekit.h"
 #include "setup.h"
+#include "time.h"
 
 #define NS_PER_MS		1000000ULL
 #define MIN_PERIOD_NS		(10 * NS_PER_MS)

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "log.h"
 #include "setup.h"
 
 static struct {

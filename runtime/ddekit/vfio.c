@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "log.h"
 
 static struct {
 	int fd;

@@ -57,7 +57,7 @@
 #define SOCK_IOCTL_TYPE	0x8900
 
 /*
- * Interrupt threads run at nice -10 (ddekit.c); without root that needs
+ * Interrupt threads run at nice -10 (ddekit/thread.c); without root that needs
  * RLIMIT_NICE >= 20 - (-10).
  */
 #define INTERRUPT_NICE_LIMIT 30
@@ -199,7 +199,7 @@ static int enter(const char **why)
 	pid_t host = getppid();
 	int err;
 
-	/* Without CAP_SYS_RESOURCE (a container) they run at nice 0: ddekit.c says so. */
+	/* Without CAP_SYS_RESOURCE (a container) they run at nice 0: ddekit/thread.c says so. */
 	setrlimit(RLIMIT_NICE, &nice);
 	if (!sandbox.keep_root) {
 		*why = "setgroups";

@@ -15,6 +15,8 @@
  * Everything runs on the one kernel CPU (docs/design.md §6): registering
  * and removing happen from module init and exit, under the CPU lock, so
  * the lists need no lock of their own.
+ *
+ * Stands in for Linux's drivers/base/bus.c, driver.c and core.c.
  */
 #include <linux/module.h>
 #include <linux/device.h>

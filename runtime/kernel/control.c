@@ -5,6 +5,9 @@
  * dev_set_rx_mode(), netdev_update_features() and the ethtool ioctls would
  * do it (transmission is xmit.c's). Called by the executable from threads
  * that do not hold the CPU: each entry point takes it.
+ *
+ * Stands in for Linux's net/core/dev.c (dev_open(), dev_set_mtu(), ...) and
+ * net/ethtool/ioctl.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

@@ -3,6 +3,9 @@
  * The one kernel "CPU" of a driver process: its per-cpu variables, the tasks
  * that take turns on it, jiffies, and the architecture symbols modules
  * import (thunks, static-call trampolines, stack protector).
+ *
+ * Stands in for Linux's mm/percpu.c, kernel/sched/core.c,
+ * kernel/time/jiffies.c, kernel/panic.c and arch/x86/lib/retpoline.S.
  */
 #include <linux/module.h>
 #include <linux/jiffies.h>

@@ -7,6 +7,9 @@
  * setup and calibration) stay clear: the runtime derives none of them, so
  * it claims none of them, and a driver takes the path for a CPU without.
  * And the platform's: no confidential computing.
+ *
+ * Stands in for Linux's arch/x86/kernel/cpu/common.c and
+ * arch/x86/coco/core.c.
  */
 #include <linux/module.h>
 #include <linux/cc_platform.h>

@@ -8,6 +8,8 @@
  * callback runs whenever the kernel would run it for an online CPU; no CPU
  * ever comes or goes, so no other callback runs, and cpus_read_lock()
  * has nothing to exclude.
+ *
+ * Stands in for Linux's kernel/cpu.c and lib/cpumask.c.
  */
 #include <linux/module.h>
 #include <linux/cpu.h>

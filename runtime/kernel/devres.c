@@ -7,6 +7,8 @@
  * managed variants drivers import (devm_kmalloc, dmam_alloc_attrs,
  * devm_alloc_etherdev_mqs, pcim_enable_device, pcim_iomap), each the plain
  * function plus a release action, as in the kernel.
+ *
+ * Stands in for Linux's drivers/base/devres.c and lib/devres.c.
  */
 #include <linux/module.h>
 #include <linux/device.h>

@@ -4,6 +4,9 @@
  * process started, and all memory a module can hand the device comes from
  * it (mem.c), so mapping is arithmetic and unmapping has nothing to undo.
  * x86 DMA is cache-coherent: the sync calls only order memory accesses.
+ *
+ * Stands in for Linux's kernel/dma/mapping.c, kernel/dma/direct.c and
+ * mm/dmapool.c.
  */
 #include <linux/module.h>
 #include <linux/dma-mapping.h>

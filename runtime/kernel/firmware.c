@@ -2,6 +2,8 @@
 /*
  * Firmware loading from the files a distribution installs (/lib/firmware),
  * read by ddekit. A missing file is -ENOENT, as without the package.
+ *
+ * Stands in for Linux's drivers/base/firmware_loader/main.c.
  */
 #include <linux/module.h>
 #include <linux/firmware.h>

@@ -22,6 +22,8 @@
  * where the NIC put it -- the rest of an skb's head after the headers, and
  * its fragments (virtio_net's mergeable buffers put most of a segment in
  * one), at most DDEKIT_RX_MAX_PARTS parts in all.
+ *
+ * Stands in for Linux's net/core/gro.c and net/ipv4/tcp_offload.c.
  */
 #include <linux/etherdevice.h>
 #include <linux/ip.h>

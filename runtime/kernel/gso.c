@@ -12,6 +12,9 @@
  * so is each segment: a fresh skb with a copy of the headers and its slice
  * of the payload, its lengths, IPv4 id, sequence number and flags adjusted
  * as the kernel's tcp_gso_segment() adjusts them.
+ *
+ * Stands in for Linux's net/core/dev.c (__skb_gso_segment()),
+ * net/core/skbuff.c (skb_segment()) and net/ipv4/tcp_offload.c.
  */
 #include <linux/module.h>
 #include <linux/skbuff.h>

@@ -6,6 +6,8 @@
  * needed. An ida is only ever used through these functions (and
  * DEFINE_IDA/ida_init, which leave the head NULL), so its layout is ours
  * to choose.
+ *
+ * Stands in for Linux's lib/idr.c.
  */
 #include <linux/module.h>
 #include <linux/idr.h>

@@ -7,6 +7,9 @@
  * straight to the device. Port I/O is real too: ddekit grants the I/O BAR's
  * port range with ioperm() before any thread starts, so a module's inline
  * in/out instructions (e1000_io_write, pcnet32's wio ops) run unchanged.
+ *
+ * Stands in for Linux's lib/iomap.c, lib/pci_iomap.c, kernel/resource.c,
+ * arch/x86/mm/ioremap.c and drivers/pci/pci.c (its regions).
  */
 #include <linux/module.h>
 #include <linux/pci.h>

@@ -21,6 +21,9 @@
  * transmits. An IRQ thread would preempt the TX thread, find the CPU held
  * by it and sleep until its unlock: two switches and a futex hand-off per
  * interrupt, on the driver's one vCPU (docs/design.md §6).
+ *
+ * Stands in for Linux's kernel/irq/manage.c and kernel/softirq.c
+ * (irq_exit()).
  */
 #include <linux/module.h>
 #include <linux/interrupt.h>

@@ -3,6 +3,10 @@
  * The kernel's small library functions that modules call out of line:
  * string and memory operations, bit searches, checksums, module
  * parameter operations.
+ *
+ * Stands in for Linux's lib/string.c, lib/find_bit.c,
+ * arch/x86/lib/csum-partial_64.c, lib/crc32.c, lib/kstrtox.c and
+ * kernel/params.c.
  */
 /* These are the out-of-line string functions fortify-string.h wraps. */
 #define __NO_FORTIFY

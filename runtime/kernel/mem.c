@@ -17,6 +17,9 @@
  * so kfree() needs no header and kmalloc memory keeps the alignment the
  * kernel promises (ARCH_KMALLOC_MINALIGN, power-of-two sizes aligned).
  * Freed blocks go back to their class's free list; runs are not merged.
+ *
+ * Stands in for Linux's mm/slab_common.c, mm/slub.c, mm/page_alloc.c,
+ * mm/vmalloc.c and mm/util.c.
  */
 #include <linux/module.h>
 #include <linux/mm.h>

@@ -18,6 +18,8 @@
  * Affinity: the process is one CPU (docs/design.md §6), so vectors whose
  * affinity the core manages are spread over that one CPU -- as many as the
  * kernel gives on a uniprocessor -- and affinity hints change nothing.
+ *
+ * Stands in for Linux's drivers/pci/msi/.
  */
 #include <linux/module.h>
 #include <linux/pci.h>

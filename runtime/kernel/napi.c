@@ -3,6 +3,9 @@
  * NAPI and receive for the driver process: the poll list and the NET_RX
  * round that polls it, and the entry points of the frames a poll delivers,
  * which go to the host's interface instead of a stack (gro.c).
+ *
+ * Stands in for Linux's net/core/dev.c (NAPI, netif_receive_skb(),
+ * net_rx_action()).
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

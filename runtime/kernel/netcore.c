@@ -5,6 +5,9 @@
  * use, freezing the TX queues, the netdevice notifier chain, NAPI
  * instances going away, and the ethtool and MAC-change helpers that
  * drivers with a bus of their own (virtio_net) call.
+ *
+ * Stands in for Linux's net/core/dev.c, net/ethernet/eth.c and
+ * net/ethtool/ioctl.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

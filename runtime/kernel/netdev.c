@@ -5,6 +5,9 @@
  * and receive are napi.c's). Where the kernel would hand packets and state
  * to the stack, this runtime hands them to the host: registration and
  * carrier become ddekit events and taps (docs/design.md §7).
+ *
+ * Stands in for Linux's net/core/dev.c, net/ethernet/eth.c,
+ * net/sched/sch_generic.c and lib/dynamic_queue_limits.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -182,7 +185,7 @@ EXPORT_SYMBOL(dev_addr_mod);
 
 /*
  * What of the stack's work the host may leave to this driver process
- * (ddekit.h): every tx offload, since what the driver's features do not
+ * (ddekit/host.h): every tx offload, since what the driver's features do not
  * cover the runtime completes in software (checksums in apply_offloads(),
  * segmentation in gso.c), as the kernel's validate_xmit_skb() would; and
  * whether the device checks received checksums.

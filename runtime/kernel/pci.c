@@ -4,6 +4,9 @@
  * (built from the VFIO device's config space and regions), driver
  * registration, probe and remove, config space, enabling and power. Its
  * BARs and I/O are iomap.c's, its managed resources devres.c's.
+ *
+ * Stands in for Linux's drivers/pci/pci.c, pci-driver.c, probe.c and
+ * access.c.
  */
 #include <linux/module.h>
 #include <linux/pci.h>

@@ -5,6 +5,9 @@
  * config-space accessors of pci.c), the extended capabilities, and link
  * power management (ASPM), Advanced Error Reporting and SR-IOV, which
  * belong to the host kernel.
+ *
+ * Stands in for Linux's drivers/pci/access.c, drivers/pci/pcie/aspm.c,
+ * drivers/pci/pcie/aer.c and drivers/pci/iov.c.
  */
 #include <linux/module.h>
 #include <linux/pci.h>

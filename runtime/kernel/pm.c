@@ -7,6 +7,9 @@
  * drivers/base/power/runtime.c answers for as below. Nothing here touches
  * the device; what the kernel would do is a no-op for a device that cannot
  * suspend.
+ *
+ * Stands in for Linux's drivers/base/power/runtime.c,
+ * drivers/base/power/wakeup.c and kernel/power/qos.c.
  */
 #include <linux/module.h>
 #include <linux/pci.h>

@@ -4,6 +4,9 @@
  * kernel code uses, including the %p extensions NIC drivers print with
  * (%pM, %pI4, %pS, %pV, %pa, %pad, %ph, %pR, %px); unknown %p extensions
  * print the pointer. Records go to ddekit_log() with their KERN_* level.
+ *
+ * Stands in for Linux's kernel/printk/printk.c, lib/vsprintf.c and
+ * lib/hexdump.c.
  */
 #include <linux/module.h>
 #include <linux/kernel.h>

@@ -7,6 +7,8 @@
  * gives NULL ("no clock", which drivers accept and carry on without one:
  * e1000e keeps adapter->ptp_clock NULL and reports no PHC index), and the
  * calls about a clock have nothing to act on.
+ *
+ * Stands in for Linux's drivers/ptp/ptp_clock.c.
  */
 #include <linux/module.h>
 #include <linux/ptp_clock_kernel.h>

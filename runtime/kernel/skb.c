@@ -7,6 +7,8 @@
  * Clones and frag lists are not provided: no caller the runtime serves
  * creates them, and skb_clone is not exported, so a module needing it
  * fails to load instead of misbehaving.
+ *
+ * Stands in for Linux's net/core/skbuff.c.
  */
 #include <linux/module.h>
 #include <linux/skbuff.h>

@@ -4,6 +4,9 @@
  * receive buffers carved from a page-fragment cache and attached to an skb
  * as fragments, an skb's bytes as a scatterlist for the device, the
  * partial checksum and the headers a device's offload metadata describe.
+ *
+ * Stands in for Linux's net/core/skbuff.c (fragments), net/core/sock.c
+ * (skb_page_frag_refill()), lib/scatterlist.c and net/core/flow_dissector.c.
  */
 #include <linux/module.h>
 #include <linux/skbuff.h>

@@ -10,6 +10,9 @@
  * here so that the chain virtio_net depends on loads as modules.dep says;
  * each panics with the reason if the refusal is ever bypassed, rather
  * than pretending to stack.
+ *
+ * Stands in for Linux's net/core/dev.c (upper and lower devices),
+ * net/core/dev_addr_lists.c and net/8021q/vlan_core.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

@@ -6,6 +6,9 @@
  * held flag (taken twice means a deadlock, reported rather than hung), and
  * disabling interrupts is implicit (an IRQ thread needs the CPU to run its
  * handler). Sleeping locks wait on the CPU, which releases it.
+ *
+ * Stands in for Linux's kernel/locking/spinlock.c, kernel/locking/mutex.c,
+ * kernel/rcu/ and net/core/rtnetlink.c (the RTNL).
  */
 #include <linux/module.h>
 #include <linux/spinlock.h>

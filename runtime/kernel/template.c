@@ -10,6 +10,8 @@
  * callback -- the path the kernel takes after suspend, which reinitialises
  * the hardware without probing it (as FGFT built device checkpoints from
  * power-management code).
+ *
+ * Stands in for no Linux file: it is the runtime's own.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

@@ -5,6 +5,8 @@
  * relatives are the host's CLOCK_REALTIME, CLOCK_BOOTTIME and CLOCK_TAI),
  * time conversions, and the timecounter a driver keeps over its device's
  * free-running cycle counter (pure arithmetic on the driver's cyclecounter).
+ *
+ * Stands in for Linux's kernel/time/timekeeping.c, time.c and timecounter.c.
  */
 #include <linux/module.h>
 #include <linux/ktime.h>

@@ -4,6 +4,9 @@
  * expires timers (TIMER_SOFTIRQ) and polls NAPI instances (NET_RX_SOFTIRQ)
  * in softirq context, and sleeps until the next timer is due or someone
  * raises a softirq.
+ *
+ * Stands in for Linux's kernel/time/timer.c, arch/x86/lib/delay.c and
+ * kernel/softirq.c.
  */
 #include <linux/module.h>
 #include <linux/timer.h>

@@ -5,6 +5,8 @@
  * space: the "user" buffer is the runtime's own, handed in by whoever
  * made the request, so the copy is a copy. Like the kernel's, each returns
  * the number of bytes it could not copy (none).
+ *
+ * Stands in for Linux's lib/usercopy.c.
  */
 #include <linux/module.h>
 #include <linux/uaccess.h>

@@ -14,6 +14,8 @@
  * then refuses a device without VIRTIO_F_VERSION_1 and
  * VIRTIO_F_ACCESS_PLATFORM with -ENODEV. The runtime always answers yes,
  * and says why when the device is about to be refused.
+ *
+ * Stands in for Linux's drivers/virtio/virtio_anchor.c.
  */
 #include <linux/module.h>
 #include <linux/virtio.h>

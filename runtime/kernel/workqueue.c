@@ -4,6 +4,8 @@
  * the order they were queued, in process context (it may sleep). A work
  * item's PENDING bit means what it means in the kernel: queued, or its
  * delayed-work timer is armed; it is cleared just before the item runs.
+ *
+ * Stands in for Linux's kernel/workqueue.c.
  */
 #include <linux/module.h>
 #include <linux/workqueue.h>

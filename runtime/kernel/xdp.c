@@ -7,6 +7,9 @@
  * program, redirects or returns its frames, or traces its exceptions is
  * behind a program that is never there (or a static key never enabled),
  * and panics with the reason if reached.
+ *
+ * Stands in for Linux's net/core/xdp.c, net/core/filter.c and
+ * kernel/bpf/syscall.c.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

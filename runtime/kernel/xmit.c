@@ -12,6 +12,9 @@
  * the driver runs. One thread sends on all of them, as one CPU would: the
  * runtime has one (docs/design.md §6), so threads per queue would only
  * take turns at it.
+ *
+ * Stands in for Linux's net/core/dev.c (__dev_queue_xmit(),
+ * validate_xmit_skb()).
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>

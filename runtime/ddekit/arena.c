@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The device's addresses of the DMA arena (docs/design.md §5). With an
- * IOMMU the host mapped the whole arena at one IOVA, so an address is the
- * IOVA plus the offset. Without one (docs/design.md §4, "Without an
+ * The DMA arena (docs/design.md §5): the memory the host shares with the
+ * process, mapped here, and the device's addresses of it. With an IOMMU
+ * the host mapped the whole arena at one IOVA, so an address is the IOVA
+ * plus the offset. Without one (docs/design.md §4, "Without an
  * IOMMU") the arena is hugepages and the device sees physical addresses:
  * the host hands over one per 2 MiB chunk, and a range has a single device
  * address only if it stays in one chunk or runs on into a chunk that is
@@ -13,11 +14,48 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ddekit.h"
+#include "arena.h"
 #include "setup.h"
+
+static struct {
+	void *va;
+	uint64_t iova;
+	size_t size;
+	size_t pool_size;
+} arena;
+
+int ddekit_setup_arena(int arena_fd, uint64_t iova, size_t size, size_t pool_size)
+{
+	void *va;
+
+	if (pool_size >= size || !ddekit_dma_chunks_fit(size))
+		return -EINVAL;
+	if (arena_fd >= 0)
+		va = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+	else
+		va = mmap(NULL, size, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (va == MAP_FAILED)
+		return -errno;
+	arena.va = va;
+	arena.iova = arena_fd >= 0 ? iova : 0;
+	arena.size = size;
+	arena.pool_size = pool_size;
+	return 0;
+}
+
+void ddekit_arena(void **va, unsigned long long *iova, unsigned long *size,
+		  unsigned long *pool_size)
+{
+	*va = arena.va;
+	*iova = arena.iova;
+	*size = arena.size;
+	*pool_size = arena.pool_size;
+}
 
 #define CHUNK_SHIFT	21
 
