@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#define US_PROTOCOL_VERSION 5u
+#define US_PROTOCOL_VERSION 6u
 
 /* ---- DMA arena and packet pool (defaults; HELLO carries the real values) -- */
 
@@ -141,6 +141,73 @@ static inline uint64_t us_ring_stride(uint32_t ring_size)
 	return (bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1);
 }
 
+/* ---- the block class's rings (docs/protocol.md, "Block devices") ----------- */
+
+/* What a device is, from its PCI class code unless the admin says: it
+ * decides what the rings memfd holds (HELLO's device_class). */
+enum us_device_class {
+	US_CLASS_NET = 1,   /* the two rings above and the TAP's state */
+	US_CLASS_BLOCK = 2, /* the two block rings below, nothing else */
+};
+
+/* A block device's rings memfd: these two rings, each us_blk_ring_stride()
+ * bytes, with the header of struct us_ring and entries of struct
+ * us_blk_entry. Both directions use the same entry: a completion is its
+ * request sent back with `status` set. */
+enum us_blk_ring_id {
+	US_BLK_RING_SUBMIT = 0, /* host -> driver: requests */
+	US_BLK_RING_DONE = 1,   /* driver -> host: completed requests */
+	US_BLK_RING_COUNT = 2,
+};
+
+/*
+ * One block request. Its data lies in us_blk_span(len) consecutive pool
+ * buffers from `buf`: the device reads a write's data from there, and a
+ * read's data is copied there by the driver process before it completes the
+ * request (the pool stays read-only to the device). The host checks that a
+ * completion's tag names a request the driver holds and that every other
+ * field is the request's own; `status` is the only thing the driver says.
+ */
+struct us_blk_entry {
+	uint64_t tag;    /* the host's name for the request; a completion echoes it */
+	uint64_t sector; /* the first 512-byte sector */
+	uint32_t len;    /* bytes, a multiple of the logical block size; 0 for a flush */
+	uint32_t buf;    /* the data's first pool buffer; 0 without data */
+	uint16_t op;     /* US_BLK_OP_* */
+	uint16_t flags;  /* US_BLK_FUA */
+	int16_t status;  /* in done: 0 or a negative errno; 0 in submit */
+	uint16_t queue;  /* the hardware queue, < DISK's n_queues */
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct us_blk_entry) == 32, "block entry layout");
+
+#define US_BLK_OP_READ         0u
+#define US_BLK_OP_WRITE        1u
+#define US_BLK_OP_FLUSH        2u /* the device's volatile cache to media */
+#define US_BLK_OP_DISCARD      3u /* no data: the sectors' contents become undefined */
+#define US_BLK_OP_WRITE_ZEROES 4u /* no data: the sectors read as zeroes */
+/* A write that is on media when it completes (REQ_FUA). */
+#define US_BLK_FUA 0x0001u
+
+/* Consecutive pool buffers a request's `len` bytes of data occupy. */
+static inline uint32_t us_blk_span(uint32_t len, uint32_t buffer_size)
+{
+	return (len + buffer_size - 1) / buffer_size;
+}
+
+/* A block ring: struct us_ring's header, then ring_size block entries, in
+ * whole pages; ring i starts at i * us_blk_ring_stride(ring_size). */
+static inline uint64_t us_blk_ring_stride(uint32_t ring_size)
+{
+	uint64_t bytes = US_RING_ENTRIES_OFFSET + (uint64_t)ring_size * sizeof(struct us_blk_entry);
+	return (bytes + US_PAGE_SIZE - 1) & ~(uint64_t)(US_PAGE_SIZE - 1);
+}
+
+static inline uint64_t us_blk_rings_size(uint32_t ring_size)
+{
+	return US_BLK_RING_COUNT * us_blk_ring_stride(ring_size);
+}
+
 /* ---- the TAP's state: after the rings in the rings memfd ------------------ */
 
 /*
@@ -227,6 +294,7 @@ enum us_msg_type {
 	/* 67 was TX_QUEUE (protocol 3): the driver reads the TAP itself now */
 	US_MSG_LOG = 68,
 	US_MSG_WARN = 69,
+	US_MSG_DISK = 70,
 };
 
 /* Every message starts with this. `flags` is reserved and must be 0. */
@@ -247,6 +315,8 @@ struct us_msg_header {
 #define US_TEXT_MAX 1024u
 #define US_MAX_MC 64u
 #define US_ETHTOOL_DATA_MAX 512u
+#define US_SERIAL_MAX 64u
+#define US_WWID_MAX 192u
 
 struct us_hello {
 	uint32_t version;       /* US_PROTOCOL_VERSION */
@@ -257,6 +327,8 @@ struct us_hello {
 	uint64_t arena_iova;
 	uint64_t pool_size;     /* pool_buffers * buffer_size */
 	uint64_t rings_size;    /* bytes of the rings memfd */
+	uint32_t device_class;  /* US_CLASS_*: what the rings memfd holds */
+	uint32_t reserved;      /* 0 */
 } __attribute__((packed));
 
 /* Modules are loaded in order (dependencies first, the driver last); the
@@ -383,6 +455,34 @@ struct us_registered {
 	char driver[US_NAME_MAX];  /* NUL-terminated */
 	char version[US_NAME_MAX]; /* NUL-terminated */
 	uint32_t offloads;         /* US_OFFLOAD_* */
+} __attribute__((packed));
+
+/* DISK's features. */
+#define US_DISK_WRITE_CACHE 0x0001u /* a volatile cache: a write is durable after a flush covers it */
+#define US_DISK_FUA         0x0002u /* US_BLK_FUA is honoured (else the host follows a write with a flush) */
+#define US_DISK_READ_ONLY   0x0004u
+#define US_DISK_ROTATIONAL  0x0008u
+
+/*
+ * A block driver registered its disk (device_add_disk), or changed its
+ * capacity: the disk as applications are to see it, and who it is. The
+ * identity strings are the disk's own sysfs attributes as udev reads them
+ * for /dev/disk/by-id (empty where the driver has none), NUL-terminated.
+ */
+struct us_disk {
+	uint64_t capacity;                 /* 512-byte sectors */
+	uint32_t logical_block_size;       /* bytes: 512 .. 4096, a power of two */
+	uint32_t physical_block_size;
+	uint32_t max_sectors;              /* the most 512-byte sectors of one read or write */
+	uint32_t max_discard_sectors;      /* 0: no discard */
+	uint32_t max_write_zeroes_sectors; /* 0: no write-zeroes */
+	uint32_t features;                 /* US_DISK_* */
+	uint16_t n_queues;                 /* hardware queues: 1 .. US_MAX_QUEUES */
+	uint16_t queue_depth;              /* requests per queue */
+	char driver[US_NAME_MAX];          /* the module's name */
+	char disk_name[US_NAME_MAX];       /* the driver's name for it: "vda", "nvme0n1" */
+	char serial[US_SERIAL_MAX];        /* sysfs "serial" */
+	char wwid[US_WWID_MAX];            /* sysfs "wwid" (or "eui", "nguid", "uuid"), else empty */
 } __attribute__((packed));
 
 struct us_carrier {

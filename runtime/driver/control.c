@@ -68,7 +68,7 @@ static int hello(struct session *s, const struct us_hello *h)
 
 	if (s->hello)
 		violation("a second HELLO");
-	if (h->version != US_PROTOCOL_VERSION)
+	if (h->version != US_PROTOCOL_VERSION || h->device_class != US_CLASS_NET || h->reserved)
 		return -EPROTONOSUPPORT;
 	if (pool != h->pool_size || pool >= h->arena_size || h->arena_size & (US_PAGE_SIZE - 1) ||
 	    pool & (US_PAGE_SIZE - 1) || h->arena_iova + h->arena_size > (1ULL << 32))

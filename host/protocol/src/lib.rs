@@ -36,7 +36,7 @@ macro_rules! protocol_constants {
 }
 
 protocol_constants! {
-    PROTOCOL_VERSION: u32 = 5;
+    PROTOCOL_VERSION: u32 = 6;
 
     ARENA_SIZE: u64 = 64 << 20;
     ARENA_IOVA: u64 = 0x1000_0000;
@@ -48,6 +48,24 @@ protocol_constants! {
     RING_TX: usize = 0;
     RING_TX_DONE: usize = 1;
     RING_COUNT: usize = 2;
+
+    CLASS_NET: u32 = 1;
+    CLASS_BLOCK: u32 = 2;
+
+    BLK_RING_SUBMIT: usize = 0;
+    BLK_RING_DONE: usize = 1;
+    BLK_RING_COUNT: usize = 2;
+    BLK_OP_READ: u16 = 0;
+    BLK_OP_WRITE: u16 = 1;
+    BLK_OP_FLUSH: u16 = 2;
+    BLK_OP_DISCARD: u16 = 3;
+    BLK_OP_WRITE_ZEROES: u16 = 4;
+    BLK_FUA: u16 = 0x0001;
+
+    DISK_WRITE_CACHE: u32 = 0x0001;
+    DISK_FUA: u32 = 0x0002;
+    DISK_READ_ONLY: u32 = 0x0004;
+    DISK_ROTATIONAL: u32 = 0x0008;
 
     TX_CSUM: u16 = 0x0001;
     TX_GSO_TCPV4: u16 = 0x0002;
@@ -90,6 +108,7 @@ protocol_constants! {
     MSG_CARRIER: u16 = 66;
     MSG_LOG: u16 = 68;
     MSG_WARN: u16 = 69;
+    MSG_DISK: u16 = 70;
 
     MSG_MAX: usize = 4096;
     MAX_MODULES: usize = 8;
@@ -99,6 +118,8 @@ protocol_constants! {
     TEXT_MAX: usize = 1024;
     MAX_MC: usize = 64;
     ETHTOOL_DATA_MAX: usize = 512;
+    SERIAL_MAX: usize = 64;
+    WWID_MAX: usize = 192;
 
     RX_MODE_PROMISC: u32 = 0x1;
     RX_MODE_ALLMULTI: u32 = 0x2;
@@ -143,6 +164,23 @@ pub const fn tap_state_offset(ring_size: u32) -> u64 {
 pub const fn rings_size(ring_size: u32) -> u64 {
     let bytes = HELD_OFFSET as u64 + ring_size as u64 * size_of::<Held>() as u64;
     tap_state_offset(ring_size) + ((bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1))
+}
+
+/// Consecutive pool buffers a block request's `len` bytes of data occupy (`us_blk_span`).
+pub const fn blk_span(len: u32, buffer_size: u32) -> u32 {
+    len.div_ceil(buffer_size)
+}
+
+/// Bytes one block ring occupies in a block device's rings memfd: the
+/// header of [`RingHeader`], then [`BlkEntry`]s, in whole pages (`us_blk_ring_stride`).
+pub const fn blk_ring_stride(ring_size: u32) -> u64 {
+    let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<BlkEntry>() as u64;
+    (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// A block device's rings memfd: its two rings (`us_blk_rings_size`).
+pub const fn blk_rings_size(ring_size: u32) -> u64 {
+    BLK_RING_COUNT as u64 * blk_ring_stride(ring_size)
 }
 
 /// Whether `n` queues (or queue pairs) fit the protocol: 1 to `MAX_QUEUES`.
@@ -289,6 +327,7 @@ wire_structs! {
     pub struct Hello as us_hello {
         pub version: u32, pub ring_size: u32, pub pool_buffers: u32, pub buffer_size: u32,
         pub arena_size: u64, pub arena_iova: u64, pub pool_size: u64, pub rings_size: u64,
+        pub device_class: u32, pub reserved: u32,
     }
 
     pub struct Probe as us_probe {
@@ -337,6 +376,23 @@ wire_structs! {
         pub offloads: u32,
     }
 
+    /// One block request, or its completion (docs/protocol.md, "Block devices").
+    pub struct BlkEntry as us_blk_entry {
+        pub tag: u64, pub sector: u64, pub len: u32, pub buf: u32,
+        pub op: u16, pub flags: u16, pub status: i16, pub queue: u16,
+    }
+
+    /// A block driver's disk, as applications are to see it (`DISK`).
+    pub struct Disk as us_disk {
+        pub capacity: u64,
+        pub logical_block_size: u32, pub physical_block_size: u32,
+        pub max_sectors: u32, pub max_discard_sectors: u32, pub max_write_zeroes_sectors: u32,
+        pub features: u32,
+        pub n_queues: u16, pub queue_depth: u16,
+        pub driver: [u8; NAME_MAX], pub disk_name: [u8; NAME_MAX],
+        pub serial: [u8; SERIAL_MAX], pub wwid: [u8; WWID_MAX],
+    }
+
     pub struct Carrier as us_carrier { pub on: u8, }
     pub struct Log as us_log { pub level: u32, }
     pub struct Warn as us_warn { pub line: u32, pub file: [u8; 128], }
@@ -353,6 +409,16 @@ mod tests {
         assert_eq!(size_of::<RingHeader>(), RING_ENTRIES_OFFSET);
         assert_eq!(size_of::<TapState>(), HELD_OFFSET);
         assert_eq!(rings_size(512), 2 * 12288 + 20480);
+    }
+
+    #[test]
+    fn block_rings_are_whole_pages() {
+        assert_eq!(size_of::<BlkEntry>(), 32);
+        assert_eq!(blk_ring_stride(128), 8192);
+        assert_eq!(blk_rings_size(128), 16384);
+        assert_eq!(blk_span(0, 4096), 0);
+        assert_eq!(blk_span(4096, 4096), 1);
+        assert_eq!(blk_span(4097, 4096), 2);
     }
 
     #[test]

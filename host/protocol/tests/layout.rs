@@ -34,6 +34,16 @@ fn function_samples() -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
             ("us_tx_span(1537, 2048)", tx_span(1537, 2048).into()),
             ("us_tx_span(US_TX_MAX_FRAME, 2048)", tx_span(TX_MAX_FRAME, 2048).into()),
         ]),
+        ("us_blk_span", vec![
+            ("us_blk_span(0, 4096)", blk_span(0, 4096).into()),
+            ("us_blk_span(4096, 4096)", blk_span(4096, 4096).into()),
+            ("us_blk_span(1048576 + 512, 4096)", blk_span(1_048_576 + 512, 4096).into()),
+        ]),
+        ("us_blk_ring_stride", vec![
+            ("us_blk_ring_stride(US_RING_SIZE)", blk_ring_stride(RING_SIZE)),
+            ("us_blk_ring_stride(100)", blk_ring_stride(100)),
+        ]),
+        ("us_blk_rings_size", vec![("us_blk_rings_size(128)", blk_rings_size(128))]),
         ("us_ring_slot", vec![
             ("us_ring_slot(5, US_RING_SIZE)", ring_slot(5, RING_SIZE).into()),
             ("us_ring_slot(US_RING_SIZE + 3, US_RING_SIZE)", ring_slot(RING_SIZE + 3, RING_SIZE).into()),

@@ -14,7 +14,7 @@ mod tap_state;
 use std::collections::VecDeque;
 
 use understudy_protocol::{
-    rings_size, tx_span, Hello, RingEntry, PROTOCOL_VERSION, RING_COUNT, RING_TX, RING_TX_DONE, TX_DONE_DROPPED,
+    rings_size, tx_span, Hello, RingEntry, CLASS_NET, PROTOCOL_VERSION, RING_COUNT, RING_TX, RING_TX_DONE, TX_DONE_DROPPED,
     TX_MAX_FRAME, TX_TAILROOM,
 };
 
@@ -99,6 +99,8 @@ impl Geometry {
             arena_iova: self.arena_iova,
             pool_size: self.pool_size(),
             rings_size: self.rings_size(),
+            device_class: CLASS_NET,
+            reserved: 0,
         }
     }
 }
