@@ -6,6 +6,7 @@
 //! is checked here, and a violation comes back as [`ShmError::Violation`]
 //! (which ends that driver), never as a panic.
 
+mod block;
 mod physical;
 mod region;
 mod ring;
@@ -20,7 +21,8 @@ use understudy_protocol::{
 
 pub use physical::CHUNK;
 pub use region::SharedRegion;
-pub use ring::{Consumer, Producer, Rings, RING_NAMES};
+pub use block::{BlockCompletion, BlockMemory, BlockOp, BlockRequest};
+pub use ring::{BlockRings, Consumer, NetRings, Producer, RingLayout, Rings, RING_NAMES};
 pub use tap_state::{Reclaimed, TapCounts};
 
 /// At most this many frames longer than a buffer (GSO frames) in flight at
@@ -105,6 +107,16 @@ impl Geometry {
     }
 }
 
+/// The DMA arena behind an IOMMU: in 2 MiB hugepages when the machine has
+/// enough free, else in base pages (`SharedMemory::create` says why).
+fn arena_region(geometry: Geometry) -> Result<SharedRegion, ShmError> {
+    let len = geometry.arena_size as usize;
+    Ok(match len.is_multiple_of(CHUNK as usize) {
+        true => SharedRegion::create_hugetlb(c"understudy-arena", len).or_else(|_| SharedRegion::create(c"understudy-arena", len))?,
+        false => SharedRegion::create(c"understudy-arena", len)?,
+    })
+}
+
 /// Who holds a pool buffer. The host lends buffers through `tx` and must
 /// get each back exactly once, through `tx_done`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,11 +196,7 @@ impl SharedMemory {
     /// (docs/design.md §4, "The arena's pages").
     pub fn create(geometry: Geometry) -> Result<Self, ShmError> {
         geometry.check()?;
-        let len = geometry.arena_size as usize;
-        let arena = match len.is_multiple_of(CHUNK as usize) {
-            true => SharedRegion::create_hugetlb(c"understudy-arena", len).or_else(|_| SharedRegion::create(c"understudy-arena", len))?,
-            false => SharedRegion::create(c"understudy-arena", len)?,
-        };
+        let arena = arena_region(geometry)?;
         let rings = Rings::create(geometry.ring_size)?;
         Ok(Self::assemble(geometry, arena, rings, None))
     }

@@ -527,3 +527,5 @@ fn in_copy_mode_no_slot_crosses_a_hugepage() {
     host.reclaim_all();
     assert_eq!(check(&mut host), usable, "the same after a driver's death");
 }
+
+mod block;
