@@ -3,21 +3,16 @@
 //! `ip link set us0 up/down/mtu/address/promisc/allmulticast` changes the TAP,
 //! and the kernel announces each change as an RTM_NEWLINK message.
 //!
-//! Raw netlink over libc rather than `netlink-packet-route`/`rtnetlink`/`neli`:
-//! the daemon needs one multicast group, one request (RTM_GETLINK for one
-//! index) and five attributes of one message type, about 150 lines. Those
-//! crates bring a dozen dependencies (and async runtimes for `rtnetlink`) to
-//! compile on a 2-core machine for no behaviour we need.
+//! The netlink itself (socket, message walk, attributes) is understudy-netlink's.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use understudy_netlink::{attributes, messages, u32_at, Message, Socket, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
 
 const RTMGRP_LINK: u32 = 1;
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_MTU: u16 = 4;
@@ -43,35 +38,10 @@ pub struct LinkInfo {
     pub allmulti: bool,
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-const fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
 /// Every RTM_NEWLINK in one datagram from the kernel (which may batch
 /// several messages); anything else (RTM_DELLINK, errors, truncated bytes) is skipped.
-pub fn parse_link_messages(mut buf: &[u8]) -> Vec<LinkInfo> {
-    let mut out = Vec::new();
-    while buf.len() >= NLMSG_HDRLEN {
-        let len = u32_at(buf, 0) as usize;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            break;
-        }
-        if u16_at(buf, 4) == RTM_NEWLINK {
-            if let Some(info) = parse_newlink(&buf[NLMSG_HDRLEN..len]) {
-                out.push(info);
-            }
-        }
-        buf = &buf[align4(len).min(buf.len())..];
-    }
-    out
+pub fn parse_link_messages(buf: &[u8]) -> Vec<LinkInfo> {
+    messages(buf).filter(|m| m.type_ == RTM_NEWLINK).filter_map(|m| parse_newlink(m.body)).collect()
 }
 
 fn parse_newlink(body: &[u8]) -> Option<LinkInfo> {
@@ -81,21 +51,14 @@ fn parse_newlink(body: &[u8]) -> Option<LinkInfo> {
     let ifindex = u32_at(body, 4) as i32;
     let flags = u32_at(body, 8);
     let (mut mtu, mut mac, mut promiscuity, mut allmulti) = (None, None, None, None);
-    let mut attrs = &body[IFINFOMSG_LEN..];
-    while attrs.len() >= 4 {
-        let len = u16_at(attrs, 0) as usize;
-        if len < 4 || len > attrs.len() {
-            break;
-        }
-        let payload = &attrs[4..len];
-        match (u16_at(attrs, 2), payload.len()) {
+    for (type_, payload) in attributes(&body[IFINFOMSG_LEN..]) {
+        match (type_, payload.len()) {
             (IFLA_MTU, 4) => mtu = Some(u32_at(payload, 0)),
             (IFLA_ADDRESS, 6) => mac = Some(payload.try_into().expect("6 bytes")),
             (IFLA_PROMISCUITY, 4) => promiscuity = Some(u32_at(payload, 0)),
             (IFLA_ALLMULTI, 4) => allmulti = Some(u32_at(payload, 0)),
             _ => {}
         }
-        attrs = &attrs[align4(len).min(attrs.len())..];
     }
     Some(LinkInfo {
         ifindex,
@@ -109,8 +72,7 @@ fn parse_newlink(body: &[u8]) -> Option<LinkInfo> {
 
 /// A netlink socket subscribed to link changes.
 pub struct LinkMonitor {
-    fd: OwnedFd,
-    buf: Vec<u8>,
+    socket: Socket,
 }
 
 /// What one drain of the socket brought.
@@ -123,72 +85,33 @@ pub enum Events {
 
 impl LinkMonitor {
     pub fn open() -> io::Result<LinkMonitor> {
-        // SAFETY: plain syscall; the result is a new fd we own.
-        let raw = unsafe {
-            libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, libc::NETLINK_ROUTE)
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: socket returned a fresh fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero sockaddr_nl is valid; we fill family and groups.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        addr.nl_groups = RTMGRP_LINK;
-        // SAFETY: binding our socket to a valid sockaddr_nl.
-        let r = unsafe {
-            libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_nl).cast(), std::mem::size_of_val(&addr) as u32)
-        };
-        if r < 0 {
-            return Err(io::Error::other(format!("netlink bind: {}", io::Error::last_os_error())));
-        }
-        Ok(LinkMonitor { fd, buf: vec![0; 32 << 10] })
+        Ok(LinkMonitor { socket: Socket::open(libc::NETLINK_ROUTE, RTMGRP_LINK, true)? })
     }
 
     /// Asks the kernel for interface `ifindex`'s state; the answer arrives
     /// on this socket like any change.
     pub fn request_link(&self, ifindex: i32) -> io::Result<()> {
-        let mut msg = Vec::with_capacity(NLMSG_HDRLEN + IFINFOMSG_LEN);
-        msg.extend_from_slice(&((NLMSG_HDRLEN + IFINFOMSG_LEN) as u32).to_ne_bytes());
-        msg.extend_from_slice(&RTM_GETLINK.to_ne_bytes());
-        msg.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-        msg.extend_from_slice(&[0; 8]); // seq, pid: the kernel fills in ours
-        msg.extend_from_slice(&[0; 4]); // family, pad, type
-        msg.extend_from_slice(&ifindex.to_ne_bytes());
-        msg.extend_from_slice(&[0; 8]); // flags, change
-        // SAFETY: an all-zero sockaddr_nl addresses the kernel.
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: sending our own buffer to a valid address.
-        let n = unsafe {
-            libc::sendto(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0,
-                         (&kernel as *const libc::sockaddr_nl).cast(), std::mem::size_of_val(&kernel) as u32)
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        let mut ifinfomsg = [0u8; IFINFOMSG_LEN]; // family, pad, type, then index, flags, change
+        ifinfomsg[4..8].copy_from_slice(&ifindex.to_ne_bytes());
+        self.socket.send(&Message::new(RTM_GETLINK, NLM_F_REQUEST).push(&ifinfomsg).finish())
     }
 
     /// Everything queued now, without blocking.
     pub fn drain(&mut self) -> io::Result<Events> {
         let mut links = Vec::new();
         loop {
-            // SAFETY: receiving into our own buffer.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), self.buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return match e.raw_os_error() {
-                    Some(libc::EAGAIN) => Ok(Events::Links(links)),
-                    Some(libc::ENOBUFS) => Ok(Events::Overrun),
-                    Some(libc::EINTR) => continue,
-                    _ => Err(e),
-                };
-            }
-            let msgs = &self.buf[..n as usize];
-            if msgs.len() >= NLMSG_HDRLEN && u16_at(msgs, 4) == NLMSG_ERROR {
-                let errno = msgs.get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4).map_or(0, |b| u32_at(b, 0) as i32);
+            let msgs = match self.socket.recv() {
+                Ok(msgs) => msgs,
+                Err(e) => {
+                    return match e.raw_os_error() {
+                        Some(libc::EAGAIN) => Ok(Events::Links(links)),
+                        Some(libc::ENOBUFS) => Ok(Events::Overrun),
+                        _ => Err(e),
+                    }
+                }
+            };
+            if let Some(m) = messages(msgs).find(|m| m.type_ == NLMSG_ERROR) {
+                let errno = m.body.get(..4).map_or(0, |b| u32_at(b, 0) as i32);
                 if errno != 0 {
                     return Err(io::Error::other(format!("netlink RTM_GETLINK: {}", io::Error::from_raw_os_error(-errno))));
                 }
@@ -200,7 +123,7 @@ impl LinkMonitor {
 
 impl AsFd for LinkMonitor {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.socket.as_fd()
     }
 }
 
@@ -209,11 +132,7 @@ mod tests {
     use super::*;
 
     fn attr(type_: u16, payload: &[u8]) -> Vec<u8> {
-        let mut a = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
-        a.extend_from_slice(&type_.to_ne_bytes());
-        a.extend_from_slice(payload);
-        a.resize(align4(a.len()), 0);
-        a
+        Message::new(0, 0).attr(type_, payload).finish()[NLMSG_HDRLEN..].to_vec()
     }
 
     fn newlink(ifindex: i32, flags: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
