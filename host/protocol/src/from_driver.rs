@@ -36,6 +36,36 @@ pub enum DriverMessage {
     Carrier(bool),
     Log { level: u32, text: String },
     Warn { file: String, line: u32, text: String },
+    Disk(DiskInfo),
+}
+
+/// `DISK` after validation (docs/protocol.md, "Block devices"): sizes that
+/// a block device can have, strings printable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskInfo {
+    /// 512-byte sectors.
+    pub capacity: u64,
+    pub logical_block_size: u32,
+    pub physical_block_size: u32,
+    /// The most 512-byte sectors of one read or write.
+    pub max_sectors: u32,
+    /// 0: none.
+    pub max_discard_sectors: u32,
+    pub max_write_zeroes_sectors: u32,
+    /// `DISK_*`.
+    pub features: u32,
+    pub n_queues: u16,
+    pub queue_depth: u16,
+    pub driver: String,
+    pub disk_name: String,
+    pub serial: String,
+    pub wwid: String,
+}
+
+impl DiskInfo {
+    pub fn has(&self, feature: u32) -> bool {
+        self.features & feature != 0
+    }
 }
 
 /// `REGISTERED` after validation: strings are printable, MTUs consistent.
@@ -164,9 +194,54 @@ pub fn parse_driver_message(msg: &[u8]) -> Result<DriverMessage, ProtocolError> 
             let (warn, text) = with_tail::<Warn>(type_, body, TEXT_MAX)?;
             Ok(DriverMessage::Warn { file: c_string("warn.file", &warn.file)?, line: warn.line, text: printable(text) })
         }
+        MSG_DISK => parse_disk(exact(type_, body)?).map(DriverMessage::Disk),
         MSG_HELLO..=MSG_SET_CHANNELS => Err(ProtocolError::NotFromDriver(type_)),
         other => Err(ProtocolError::UnknownType(other)),
     }
+}
+
+fn parse_disk(d: Disk) -> Result<DiskInfo, ProtocolError> {
+    let bad = |field, value: u64| Err(ProtocolError::OutOfRange { field, value });
+    let (lbs, pbs) = (d.logical_block_size, d.physical_block_size);
+    if !lbs.is_power_of_two() || !(512..=4096).contains(&lbs) {
+        return bad("disk.logical_block_size", lbs.into());
+    }
+    if !pbs.is_power_of_two() || pbs < lbs || pbs > 1 << 20 {
+        return bad("disk.physical_block_size", pbs.into());
+    }
+    let (capacity, sectors_per_block) = (d.capacity, (lbs / 512) as u64);
+    if capacity == 0 || capacity % sectors_per_block != 0 || capacity > u64::MAX >> 9 {
+        return bad("disk.capacity", capacity);
+    }
+    let max_sectors = d.max_sectors;
+    if (max_sectors as u64) < sectors_per_block {
+        return bad("disk.max_sectors", max_sectors.into());
+    }
+    let known = DISK_WRITE_CACHE | DISK_FUA | DISK_READ_ONLY | DISK_ROTATIONAL;
+    if d.features & !known != 0 {
+        return bad("disk.features", d.features.into());
+    }
+    if d.n_queues == 0 || d.n_queues as usize > MAX_QUEUES {
+        return bad("disk.n_queues", d.n_queues.into());
+    }
+    if d.queue_depth == 0 {
+        return bad("disk.queue_depth", 0);
+    }
+    Ok(DiskInfo {
+        capacity,
+        logical_block_size: lbs,
+        physical_block_size: pbs,
+        max_sectors,
+        max_discard_sectors: d.max_discard_sectors,
+        max_write_zeroes_sectors: d.max_write_zeroes_sectors,
+        features: d.features,
+        n_queues: d.n_queues,
+        queue_depth: d.queue_depth,
+        driver: c_string("disk.driver", &d.driver)?,
+        disk_name: c_string("disk.disk_name", &d.disk_name)?,
+        serial: c_string("disk.serial", &d.serial)?,
+        wwid: c_string("disk.wwid", &d.wwid)?,
+    })
 }
 
 #[cfg(test)]
@@ -193,6 +268,49 @@ mod tests {
         };
         r.driver[..5].copy_from_slice(b"e1000");
         r
+    }
+
+    fn disk() -> Disk {
+        let mut d = Disk { capacity: 131072, logical_block_size: 512, physical_block_size: 512, max_sectors: 256,
+                           features: DISK_WRITE_CACHE, n_queues: 1, queue_depth: 128, ..Default::default() };
+        d.driver[..10].copy_from_slice(b"virtio_blk");
+        d.disk_name[..3].copy_from_slice(b"vda");
+        d.serial[..8].copy_from_slice(b"lab-disk");
+        d
+    }
+
+    #[test]
+    fn a_valid_disk_parses() {
+        let DriverMessage::Disk(d) = parse_driver_message(&msg(MSG_DISK, 0, disk().as_bytes())).unwrap() else { panic!() };
+        assert_eq!((d.capacity, d.driver.as_str(), d.serial.as_str(), d.wwid.as_str()), (131072, "virtio_blk", "lab-disk", ""));
+        assert!(d.has(DISK_WRITE_CACHE) && !d.has(DISK_FUA));
+    }
+
+    #[test]
+    fn a_disk_no_device_could_have_is_refused() {
+        type Change = fn(&mut Disk);
+        let cases: [(&str, Change); 9] = [
+            ("disk.logical_block_size", |d| d.logical_block_size = 1000),
+            ("disk.logical_block_size", |d| d.logical_block_size = 8192),
+            ("disk.physical_block_size", |d| d.physical_block_size = 256),
+            ("disk.capacity", |d| d.capacity = 0),
+            ("disk.capacity", |d| { d.logical_block_size = 4096; d.physical_block_size = 4096; d.capacity = 9 }),
+            ("disk.max_sectors", |d| d.max_sectors = 0),
+            ("disk.features", |d| d.features = 0x100),
+            ("disk.n_queues", |d| d.n_queues = MAX_QUEUES as u16 + 1),
+            ("disk.queue_depth", |d| d.queue_depth = 0),
+        ];
+        for (field, change) in cases {
+            let mut d = disk();
+            change(&mut d);
+            match parse_driver_message(&msg(MSG_DISK, 0, d.as_bytes())) {
+                Err(ProtocolError::OutOfRange { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let mut d = disk();
+        d.serial = [b'x'; SERIAL_MAX];
+        assert_eq!(parse_driver_message(&msg(MSG_DISK, 0, d.as_bytes())), Err(ProtocolError::Unterminated("disk.serial")));
     }
 
     #[test]

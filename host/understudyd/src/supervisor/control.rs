@@ -155,6 +155,9 @@ impl Supervisor {
                 self.set_carrier(on)?;
                 return self.feed(Event::Ready(on));
             }
+            // A network device's driver that registers a disk is not the driver it claimed to be.
+            DriverMessage::Disk(d) => return Err(Fault::Violation(format!("a network device's driver registered a disk ({} {})",
+                                                                           d.driver, d.disk_name))),
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
             DriverMessage::Warn { file, line, text } => {
                 let now = Instant::now();

@@ -8,7 +8,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use understudy_netlink::{attributes, messages, u32_at, Message, Socket, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
+use understudy_netlink::{attributes, messages, u32_at, Message, Socket, NLMSG_ERROR, NLM_F_REQUEST};
 
 const RTMGRP_LINK: u32 = 1;
 const RTM_NEWLINK: u16 = 16;
@@ -130,6 +130,7 @@ impl AsFd for LinkMonitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use understudy_netlink::NLMSG_HDRLEN;
 
     fn attr(type_: u16, payload: &[u8]) -> Vec<u8> {
         Message::new(0, 0).attr(type_, payload).finish()[NLMSG_HDRLEN..].to_vec()
