@@ -150,8 +150,17 @@ pub const fn ring_used(head: u32, tail: u32) -> u32 {
 /// Bytes ring `i` occupies in the rings memfd: header and entries, rounded up
 /// to whole pages (`us_ring_stride`).
 pub const fn ring_stride(ring_size: u32) -> u64 {
-    let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<RingEntry>() as u64;
+    stride_of(ring_size, size_of::<RingEntry>())
+}
+
+/// `bytes` rounded up to whole pages.
+const fn whole_pages(bytes: u64) -> u64 {
     (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// A ring's header and `ring_size` entries of `entry` bytes, in whole pages.
+const fn stride_of(ring_size: u32, entry: usize) -> u64 {
+    whole_pages(RING_ENTRIES_OFFSET as u64 + ring_size as u64 * entry as u64)
 }
 
 /// Where the TAP's state starts in the rings memfd (`us_tap_state_offset`).
@@ -162,8 +171,7 @@ pub const fn tap_state_offset(ring_size: u32) -> u64 {
 /// The rings memfd's size: the rings, then the TAP's state with a held
 /// frame's record per ring entry, in whole pages (`us_rings_size`).
 pub const fn rings_size(ring_size: u32) -> u64 {
-    let bytes = HELD_OFFSET as u64 + ring_size as u64 * size_of::<Held>() as u64;
-    tap_state_offset(ring_size) + ((bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1))
+    tap_state_offset(ring_size) + whole_pages(HELD_OFFSET as u64 + ring_size as u64 * size_of::<Held>() as u64)
 }
 
 /// Consecutive pool buffers a block request's `len` bytes of data occupy (`us_blk_span`).
@@ -174,8 +182,7 @@ pub const fn blk_span(len: u32, buffer_size: u32) -> u32 {
 /// Bytes one block ring occupies in a block device's rings memfd: the
 /// header of [`RingHeader`], then [`BlkEntry`]s, in whole pages (`us_blk_ring_stride`).
 pub const fn blk_ring_stride(ring_size: u32) -> u64 {
-    let bytes = RING_ENTRIES_OFFSET as u64 + ring_size as u64 * size_of::<BlkEntry>() as u64;
-    (bytes + PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+    stride_of(ring_size, size_of::<BlkEntry>())
 }
 
 /// A block device's rings memfd: its two rings (`us_blk_rings_size`).
