@@ -7,11 +7,16 @@
 //! completed the request.
 //!
 //! `wire` is the transmission phase's format (the kernel's requests and
-//! understudyd's replies), `connect` the configuration over generic netlink
-//! (the `nbd` family of include/uapi/linux/nbd-netlink.h).
+//! understudyd's replies), `connection` one socket's server end, `connect`
+//! the configuration over generic netlink (the `nbd` family of
+//! include/uapi/linux/nbd-netlink.h).
 
 pub mod connect;
+pub mod connection;
+pub mod split;
 pub mod wire;
 
 pub use connect::{connect, disconnect, Export};
+pub use connection::{Connection, ConnectionError, Incoming};
+pub use split::{check_range, pieces, Piece, Refusal};
 pub use wire::{reply, Command, NbdRequest, WireError, REPLY_LEN, REQUEST_LEN};
