@@ -84,6 +84,20 @@ enum Slot {
     Driver { request: BlockRequest, seq: u64 },
 }
 
+/// The default data slot: the most one request carries (design §11).
+pub const DEFAULT_SLOT_BYTES: u32 = 128 << 10;
+
+impl Geometry {
+    /// A block device's default: 128 requests in flight, a 128 KiB slot
+    /// each (16 MiB of pool), the rest of the 64 MiB arena the runtime's
+    /// for the device's read buffers and rings.
+    pub fn block_default() -> Geometry {
+        let ring_size = 128;
+        let buffer_size = 4096;
+        Geometry { ring_size, buffer_size, pool_buffers: ring_size * (DEFAULT_SLOT_BYTES / buffer_size), ..Geometry::default() }
+    }
+}
+
 pub struct BlockMemory {
     geometry: Geometry,
     arena: SharedRegion,

@@ -21,7 +21,7 @@ use understudy_protocol::{
 
 pub use physical::CHUNK;
 pub use region::SharedRegion;
-pub use block::{BlockCompletion, BlockMemory, BlockOp, BlockRequest};
+pub use block::{BlockCompletion, BlockMemory, BlockOp, BlockRequest, DEFAULT_SLOT_BYTES};
 pub use ring::{BlockRings, Consumer, NetRings, Producer, RingLayout, Rings, RING_NAMES};
 pub use tap_state::{Reclaimed, TapCounts};
 

@@ -170,6 +170,12 @@ fn a_ring_whose_head_runs_past_its_tail_is_refused() {
 }
 
 #[test]
+fn the_default_block_geometry_makes_a_block_memory() {
+    let host = BlockMemory::create(Geometry::block_default(), crate::block::DEFAULT_SLOT_BYTES).unwrap();
+    assert_eq!(host.geometry().pool_size(), 16 << 20);
+}
+
+#[test]
 fn the_pool_is_one_slot_per_ring_entry() {
     let wrong = Geometry { pool_buffers: 8, ..GEOMETRY };
     assert!(matches!(BlockMemory::create(wrong, SLOT), Err(ShmError::Geometry(_))));
