@@ -94,3 +94,14 @@ def test_removal_frees_the_disk_queue_tag_set_and_major(runtime_built):
     # A tag set, a queue and a major while loaded; nothing after rmmod.
     assert stats["end"]["blk_live"] == "3" and stats["removed"]["blk_live"] == "0", stats
     assert events(res.stdout, "EXIT") == [{"module": "understudy_ramblk", "result": "0"}], res.stdout
+
+
+def test_c_unit_test_of_the_block_rings(runtime_built):
+    """runtime/ddekit/block.c against a host and a kernel half the C test plays
+    (tests/runtime/test-blk-rings.c): completions echo their requests out of
+    order, slots are reused, the waiting host is signalled, bad entries end
+    the driver."""
+    res = subprocess.run([str(runtime_built / "test-blk-rings")], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "FAIL" not in res.stdout, res.stdout + res.stderr
+    assert res.stdout.count("ok ") == 10, res.stdout
