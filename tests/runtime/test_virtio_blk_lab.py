@@ -11,7 +11,9 @@ GET_ID request of the driver's (blk_execute_rq).
 """
 import random
 import struct
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,12 @@ from lab.guest import Guest
 
 from .conftest import DRIVER, KERNEL_HALF, REPO, events
 from .test_nic_lab import LAUNCH
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import contract  # noqa: E402
+from . import blk_host  # noqa: E402
+
+BLK_HOST = Path(__file__).with_name("blk_host.py")
 
 pytestmark = pytest.mark.lab
 
@@ -104,3 +112,52 @@ def test_virtio_blk_reads_writes_and_is_removed(tmp_path, no_leftover_qemu, runt
     # The one refused read is the run's one failure (exit status 1, "an action failed").
     assert events(out, "DONE") == [{"status": "1"}] and res.returncode == 1, out + res.err
     assert "WARN" not in out, out
+
+
+def test_blk_host_packs_the_protocols_layouts():
+    """blk_host.py's hand-packed structs are protocol.h's (no VM)."""
+    for fmt, struct_name in ((blk_host.HELLO, "us_hello"), (blk_host.REPLY, "us_reply"),
+                             (blk_host.DISK, "us_disk"), (blk_host.ENTRY, "us_blk_entry"),
+                             (blk_host.HEADER, "us_msg_header")):
+        assert fmt.size == contract.value("protocol.h", f"sizeof(struct {struct_name})"), struct_name
+    assert blk_host.ring_stride(64) == contract.value("protocol.h", "us_blk_ring_stride(64)")
+    assert blk_host.VERSION == contract.define("protocol.h", "US_PROTOCOL_VERSION")
+    assert blk_host.RING_ENTRIES == contract.define("protocol.h", "US_RING_ENTRIES_OFFSET")
+    assert blk_host.MSG_DISK == contract.value("protocol.h", "US_MSG_DISK")
+    assert blk_host.CLASS_BLOCK == contract.value("protocol.h", "US_CLASS_BLOCK")
+
+
+def test_virtio_blk_serves_the_hosts_block_rings(tmp_path, no_leftover_qemu, runtime_built):
+    """Behind the protocol, as understudyd will drive it: HELLO with the block
+    class, PROBE, requests lent on blk_submit all at once, completions on
+    blk_done. The pool is read-only to the device, so a read's data reaches
+    it only through the driver's copy."""
+    image = tmp_path / "disk0.img"
+    before = random.Random(7).randbytes(DISK_SECTORS * SECTOR)
+    image.write_bytes(before)
+    actions = ["read:0,64", "read:8192,512", "write:3000,16,9", "read:12000,8", "flush"]
+    with Guest(devices=[DEVICE], disk_images={"disk0": image}) as g:
+        argv = [str(DRIVER), "--runtime", str(KERNEL_HALF),
+                *understudy.module_args(understudy.module_chain(g, "virtio_blk"))]
+        res = g.run(["python3", str(BLK_HOST), g.pci_address("disk0"), *argv, "--", *actions],
+                    cwd=str(REPO), timeout=300)
+        print(res.out)
+        print(res.err)
+    out = res.out
+    after = image.read_bytes()
+    assert events(out, "HOST_REPLY") == [{"request": "HELLO", "status": "0"},
+                                         {"request": "PROBE", "status": "0"}], out + res.err
+    [disk] = events(out, "HOST_DISK")
+    assert int(disk["capacity"]) == DISK_SECTORS and disk["serial"] == Guest.disk_serial("disk0"), disk
+    assert disk["driver"] == "virtio_blk" and disk["name"] == "vda" and disk["queues"] == "1", disk
+    assert int(disk["max_sectors"]) >= 512, disk
+    done = {int(d["tag"]): d for d in events(out, "HOST_DONE")}
+    assert sorted(done) == list(range(len(actions))), out
+    assert all(d["echo"] == "1" and d["status"] == "0" for d in done.values()), done
+    assert done[0]["crc32"] == crc(before[:64 * SECTOR]), done[0]
+    assert done[1]["crc32"] == crc(before[8192 * SECTOR:8704 * SECTOR]), done[1]
+    assert done[3]["crc32"] == crc(before[12000 * SECTOR:12008 * SECTOR]), done[3]
+    lo, hi = 3000 * SECTOR, 3016 * SECTOR
+    assert after[lo:hi] == pattern(9, 16)
+    assert after[:lo] == before[:lo] and after[hi:] == before[hi:]
+    assert events(out, "HOST_EXIT") == [{"status": "0"}], out + res.err
