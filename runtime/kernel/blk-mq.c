@@ -135,7 +135,7 @@ struct request *us_blk_get_request(struct request_queue *q, unsigned int hctx_id
 	rq->end_io = NULL;
 	rq->end_io_data = NULL;
 	rq->deadline = 0;
-	refcount_set((refcount_t *)&rq->ref, 1);
+	atomic_set(&rq->ref, 1);
 	WRITE_ONCE(rq->state, MQ_RQ_IDLE);
 	memset(ext, 0, offsetof(struct us_rq, bio));
 	return rq;
