@@ -178,8 +178,9 @@ class Guest:
         if pd.id not in self.disk_images:
             with open(image, "wb") as f:
                 f.truncate(DISK_MIB << 20)
-        # writethrough: a write the guest completed is in the file, not in QEMU's page cache only.
-        drive = ["-drive", f"if=none,id=drv-{pd.id},file={image},format=raw,cache=writethrough"]
+        # QEMU's default cache (writeback): a completed write is in the file as the
+        # host reads it (its page cache), and the device has a volatile cache to flush.
+        drive = ["-drive", f"if=none,id=drv-{pd.id},file={image},format=raw"]
         if dev.qemu_model == "lsi53c895a":
             return [*drive, "-device", f"lsi53c895a,id={pd.id},bus={bus}",
                     "-device", f"scsi-hd,drive=drv-{pd.id},bus={pd.id}.0"]

@@ -82,6 +82,8 @@ def test_virtio_blk_reads_writes_and_is_removed(tmp_path, no_leftover_qemu, runt
     assert disk["serial"] == Guest.disk_serial("disk0"), disk
     assert disk["lbs"] == "512" and disk["queues"] == "1", disk
     assert int(disk["depth"]) > 0 and int(disk["max_sectors"]) >= 8, disk
+    # QEMU's writeback cache is a volatile cache (VIRTIO_BLK_F_FLUSH), without FUA.
+    assert int(disk["features"], 16) & 0x3 == 0x1, disk
 
     reads = events(out, "BLK_READ")
     assert len(reads) == 5, out
