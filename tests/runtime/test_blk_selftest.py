@@ -105,3 +105,38 @@ def test_c_unit_test_of_the_block_rings(runtime_built):
                          timeout=60)
     assert res.returncode == 0 and "FAIL" not in res.stdout, res.stdout + res.stderr
     assert res.stdout.count("ok ") == 10, res.stdout
+
+
+def chain(modules, name: str) -> list[str]:
+    """A module's chain from Debian's modules.dep, dependencies first."""
+    deps = {}
+    for line in (modules / "modules.dep").read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path.rsplit("/", 1)[-1].removesuffix(".ko")] = (path, rest.split())
+    path, needs = deps[name]
+    return [str(modules / p) for p in reversed(needs)] + [str(modules / path)]
+
+
+def test_virtio_blks_imports_all_resolve(runtime_built, debian_modules):
+    """Every import of Debian's virtio_blk chain is the runtime's (no VM: no probe)."""
+    argv = [str(DRIVER), "--runtime", str(BUILD / "understudy-kernel.ko")]
+    for m in chain(debian_modules, "virtio_blk"):
+        argv += ["--module", m]
+    res = subprocess.run(argv + ["--remove"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "LOAD_FAILED" not in res.stdout, res.stdout + res.stderr
+    assert {"module": "virtio_blk", "result": "0"} in events(res.stdout, "INIT"), res.stdout
+
+
+def test_nvmes_crc_chain_loads_on_its_fallback_and_unloads(runtime_built, debian_modules):
+    """t10-pi and its CRC modules, nvme-core's dependencies: no crypto algorithm
+    is registered in a driver process, so crc-t10dif and crc64-rocksoft keep
+    their table-driven fallback (runtime/kernel/crypto.c); their exits free
+    the transform they never got."""
+    argv = [str(DRIVER), "--runtime", str(BUILD / "understudy-kernel.ko")]
+    for m in chain(debian_modules, "t10-pi"):
+        argv += ["--module", m]
+    res = subprocess.run(argv + ["--remove"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [e["module"] for e in events(res.stdout, "INIT")] == [
+        "crct10dif_common", "crc64", "crc_t10dif", "crc64_rocksoft", "t10_pi"], res.stdout
+    assert all(e["result"] == "0" for e in events(res.stdout, "EXIT")), res.stdout
