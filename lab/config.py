@@ -54,8 +54,21 @@ class KernelConfig:
 
     @property
     def net_drivers(self) -> Path:
-        """The NIC modules and what they depend on (mii.ko): all an update ABI caches."""
+        """The NIC modules and what they depend on (mii.ko)."""
         return self.modules / "kernel" / "drivers" / "net"
+
+    @property
+    def driver_trees(self) -> list[Path]:
+        """What an update ABI caches of its package (DRIVER_TREES), with its modules.dep."""
+        return [self.modules / "kernel" / t for t in DRIVER_TREES]
+
+
+# The trees of kernel/ an update ABI caches (lab/install.py, ensure_driver_modules):
+# the lab's drivers and every module their modules.dep chains reach, e.g.
+# virtio_blk -> virtio, virtio_ring; nvme -> nvme-core, t10-pi (block/),
+# crc64-rocksoft, crc-t10dif (lib/), crct10dif_common (crypto/).
+DRIVER_TREES = ("drivers/net", "drivers/virtio", "drivers/block", "drivers/nvme/host",
+                "block", "lib", "crypto")
 
 
 @dataclass(frozen=True)
@@ -103,11 +116,40 @@ def cached_module(abi: str, name: str) -> Path:
     if not k.net_drivers.is_dir():
         raise LabError(f"the modules of {k.release} are not cached in {k.net_drivers}",
                        hint="run `python3 -m lab setup`")
-    found = sorted(k.net_drivers.rglob(f"{name}.ko"))
+    found = sorted(m for tree in k.driver_trees if tree.is_dir()
+                   for m in tree.rglob(f"{name}.ko"))
     if len(found) != 1:
-        raise LabError(f"{len(found)} modules named {name}.ko in {k.net_drivers}",
-                       hint="name a NIC driver module, e.g. e1000, pcnet32, 8139cp, 8139too, e100")
+        raise LabError(f"{len(found)} modules named {name}.ko in {k.modules / 'kernel'}",
+                       hint="name a driver module, e.g. e1000, pcnet32, 8139cp, virtio_blk, nvme")
     return found[0]
+
+
+def cached_chain(abi: str, name: str) -> list[Path]:
+    """The cached module `name` of ABI `abi` and every module it needs, dependencies
+    first, from that ABI's modules.dep (as modprobe would load them)."""
+    from .errors import LabError
+    module = cached_module(abi, name)
+    k = update_root(module)
+    dep = k / "modules.dep"
+    if not dep.exists():
+        raise LabError(f"no modules.dep in {k}", hint="run `python3 -m lab setup`")
+    deps = {}
+    for line in dep.read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path] = rest.split()
+    rel = str(module.relative_to(k))
+    if rel not in deps:
+        raise LabError(f"{rel} is not in {dep}", hint="run `python3 -m lab setup` again")
+    # modules.dep lists every dependency, nearest first: load them farthest first.
+    return [k / p for p in reversed(deps[rel])] + [module]
+
+
+def update_root(module: Path) -> Path:
+    """lib/modules/<release>/ of a cached module's path."""
+    for parent in module.parents:
+        if parent.parent.name == "modules" and parent.parent.parent.name == "lib":
+            return parent
+    raise ValueError(f"{module} is not under lib/modules/<release>/")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ CATALOGUE = {d.name: d for d in [
     Device("ES1370", "ES1370", SOUND, "snd_ens1370", "1274:5000", "Nooks, Live Update (sound)"),
     Device("lsi53c895a", "lsi53c895a", STORAGE, "sym53c8xx", "1000:0012", "Guardrail (sym53c8xx)"),
     Device("nvme", "nvme", STORAGE, "nvme", "1b36:0010", "storage"),
-    Device("virtio-blk", "virtio-blk-pci", STORAGE, "virtio_blk", "1af4:1042", "storage"),
+    # iommu_platform=on as for virtio-net: a driver process's device must DMA through the IOMMU.
+    Device("virtio-blk", "virtio-blk-pci", STORAGE, "virtio_blk", "1af4:1042", "storage",
+           "iommu_platform=on", "virtio_pci"),
 ]}
 
 # The in-kernel driver a user means by each name (bench --driver e1000|pcnet32|...).

@@ -99,6 +99,11 @@ class Guest:
     # starts: "rx" tells what each one put on the wire.
     pcap_queue: str = "all"
     nic_props: str = ""               # more QEMU -device properties for each NIC ("autonegotiation=off")
+    # Storage devices' backing files by device id ("disk0"): raw images a
+    # test fills before boot and reads after the guest stopped. A storage
+    # device without one gets an empty DISK_MIB image in the run directory.
+    disk_images: dict[str, Path] = field(default_factory=dict)
+    disk_props: str = ""              # more QEMU -device properties for each storage device
     # Queue pairs of each virtio-net NIC (mq=on, a vector per queue and two
     # more), each a queue of its multi-queue TAP: needs a TapSource netdev.
     nic_queues: int = 1
@@ -169,15 +174,28 @@ class Guest:
         if dev.kind == SOUND:
             return ["-audiodev", f"none,id=audio-{pd.id}",
                     "-device", f"{dev.qemu_model},id={pd.id},audiodev=audio-{pd.id},bus={bus}"]
-        image = self.rundir / f"{pd.id}.img"
-        with open(image, "wb") as f:
-            f.truncate(DISK_MIB << 20)
+        image = self.disk_image(pd.id)
+        if pd.id not in self.disk_images:
+            with open(image, "wb") as f:
+                f.truncate(DISK_MIB << 20)
+        # QEMU's default cache (writeback): a completed write is in the file as the
+        # host reads it (its page cache), and the device has a volatile cache to flush.
         drive = ["-drive", f"if=none,id=drv-{pd.id},file={image},format=raw"]
         if dev.qemu_model == "lsi53c895a":
             return [*drive, "-device", f"lsi53c895a,id={pd.id},bus={bus}",
                     "-device", f"scsi-hd,drive=drv-{pd.id},bus={pd.id}.0"]
-        serial = f",serial=lab{pd.id}" if dev.qemu_model == "nvme" else ""
-        return [*drive, "-device", f"{dev.qemu_model},id={pd.id},drive=drv-{pd.id},bus={bus}{serial}"]
+        serial = f",serial={self.disk_serial(pd.id)}" if dev.qemu_model in ("nvme", "virtio-blk-pci") else ""
+        return [*drive, "-device", f"{dev.qemu_model},id={pd.id},drive=drv-{pd.id},bus={bus}{serial}"
+                + "".join(f",{p}" for p in (dev.props, self.disk_props) if p)]
+
+    def disk_image(self, dev_id: str) -> Path:
+        """A storage device's backing file (disk_images, or the run directory's)."""
+        return Path(self.disk_images.get(dev_id, self.rundir / f"{dev_id}.img"))
+
+    @staticmethod
+    def disk_serial(dev_id: str) -> str:
+        """The serial QEMU gives a storage device ("labdisk0")."""
+        return f"lab{dev_id}"
 
     def qemu_argv(self) -> list[str]:
         k = self.kernel

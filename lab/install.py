@@ -134,28 +134,34 @@ def ensure_kernel(kernel: config.KernelConfig) -> None:
         os.mkdir(tmp)  # TemporaryDirectory wants something to remove
 
 
-def ensure_net_drivers(kernel: config.KernelConfig) -> None:
-    """The NIC modules of a live-update ABI: drivers/net of its linux-image package.
+def ensure_driver_modules(kernel: config.KernelConfig) -> None:
+    """The driver modules of a live-update ABI: config.DRIVER_TREES of its
+    linux-image package, with a modules.dep of them made by depmod.
 
-    Only that subtree (77 of the package's 400 MB): live update loads these
-    modules, it never boots this kernel. Extracted next to, and in the same
-    layout as, the pinned kernel (config.KernelConfig.root), so the guest sees
-    them over 9p at the same paths.
+    Only those trees (about a quarter of the package's 400 MB): live update
+    loads these modules, it never boots this kernel. The trees are the lab's
+    drivers' and all their modules.dep chains reach (config.cached_chain).
+    Extracted next to, and in the same layout as, the pinned kernel
+    (config.KernelConfig.root), so the guest sees them over 9p at the same
+    paths. A cache of drivers/net alone (an older lab's) is extracted again.
     """
-    if kernel.net_drivers.is_dir():
+    if all(t.is_dir() for t in kernel.driver_trees) and (kernel.modules / "modules.dep").exists():
         return
     deb = download_package(kernel.package, config.cache_dir() / "debs")
-    log(f"extracting drivers/net of {deb.name}")
+    log(f"extracting {', '.join(config.DRIVER_TREES)} of {deb.name}")
     kernel.root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=kernel.root.parent) as tmp:
-        subtree = f"./lib/modules/{kernel.release}/kernel/drivers/net"
+        base = f"./lib/modules/{kernel.release}"
+        members = [f"{base}/kernel/{t}" for t in config.DRIVER_TREES]
+        members += [f"{base}/modules.{f}" for f in ("order", "builtin", "builtin.modinfo")]
         with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)],
                               stdout=subprocess.PIPE) as package:
-            untar = subprocess.run(["tar", "-x", "-C", tmp, subtree], stdin=package.stdout)
+            untar = subprocess.run(["tar", "-x", "-C", tmp, *members], stdin=package.stdout)
             package.stdout.close()
         if package.returncode or untar.returncode:
-            raise LabError(f"cannot extract {subtree} from {deb}",
+            raise LabError(f"cannot extract {', '.join(members)} from {deb}",
                            hint="delete the .deb and run `python3 -m lab setup` again")
+        _run(["depmod", "-b", tmp, kernel.release])
         if kernel.root.exists():
             shutil.rmtree(kernel.root)
         os.rename(tmp, kernel.root)
@@ -283,7 +289,7 @@ def setup() -> None:
     updates = config.update_kernels()
     for k in [*updates, *config.modules_only_kernels()]:
         if k != kernel:
-            ensure_net_drivers(k)
+            ensure_driver_modules(k)
     ensure_headers(updates)
     for fixture in config.FIXTURE_MODULES.values():
         ensure_fixture_module(fixture, kernel)

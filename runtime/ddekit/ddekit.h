@@ -33,5 +33,6 @@
 #include "host.h"
 #include "tap.h"
 #include "rx_writer.h"
+#include "block.h"
 
 #endif /* UNDERSTUDY_DDEKIT_H */

@@ -82,6 +82,19 @@ int ddekit_start_tx(void (*xmit)(struct ddekit_tx_frame *frames, unsigned int n)
 		    unsigned int (*interrupts)(int *eventfds, unsigned int max));
 void ddekit_host_warn(const char *file, unsigned int line, const char *text);
 /*
+ * The block class (block.c): maps the rings memfd's two block rings, and
+ * starts the thread that hands blk_submit's requests to submit in batches
+ * (the kernel half's us_blk_submit).
+ */
+struct ddekit_blk_request;
+struct ddekit_disk;
+int ddekit_setup_blk_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, int kick_fd,
+			   int notify_fd, uint32_t pool_buffers, uint32_t buffer_size);
+int ddekit_start_blk(void (*submit)(const struct ddekit_blk_request *reqs, unsigned int n));
+/* Without the host (stand-alone): each completion and each DISK go to these instead. */
+void ddekit_setup_blk_observer(void (*done)(unsigned long cookie, int status),
+			       void (*disk)(const struct ddekit_disk *disk));
+/*
  * The TX thread polls instead of sleeping for up to window_ns after its
  * last work while the traffic is sparse (tx_poll.c); 0, the default: never.
  */

@@ -68,13 +68,18 @@ static int hello(struct session *s, const struct us_hello *h)
 
 	if (s->hello)
 		violation("a second HELLO");
-	if (h->version != US_PROTOCOL_VERSION || h->device_class != US_CLASS_NET || h->reserved)
+	if (h->version != US_PROTOCOL_VERSION || h->reserved ||
+	    (h->device_class != US_CLASS_NET && h->device_class != US_CLASS_BLOCK))
 		return -EPROTONOSUPPORT;
 	if (pool != h->pool_size || pool >= h->arena_size || h->arena_size & (US_PAGE_SIZE - 1) ||
 	    pool & (US_PAGE_SIZE - 1) || h->arena_iova + h->arena_size > (1ULL << 32))
 		return -EINVAL;
 	err = ddekit_setup_arena(s->arena_fd, h->arena_iova, h->arena_size, h->pool_size);
-	if (!err)
+	/* The class decides what the rings memfd holds (docs/protocol.md, "Block devices"). */
+	if (!err && h->device_class == US_CLASS_BLOCK)
+		err = ddekit_setup_blk_rings(s->rings_fd, h->rings_size, h->ring_size, s->kick_fd,
+					     s->notify_fd, h->pool_buffers, h->buffer_size);
+	else if (!err)
 		err = ddekit_setup_rings(s->rings_fd, h->rings_size, h->ring_size, s->kick_fd,
 					 s->notify_fd, h->pool_buffers, h->buffer_size);
 	if (err)
@@ -151,6 +156,24 @@ static void load(struct session *s, uint32_t seq, const struct us_load *l)
 	reply(seq, 0, used, strlen(used));
 }
 
+/*
+ * A block driver serves the host's requests from its probe on: there is no
+ * OPEN. The submit thread starts once the disk is added; a process with
+ * it is no template (SPAWN: -EBUSY, as after an OPEN).
+ */
+static int start_block(struct session *s, int init_status)
+{
+	int err;
+
+	if (!disk_registered())
+		return init_status ? init_status : -ENODEV;
+	err = ddekit_start_blk(kernel.blk_submit);
+	if (err)
+		return err;
+	s->tx_started = true;
+	return 0;
+}
+
 static int probe(struct session *s, const struct us_probe *p)
 {
 	const char *modules[US_MAX_MODULES];
@@ -173,6 +196,8 @@ static int probe(struct session *s, const struct us_probe *p)
 				    &init_status);
 	if (err)
 		return err;
+	if (s->geometry.device_class == US_CLASS_BLOCK)
+		return start_block(s, init_status);
 	return netdev_registered() ? 0 : init_status ? init_status : -ENODEV;
 }
 

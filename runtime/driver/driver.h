@@ -121,6 +121,14 @@ void debugger_follow_fork(pid_t parent);
 void watch_events(const char *line);
 /* Whether the driver registered its net_device (a REGISTERED event). */
 bool netdev_registered(void);
+/* Whether the driver added its disk (a DISK event). */
+bool disk_registered(void);
+
+/* The stand-alone run's block actions (blk_actions.c). */
+void blk_actions_setup(void);
+void blk_action_add(const char *option, const char *arg);
+bool blk_actions_wanted(void);
+bool blk_actions_run(void);
 
 /*
  * Makes this process a post-probe template (first call) and forks a driver

@@ -37,6 +37,10 @@
  *		[--arena-fd N --arena-iova X --arena-size X --pool-size X]
  *		[--param MODULE.NAME=VALUE]... [--open] [--wait-carrier SECONDS]
  *		[--arp SRC_IP,DST_IP] [--remove] [--loglevel N]
+ *		[--blk-write SECTOR,COUNT,SEED] [--blk-read SECTOR,COUNT] [--blk-flush]
+ *
+ * The --blk-* actions (blk_actions.c), in the order given, go to a block
+ * driver's disk through the path the host's block ring takes.
  *
  * With --trace-fd (both modes) the driver's modules run rewritten under the
  * checker: every memory access is traced into the trace region on that fd
@@ -77,6 +81,7 @@
 #define DEFAULT_ARENA_SIZE	(64ULL << 20)
 #define DEFAULT_POOL_SIZE	(8ULL << 20)
 #define SELFTEST_ARENA_SIZE	(32ULL << 20)
+#define SELFTEST_POOL_SIZE	(4ULL << 20)
 #define MAX_MODULES		8
 #define MAX_PARAMS		16
 #define MAX_POLL_US		1000000ULL	/* understudy run --poll-us's limit */
@@ -86,6 +91,7 @@ static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t state_changed = PTHREAD_COND_INITIALIZER;
 static bool carrier_on;
 static bool registered;
+static bool disk_added;
 static bool arp_answered;
 static uint8_t mac[6];
 static struct in_addr arp_src, arp_dst;
@@ -110,6 +116,8 @@ void watch_events(const char *line)
 	pthread_mutex_lock(&state_lock);
 	if (!strncmp(line, "CARRIER ", 8))
 		carrier_on = strstr(line, " on=1") != NULL;
+	if (!strncmp(line, "DISK ", 5))
+		disk_added = true;
 	if (!strncmp(line, "REGISTERED ", 11)) {
 		registered = true;
 		carrier_on = strstr(line, " carrier=1") != NULL;
@@ -128,6 +136,16 @@ bool netdev_registered(void)
 
 	pthread_mutex_lock(&state_lock);
 	r = registered;
+	pthread_mutex_unlock(&state_lock);
+	return r;
+}
+
+bool disk_registered(void)
+{
+	bool r;
+
+	pthread_mutex_lock(&state_lock);
+	r = disk_added;
 	pthread_mutex_unlock(&state_lock);
 	return r;
 }
@@ -242,14 +260,16 @@ static long skbs_live(void)
 static long print_stats(const char *when)
 {
 	unsigned long irqs, rx;
-	long skbs;
+	long skbs, blk;
 
 	kernel.cpu_enter();
 	irqs = kernel.irq_count();
 	rx = kernel.rx_frames();
 	skbs = kernel.skb_live();
+	blk = kernel.blk_live();
 	kernel.cpu_leave();
-	printf("STATS when=%s irqs=%lu rx_frames=%lu skbs_live=%ld\n", when, irqs, rx, skbs);
+	printf("STATS when=%s irqs=%lu rx_frames=%lu skbs_live=%ld blk_live=%ld\n", when, irqs, rx,
+	       skbs, blk);
 	return skbs;
 }
 
@@ -307,7 +327,7 @@ int main(int argc, char **argv)
 	       OPT_ARENA_IOVA, OPT_ARENA_SIZE, OPT_POOL_SIZE, OPT_CONTROL_FD, OPT_RINGS_FD,
 	       OPT_KICK_FD, OPT_NOTIFY_FD, OPT_OPEN, OPT_WAIT_CARRIER, OPT_ARP, OPT_LOGLEVEL,
 	       OPT_PARAM, OPT_TRACE_FD, OPT_GATE, OPT_REMOVE, OPT_TAP_FD, OPT_UIO_FDS,
-	       OPT_DMA_CHUNKS_FD, OPT_RUN_AS, OPT_POLL_US };
+	       OPT_DMA_CHUNKS_FD, OPT_RUN_AS, OPT_POLL_US, OPT_BLK };
 	static const struct option options[] = {
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "module", required_argument, NULL, OPT_MODULE },
@@ -335,6 +355,9 @@ int main(int argc, char **argv)
 		{ "gate", required_argument, NULL, OPT_GATE },
 		{ "run-as", required_argument, NULL, OPT_RUN_AS },
 		{ "poll-us", required_argument, NULL, OPT_POLL_US },
+		{ "blk-write", required_argument, NULL, OPT_BLK },
+		{ "blk-read", required_argument, NULL, OPT_BLK },
+		{ "blk-flush", no_argument, NULL, OPT_BLK },
 		{ 0 }
 	};
 	const char *runtime = NULL, *symvers = NULL, *modules[MAX_MODULES], *params[MAX_PARAMS], *pci_address = NULL;
@@ -352,8 +375,11 @@ int main(int argc, char **argv)
 	double wait_carrier = 0;
 	bool open_dev = false, arp = false, remove = false;
 
-	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	int option_index;
+
+	while ((opt = getopt_long(argc, argv, "", options, &option_index)) != -1) {
 		switch (opt) {
+		case OPT_BLK: blk_action_add(options[option_index].name, optarg); break;
 		case OPT_RUNTIME: runtime = optarg; break;
 		case OPT_MODULE:
 			if (n_modules == MAX_MODULES)
@@ -449,7 +475,8 @@ int main(int argc, char **argv)
 		if (uio != (dma_chunks_fd >= 0))
 			die("--uio-fds and --dma-chunks-fd go together: without an IOMMU the device "
 			    "sees physical addresses");
-		if (n_modules || n_params || open_dev || arp || remove || wait_carrier > 0 || pci_address)
+		if (n_modules || n_params || open_dev || arp || remove || wait_carrier > 0 || pci_address ||
+		    blk_actions_wanted())
 			die("with --control-fd the host chooses modules and actions");
 		if (uio && checked)
 			die("a checked driver needs the IOMMU's addresses (--trace-fd with --uio-fds)");
@@ -473,8 +500,10 @@ int main(int argc, char **argv)
 
 	if ((device_fd >= 0) != (pci_address != NULL))
 		die("--device-fd and --pci-address go together");
+	/* Without a device only the block actions use a pool: their data's place. */
 	if (device_fd < 0)
-		pool_size = 0, arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
+		pool_size = blk_actions_wanted() ? SELFTEST_POOL_SIZE : 0,
+		arena_size = arena_fd < 0 ? SELFTEST_ARENA_SIZE : arena_size;
 	device.vfio = device_fd;
 	if (device_fd >= 0 && ddekit_setup_device(&device))
 		die("VFIO device fd %d unusable", device_fd);
@@ -483,6 +512,7 @@ int main(int argc, char **argv)
 	if (ddekit_setup_arena(arena_fd, arena_iova, arena_size, pool_size))
 		die("cannot map the DMA arena (fd %d, %llu bytes)", arena_fd, arena_size);
 	ddekit_setup_rx(on_rx);
+	blk_actions_setup();
 	if (!n_modules)
 		die("at least one --module");
 	if (start_runtime(runtime, symvers, modules, n_modules, params, n_params, &init_status))
@@ -515,6 +545,8 @@ int main(int argc, char **argv)
 			status = 1;
 		wait_for_skbs_freed(before, 5.0);
 	}
+	if (blk_actions_wanted() && !blk_actions_run())
+		status = 1;
 	print_stats("end");
 	if (remove) {
 		if (!remove_modules())

@@ -22,6 +22,7 @@
 #define UNDERSTUDY_KERNEL_API_H
 
 struct ddekit_tx_frame;
+struct ddekit_blk_request;
 struct kernel_param;
 
 /* The kernel's ETH_GSTRING_LEN (us_net_stats is defined with it): one statistic's name. */
@@ -56,12 +57,16 @@ struct kernel_param;
 	X(net_stats, int, (unsigned int first, unsigned int max, unsigned int *total, \
 			   char (*names)[US_KERNEL_API_STAT_NAME_LEN],		\
 			   unsigned long long *values))				\
+	/* The host's block requests, each to its hardware queue (blk-core.c). */ \
+	X(blk_submit, void, (const struct ddekit_blk_request *reqs, unsigned int n)) \
 	/* A module parameter, through its kernel_param_ops (lib.c). */	\
 	X(param_set, int, (const struct kernel_param *kp, const char *val))	\
 	/* Counters for the stand-alone run and the tests (irq.c, gro.c, skb.c). */ \
 	X(irq_count, unsigned long, (void))					\
 	X(rx_frames, unsigned long, (void))					\
 	X(skb_live, long, (void))						\
+	/* Tag sets, queues and block majors alive (genhd.c): 0 after rmmod. */ \
+	X(blk_live, long, (void))						\
 	/* The post-probe template (template.c, docs/design.md §8). */		\
 	X(template_park, int, (void))						\
 	X(template_resume, int, (void))					\

@@ -275,6 +275,13 @@ __wsum csum_partial(const void *buf, int len, __wsum sum)
 }
 EXPORT_SYMBOL(csum_partial);
 
+/* arch/x86/lib/csum-wrappers_64.c: the folded Internet checksum (t10-pi's IP guard). */
+__sum16 ip_compute_csum(const void *buff, int len)
+{
+	return csum_fold(csum_partial(buff, len, 0));
+}
+EXPORT_SYMBOL(ip_compute_csum);
+
 __sum16 csum_ipv6_magic(const struct in6_addr *saddr, const struct in6_addr *daddr,
 			__u32 len, __u8 proto, __wsum csum)
 {
