@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use understudy_protocol::{blk_span, BlkEntry, Wire, BLK_FUA, BLK_OP_DISCARD, BLK_OP_FLUSH, BLK_OP_READ, BLK_OP_WRITE,
+use understudy_protocol::{BlkEntry, Wire, BLK_FUA, BLK_OP_DISCARD, BLK_OP_FLUSH, BLK_OP_READ, BLK_OP_WRITE,
                           BLK_OP_WRITE_ZEROES, BLK_RING_DONE, BLK_RING_SUBMIT};
 
 use crate::region::SharedRegion;
@@ -222,8 +222,8 @@ impl BlockMemory {
     /// filled, for a write). There is always room: a slot per ring entry.
     pub fn submit(&mut self, request: BlockRequest) -> Result<(), ShmError> {
         assert_eq!(self.slots[request.slot as usize], Slot::Host, "submit of a slot the host does not hold");
+        // A slot is whole buffers, so a request that fits its slot fits its span.
         assert!(!request.op.has_data() || request.len <= self.slot_bytes);
-        assert!(blk_span(request.len.min(self.slot_bytes), self.geometry.buffer_size) * self.geometry.buffer_size <= self.slot_bytes);
         if self.submit.space(&self.rings)? == 0 {
             // Only a driver that moved its tail backwards could fill it: the
             // host never has more requests out than slots.
