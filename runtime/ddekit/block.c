@@ -29,6 +29,7 @@
 #include "arena.h"
 #include "block.h"
 #include "log.h"
+#include "ring.h"
 #include "setup.h"
 #include "thread.h"
 
@@ -45,10 +46,9 @@ _Static_assert(sizeof(((struct ddekit_disk *)0)->driver) == US_NAME_MAX, "driver
 
 static struct {
 	bool ready;
-	struct us_ring *submit, *done;
-	struct us_blk_entry *submit_entries, *done_entries;
+	struct ddekit_ring submit, done;
 	uint32_t ring_size;
-	int kick_fd, notify_fd;
+	int kick_fd;
 	uint8_t *pool;
 	uint32_t pool_buffers, buffer_size;
 	/* The requests lent to the driver, by slot; free slots form a stack. */
@@ -79,11 +79,6 @@ void ddekit_setup_blk_observer(void (*done)(unsigned long cookie, int status),
 	disk_observer = disk;
 }
 
-static struct us_blk_entry *ring_entries(struct us_ring *r)
-{
-	return (struct us_blk_entry *)((uint8_t *)r + US_RING_ENTRIES_OFFSET);
-}
-
 int ddekit_setup_blk_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, int kick_fd,
 			   int notify_fd, uint32_t pool_buffers, uint32_t buffer_size)
 {
@@ -105,38 +100,25 @@ int ddekit_setup_blk_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size
 	for (uint32_t i = 0; i < ring_size; i++)
 		blk.free_slots[i] = ring_size - 1 - i;
 	blk.n_free = ring_size;
-	blk.submit = (struct us_ring *)((uint8_t *)va + US_BLK_RING_SUBMIT * us_blk_ring_stride(ring_size));
-	blk.done = (struct us_ring *)((uint8_t *)va + US_BLK_RING_DONE * us_blk_ring_stride(ring_size));
-	blk.submit_entries = ring_entries(blk.submit);
-	blk.done_entries = ring_entries(blk.done);
+	blk.submit = (struct ddekit_ring){
+		.shared = (struct us_ring *)((uint8_t *)va + US_BLK_RING_SUBMIT * us_blk_ring_stride(ring_size)),
+		.entry_size = sizeof(struct us_blk_entry),
+		.size = ring_size,
+	};
+	blk.done = (struct ddekit_ring){
+		.shared = (struct us_ring *)((uint8_t *)va + US_BLK_RING_DONE * us_blk_ring_stride(ring_size)),
+		.entry_size = sizeof(struct us_blk_entry),
+		.size = ring_size,
+		.signal_fd = notify_fd,
+		.full = "blk_done is full: the host lent more than ring_size requests",
+	};
 	blk.ring_size = ring_size;
 	blk.kick_fd = kick_fd;
-	blk.notify_fd = notify_fd;
 	blk.pool = arena;
 	blk.pool_buffers = pool_buffers;
 	blk.buffer_size = buffer_size;
 	blk.ready = true;
 	return 0;
-}
-
-/* Producer side of blk_done: publish, and signal the host only if it waits. */
-static void publish(const struct us_blk_entry *e)
-{
-	struct us_ring *r = blk.done;
-	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-	uint64_t one = 1;
-
-	if (us_ring_used(head, __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE)) >= blk.ring_size)
-		ddekit_panic("blk_done is full: the host lent more than ring_size requests");
-	blk.done_entries[us_ring_slot(head, blk.ring_size)] = *e;
-	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
-	/* Order the head store before reading the flag (the consumer re-checks). */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->consumer_waiting, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&r->consumer_waiting, 0, __ATOMIC_RELAXED);
-		if (write(blk.notify_fd, &one, sizeof(one)) != sizeof(one))
-			ddekit_panic("cannot signal the host (notify eventfd)");
-	}
 }
 
 void ddekit_blk_done(unsigned long cookie, int status)
@@ -158,24 +140,8 @@ void ddekit_blk_done(unsigned long cookie, int status)
 	e.status = status;
 	blk.held[cookie].status = 0;
 	blk.free_slots[blk.n_free++] = cookie;
-	publish(&e);
+	ddekit_ring_produce(&blk.done, &e);
 	pthread_mutex_unlock(&blk.lock);
-}
-
-/* Consumer side of blk_submit: the next entry, if any. */
-static bool consume(struct us_blk_entry *e)
-{
-	struct us_ring *r = blk.submit;
-	uint32_t tail = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
-	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-
-	if (head == tail)
-		return false;
-	if (us_ring_used(head, tail) > blk.ring_size)
-		ddekit_panic("the host's block ring indices are inconsistent");
-	*e = blk.submit_entries[us_ring_slot(tail, blk.ring_size)];
-	__atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
-	return true;
 }
 
 /* An entry the host cannot have meant: the two sides disagree, as a bad tx entry says. */
@@ -194,13 +160,10 @@ static void check_entry(const struct us_blk_entry *e)
 /* Blocks until the host kicks with blk_submit empty (sDDF's wait protocol). */
 static void wait_for_requests(void)
 {
-	struct us_ring *r = blk.submit;
 	struct pollfd fd = { .fd = blk.kick_fd, .events = POLLIN };
 	uint64_t count;
 
-	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
+	if (!ddekit_ring_may_sleep(&blk.submit))
 		return;
 	if (poll(&fd, 1, -1) < 0 && errno != EINTR)
 		ddekit_panic("cannot wait for the host (poll)");
@@ -217,7 +180,7 @@ static void blk_thread(void *unused)
 		struct us_blk_entry e;
 		unsigned int n = 0;
 
-		while (n < BLK_BATCH && consume(&e)) {
+		while (n < BLK_BATCH && ddekit_ring_consume(&blk.submit, &e)) {
 			uint32_t slot;
 
 			check_entry(&e);

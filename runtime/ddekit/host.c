@@ -33,6 +33,7 @@
 #include "arena.h"
 #include "host.h"
 #include "log.h"
+#include "ring.h"
 #include "setup.h"
 #include "thread.h"
 
@@ -49,9 +50,8 @@ static int control_fd = -1;
 
 static struct {
 	bool ready;
-	struct us_ring *ring[US_RING_COUNT];
-	uint32_t ring_size;
-	int kick_fd, notify_fd;
+	struct ddekit_ring tx, tx_done;
+	int kick_fd;
 	uint8_t *pool;
 	uint32_t pool_buffers, buffer_size;
 	pthread_mutex_t tx_done_lock;	/* tx_done has producers on any thread */
@@ -174,52 +174,25 @@ int ddekit_setup_rings(int rings_fd, uint64_t rings_size, uint32_t ring_size, in
 				     ring_size, notify_fd);
 	if (err)
 		return err;
-	for (int i = 0; i < US_RING_COUNT; i++)
-		rings.ring[i] = (struct us_ring *)((uint8_t *)va + i * stride);
-	rings.ring_size = ring_size;
+	rings.tx = (struct ddekit_ring){
+		.shared = (struct us_ring *)((uint8_t *)va + US_RING_TX * stride),
+		.entry_size = sizeof(struct us_ring_entry),
+		.size = ring_size,
+	};
+	/* The host lends at most ring_size buffers, so tx_done never fills. */
+	rings.tx_done = (struct ddekit_ring){
+		.shared = (struct us_ring *)((uint8_t *)va + US_RING_TX_DONE * stride),
+		.entry_size = sizeof(struct us_ring_entry),
+		.size = ring_size,
+		.signal_fd = notify_fd,
+		.full = "tx_done is full: the host lent more than ring_size buffers",
+	};
 	rings.kick_fd = kick_fd;
-	rings.notify_fd = notify_fd;
 	rings.pool = arena;
 	rings.pool_buffers = pool_buffers;
 	rings.buffer_size = buffer_size;
 	rings.ready = true;
 	return 0;
-}
-
-/* Producer side: publish one entry, signal the consumer only if it waits. */
-static void produce(struct us_ring *r, uint32_t buf, uint32_t len, uint16_t flags)
-{
-	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-	uint64_t one = 1;
-
-	/* The host lends at most ring_size buffers, so tx_done never fills. */
-	if (us_ring_used(head, __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE)) >= rings.ring_size)
-		ddekit_panic("tx_done is full: the host lent more than ring_size buffers");
-	r->entries[us_ring_slot(head, rings.ring_size)] =
-		(struct us_ring_entry){ .buf = buf, .len = len, .flags = flags };
-	__atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
-	/* Order the head store before reading the flag (the consumer re-checks). */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->consumer_waiting, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&r->consumer_waiting, 0, __ATOMIC_RELAXED);
-		if (write(rings.notify_fd, &one, sizeof(one)) != sizeof(one))
-			ddekit_panic("cannot signal the host (notify eventfd)");
-	}
-}
-
-/* Consumer side: the next entry, if any. */
-static bool consume(struct us_ring *r, struct us_ring_entry *e)
-{
-	uint32_t tail = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
-	uint32_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-
-	if (head == tail)
-		return false;
-	if (us_ring_used(head, tail) > rings.ring_size)
-		ddekit_panic("the host's ring indices are inconsistent");
-	*e = r->entries[us_ring_slot(tail, rings.ring_size)];
-	__atomic_store_n(&r->tail, tail + 1, __ATOMIC_RELEASE);
-	return true;
 }
 
 /*
@@ -294,7 +267,7 @@ void ddekit_tx_wait_interrupts(const int *eventfds, unsigned int n)
  * part is sDDF's wait protocol. Returns whether to serve the lines: one
  * fired, or the set of lines changed.
  */
-static bool wait_for_frames(struct us_ring *r, const int *irq_fds, unsigned int n_irq)
+static bool wait_for_frames(const struct ddekit_ring *tx, const int *irq_fds, unsigned int n_irq)
 {
 	struct pollfd fds[3 + US_MAX_QUEUES + TX_MAX_IRQS] = {
 		{ .fd = rings.kick_fd, .events = POLLIN }, { .fd = tx_rewait_fd, .events = POLLIN } };
@@ -302,9 +275,7 @@ static bool wait_for_frames(struct us_ring *r, const int *irq_fds, unsigned int 
 	bool fired = false;
 	uint64_t count;
 
-	__atomic_store_n(&r->consumer_waiting, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&r->tail, __ATOMIC_RELAXED))
+	if (!ddekit_ring_may_sleep(tx))
 		return false;
 	n = ddekit_tap_wait_fds(tap_fds);
 	n = 2 + add_readable(fds + 2, tap_fds, n);
@@ -331,8 +302,10 @@ void ddekit_net_tx_done(unsigned long cookie, int dropped)
 	    buffer >= rings.pool + (uint64_t)rings.pool_buffers * rings.buffer_size)
 		ddekit_panic("tx_done of a buffer the host did not lend");
 	pthread_mutex_lock(&rings.tx_done_lock);
-	produce(rings.ring[US_RING_TX_DONE], (buffer - rings.pool) / rings.buffer_size, 0,
-		dropped ? US_TX_DONE_DROPPED : 0);
+	ddekit_ring_produce(&rings.tx_done, &(struct us_ring_entry){
+		.buf = (buffer - rings.pool) / rings.buffer_size,
+		.flags = dropped ? US_TX_DONE_DROPPED : 0,
+	});
 	pthread_mutex_unlock(&rings.tx_done_lock);
 }
 
@@ -344,13 +317,13 @@ static unsigned int (*xmit_tap)(void);
  * one CPU entry and one doorbell for the batch instead of one each per
  * frame. Returns how many there were.
  */
-static unsigned int send_host_frames(struct us_ring *tx)
+static unsigned int send_host_frames(const struct ddekit_ring *tx)
 {
 	struct ddekit_tx_frame batch[DDEKIT_TX_BATCH];
 	struct us_ring_entry e;
 	unsigned int n = 0;
 
-	while (n < DDEKIT_TX_BATCH && consume(tx, &e)) {
+	while (n < DDEKIT_TX_BATCH && ddekit_ring_consume(tx, &e)) {
 		uint32_t span = us_tx_span(e.len, rings.buffer_size);
 
 		if (e.len > US_TX_MAX_FRAME || e.buf >= rings.pool_buffers ||
@@ -390,7 +363,7 @@ static unsigned int send_host_frames(struct us_ring *tx)
  */
 static void tx_thread(void *unused)
 {
-	struct us_ring *tx = rings.ring[US_RING_TX];
+	const struct ddekit_ring *tx = &rings.tx;
 	int irq_fds[TX_MAX_IRQS];
 	unsigned int n_irq = 0;
 	bool serve = true;
