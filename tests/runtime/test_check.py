@@ -23,9 +23,9 @@ from lab import understudy
 from tests import contract
 from lab.guest import Guest
 
-from .conftest import BUILD, DRIVER, KERNEL_HALF, REPO, events
+from .conftest import BUILD, DRIVER, KERNEL_HALF, events, launch
 from .launch import TRACE_REGION_SIZE
-from .test_nic_lab import LAUNCH, probe_and_arp_argv
+from .test_nic_lab import probe_and_arp_argv
 
 GATES = ["triage", "permissive", "stringent"]
 
@@ -114,8 +114,7 @@ def test_the_same_work_done_right_draws_no_finding(checker):
 def run_nic_checked(device: str, gate: str, modules) -> tuple[subprocess.CompletedProcess, list, dict]:
     argv = probe_and_arp_argv(device, modules)
     with Guest(devices=[device]) as g:
-        res = g.run(["python3", str(LAUNCH), "--check", gate, g.pci_address("nic0"), *argv],
-                    cwd=str(REPO), timeout=300)
+        res = launch(g, "nic0", argv, options=("--check", gate), timeout=300)
     findings, summary = checker_lines(res.out)
     return res, findings, summary
 

@@ -17,7 +17,7 @@ import pytest
 from lab import config
 from lab.guest import Guest
 
-from .conftest import DRIVER, KERNEL_HALF, REPO, events
+from .conftest import DRIVER, KERNEL_HALF, events, launch
 
 pytestmark = pytest.mark.lab
 
@@ -31,7 +31,6 @@ DRIVERS = {
     "i82559er": ("e100", [f"{NET}/mii.ko", f"{NET}/ethernet/intel/e100.ko"], "8086:1209"),
     "tulip": ("tulip", [f"{NET}/ethernet/dec/tulip/tulip.ko"], "1011:0019"),
 }
-LAUNCH = Path(__file__).with_name("launch.py")
 
 
 def packaged_sha256(members: list[str]) -> dict[str, str]:
@@ -62,10 +61,7 @@ def run(request, lab_ready, runtime_built, debian_modules):
     name, chain, pci_id = DRIVERS[device]
     argv = probe_and_arp_argv(device, debian_modules)
     with Guest(devices=[device]) as g:
-        res = g.run(["python3", str(LAUNCH), g.pci_address("nic0"), *argv],
-                    cwd=str(REPO), timeout=180)
-    print(res.out)
-    print(res.err)
+        res = launch(g, "nic0", argv)
     return {"res": res, "device": device, "driver": name, "chain": chain, "pci_id": pci_id,
             "modules": debian_modules}
 

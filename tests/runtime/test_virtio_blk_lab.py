@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import understudy
 from lab.guest import Guest
 
-from .conftest import DRIVER, KERNEL_HALF, REPO, events
-from .test_nic_lab import LAUNCH
+from .conftest import REPO, driver_argv, events, stand_alone
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import contract  # noqa: E402
@@ -47,27 +45,18 @@ def crc(data: bytes) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
-def stand_alone(g: Guest, *options: str):
-    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF),
-            *understudy.module_args(understudy.module_chain(g, "virtio_blk")), *options]
-    res = g.run(["python3", str(LAUNCH), g.pci_address("disk0"), *argv], cwd=str(REPO), timeout=300)
-    print(res.out)
-    print(res.err)
-    return res
-
-
 def test_virtio_blk_reads_writes_and_is_removed(tmp_path, no_leftover_qemu, runtime_built):
     image = tmp_path / "disk0.img"
     before = random.Random(20261202).randbytes(DISK_SECTORS * SECTOR)
     image.write_bytes(before)
     last = DISK_SECTORS - 8
     with Guest(devices=[DEVICE], disk_images={"disk0": image}) as g:
-        res = stand_alone(g, "--blk-read", "0,64", "--blk-read", f"{last},8",
+        res = stand_alone(g, "disk0", "virtio_blk", "--blk-read", "0,64", "--blk-read", f"{last},8",
                           "--blk-read", "4096,2048",
                           "--blk-read", f"{DISK_SECTORS - 4},8",
                           "--blk-write", f"{WRITE_AT},{WRITE_COUNT},{SEED}",
                           "--blk-read", f"{WRITE_AT},{WRITE_COUNT}",
-                          "--blk-flush", "--remove")
+                          "--blk-flush", "--remove", timeout=300)
     out = res.out
     after = image.read_bytes()
 
@@ -139,9 +128,8 @@ def test_virtio_blk_serves_the_hosts_block_rings(tmp_path, no_leftover_qemu, run
     image.write_bytes(before)
     actions = ["read:0,64", "read:8192,512", "write:3000,16,9", "read:12000,8", "flush"]
     with Guest(devices=[DEVICE], disk_images={"disk0": image}) as g:
-        argv = [str(DRIVER), "--runtime", str(KERNEL_HALF),
-                *understudy.module_args(understudy.module_chain(g, "virtio_blk"))]
-        res = g.run(["python3", str(BLK_HOST), g.pci_address("disk0"), *argv, "--", *actions],
+        res = g.run(["python3", str(BLK_HOST), g.pci_address("disk0"), *driver_argv(g, "virtio_blk"),
+                     "--", *actions],
                     cwd=str(REPO), timeout=300)
         print(res.out)
         print(res.err)

@@ -11,30 +11,19 @@ two queue pairs): tests/daemon/test_virtio_net.py.
 """
 import pytest
 
-from lab import understudy
 from lab.guest import Guest
 
-from .conftest import DRIVER, KERNEL_HALF, REPO, events
-from .test_nic_lab import LAUNCH
+from .conftest import events, stand_alone
 
 pytestmark = pytest.mark.lab
 
 DEVICE = "virtio-net"
 
 
-def stand_alone(g: Guest, *options: str):
-    """understudy-driver on nic0 with virtio_net's chain: probe, open, carrier, one ARP request, rmmod."""
-    argv = [str(DRIVER), "--runtime", str(KERNEL_HALF),
-            *understudy.module_args(understudy.module_chain(g, "virtio_net")), *options]
-    res = g.run(["python3", str(LAUNCH), g.pci_address("nic0"), *argv], cwd=str(REPO), timeout=180)
-    print(res.out)
-    print(res.err)
-    return res
-
-
 def test_virtio_net_binds_through_the_virtio_bus_and_answers_arp(no_leftover_qemu, runtime_built):
     with Guest(devices=[DEVICE]) as g:
-        res = stand_alone(g, "--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2", "--remove")
+        res = stand_alone(g, "nic0", "virtio_net", "--open", "--wait-carrier", "15",
+                          "--arp", "10.0.2.15,10.0.2.2", "--remove")
     out = res.out
     assert res.returncode == 0, out + res.err
     # The PCI driver binds the function; its probe adds virtio0 to the virtio
@@ -60,7 +49,7 @@ def test_virtio_net_binds_through_the_virtio_bus_and_answers_arp(no_leftover_qem
 
 def test_a_virtio_device_without_access_platform_is_refused(no_leftover_qemu, runtime_built):
     with Guest(devices=[DEVICE], nic_props="iommu_platform=off") as g:
-        res = stand_alone(g)
+        res = stand_alone(g, "nic0", "virtio_net")
     # virtio's core refuses the features (virtio_features_ok), so virtio_net never registers.
     assert "did not negotiate VIRTIO_F_ACCESS_PLATFORM" in res.err, res.err
     assert "device must provide VIRTIO_F_ACCESS_PLATFORM" in res.err, res.err
@@ -75,7 +64,8 @@ def test_a_device_granting_fewer_vectors_than_asked_gets_the_drivers_fallback(no
     runtime/kernel/msi.c, before anything is enabled), and falls back as in
     the kernel to one for configuration and one its queues share."""
     with Guest(devices=[DEVICE], nic_props="vectors=2") as g:
-        res = stand_alone(g, "--open", "--wait-carrier", "15", "--arp", "10.0.2.15,10.0.2.2", "--remove")
+        res = stand_alone(g, "nic0", "virtio_net", "--open", "--wait-carrier", "15",
+                          "--arp", "10.0.2.15,10.0.2.2", "--remove")
     assert res.returncode == 0, res.out + res.err
     assert events(res.out, "IRQ_VECTORS") == [{"source": "msix", "vectors": "2", "granted": "2",
                                                 "first_irq": "32"}], res.out
