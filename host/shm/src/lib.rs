@@ -7,6 +7,8 @@
 //! (which ends that driver), never as a panic.
 
 mod block;
+#[cfg(any(test, feature = "block-driver"))]
+pub mod block_driver;
 mod physical;
 mod region;
 mod ring;

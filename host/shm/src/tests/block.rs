@@ -4,49 +4,20 @@
 //! field, a bad status or a dead incarnation's leftover is a Violation, and
 //! the request stays the host's to give a successor.
 
-use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
-use understudy_protocol::{BlkEntry, BLK_RING_DONE, BLK_RING_SUBMIT};
+use understudy_protocol::{BlkEntry, BLK_RING_DONE};
 
-use crate::{BlockMemory, BlockOp, BlockRequest, BlockRings, Geometry, Rings, SharedRegion, ShmError};
+use crate::block_driver::BlockDriver;
+use crate::{BlockMemory, BlockOp, BlockRequest, Geometry, ShmError};
 
 const SLOT: u32 = 16384;
 const GEOMETRY: Geometry =
     Geometry { arena_size: 1 << 20, arena_iova: 0x1000_0000, pool_buffers: 16, buffer_size: 4096, ring_size: 4 };
 
-/// The driver's view of the block rings, written directly.
-struct Driver {
-    rings: Rings<BlockRings>,
-    arena: SharedRegion,
-}
-
-impl Driver {
-    fn attach(host: &BlockMemory) -> Driver {
-        let map = |r: &SharedRegion| SharedRegion::map(r.as_fd().try_clone_to_owned().unwrap(), r.len()).unwrap();
-        Driver { rings: Rings::from_region(map(host.rings().region()), GEOMETRY.ring_size), arena: map(host.arena()) }
-    }
-
-    fn take(&self) -> Option<BlkEntry> {
-        let tail = self.rings.tail(BLK_RING_SUBMIT).load(Ordering::Acquire);
-        if self.rings.head(BLK_RING_SUBMIT).load(Ordering::Acquire) == tail {
-            return None;
-        }
-        let e = self.rings.read_entry(BLK_RING_SUBMIT, tail);
-        self.rings.tail(BLK_RING_SUBMIT).store(tail.wrapping_add(1), Ordering::Release);
-        Some(e)
-    }
-
-    fn complete(&self, e: BlkEntry) {
-        let head = self.rings.head(BLK_RING_DONE).load(Ordering::Acquire);
-        self.rings.write_entry(BLK_RING_DONE, head, e);
-        self.rings.head(BLK_RING_DONE).store(head.wrapping_add(1), Ordering::Release);
-    }
-}
-
-fn setup() -> (BlockMemory, Driver) {
+fn setup() -> (BlockMemory, BlockDriver) {
     let host = BlockMemory::create(GEOMETRY, SLOT).unwrap();
-    let driver = Driver::attach(&host);
+    let driver = BlockDriver::attach(&host);
     (host, driver)
 }
 
@@ -72,7 +43,7 @@ fn a_read_goes_out_with_its_slot_and_comes_back_with_the_drivers_data() {
     let (sector, len, op) = (e.sector, e.len, e.op);
     assert_eq!((sector, len, op), (8, 8192, 0));
     // The driver copies the device's data into the request's buffers.
-    driver.arena.write(e.buf as usize * 4096, &[0xab; 8192]);
+    driver.fill(&e, &[0xab; 8192]);
     driver.complete(e);
     let done = host.completions().unwrap();
     assert_eq!(done.len(), 1);
@@ -151,7 +122,7 @@ fn what_a_dead_driver_held_goes_to_its_successor_in_order_and_its_leftovers_are_
     assert_eq!(host.in_flight(), 0);
     // The successor gets them again with its own tags...
     host.submit(a).unwrap();
-    let successor = Driver::attach(&host);
+    let successor = BlockDriver::attach(&host);
     let again = successor.take().unwrap();
     let (tag, old_tag) = (again.tag, ea.tag);
     assert_ne!(tag, old_tag);
@@ -165,7 +136,7 @@ fn what_a_dead_driver_held_goes_to_its_successor_in_order_and_its_leftovers_are_
 #[test]
 fn a_ring_whose_head_runs_past_its_tail_is_refused() {
     let (mut host, driver) = setup();
-    driver.rings.head(BLK_RING_DONE).store(GEOMETRY.ring_size + 1, Ordering::Release);
+    driver.rings().head(BLK_RING_DONE).store(GEOMETRY.ring_size + 1, Ordering::Release);
     assert!(violation(host.completions()).contains("entries past tail"));
 }
 
