@@ -141,12 +141,15 @@ pub enum DeviceClass {
     /// A NIC behind a TAP interface.
     #[default]
     Net,
+    /// A disk behind an NBD device.
+    Block,
 }
 
 impl DeviceClass {
     pub fn name(self) -> &'static str {
         match self {
             DeviceClass::Net => "net",
+            DeviceClass::Block => "block",
         }
     }
 }

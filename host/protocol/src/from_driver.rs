@@ -41,7 +41,7 @@ pub enum DriverMessage {
 
 /// `DISK` after validation (docs/protocol.md, "Block devices"): sizes that
 /// a block device can have, strings printable.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiskInfo {
     /// 512-byte sectors.
     pub capacity: u64,

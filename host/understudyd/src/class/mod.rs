@@ -12,6 +12,7 @@
 //! I/O requests. A class gives the handover its log (`Log`) and the
 //! supervisor its requests in flight (`InFlight`).
 
+pub mod blk;
 pub mod net;
 
 use understudy_api::DeviceClass;
