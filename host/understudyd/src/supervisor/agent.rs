@@ -54,7 +54,7 @@ impl Supervisor {
                 Ok(()) => {
                     warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
                            {} frame(s) to give it again; {} keeps its carrier",
-                          q.device_stop.reset, self.interface.name(), q.uncompleted.len(), self.interface.name());
+                          q.device_stop.reset, self.net.interface.name(), q.uncompleted.len(), self.net.interface.name());
                     return self.restart(reason, log, q, seen_dead, true);
                 }
                 Err(why) if self.standbys.available() => {
@@ -72,12 +72,12 @@ impl Supervisor {
         };
         let Quiesced { uncompleted, mut device_stop, .. } = q;
         // Nobody will send the frames the dead driver never completed.
-        self.datapath.give_up(uncompleted);
+        self.net.datapath.give_up(uncompleted);
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
         let confined = self.devices.serving().is_none_or(|v| v.iommu_group().is_some());
         device_stop.iommu_unmapped = unmapped.is_ok();
-        let _ = self.interface.tap.set_carrier(false);
+        let _ = self.net.interface.tap.set_carrier(false);
         let death = match &not_restarted {
             Some(why) => format!("{cause}; not restarted: {why}"),
             None => cause.clone(),
@@ -95,8 +95,8 @@ impl Supervisor {
                if device_stop.irqs_disabled { "disabled" } else { "not all disabled" },
                device_stop.reset,
                if !confined { "none (no IOMMU)" } else if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
-               self.interface.name());
-        let pool_free = self.datapath.shm.free_count();
+               self.net.interface.name());
+        let pool_free = self.net.datapath.shm.free_count();
         self.set_status(|s| {
             s.net.pool_free = pool_free;
             s.driver.state = DriverState::Dead;
@@ -122,7 +122,7 @@ impl Supervisor {
         let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).handovers.recovery_count;
         run_hook(path, &HookEvent {
             device: &self.label().to_string(),
-            ifname: self.interface.name(),
+            ifname: self.net.interface.name(),
             outcome,
             cause,
             reason,
@@ -142,7 +142,7 @@ impl Supervisor {
         let retry = self.agent.retry.take().expect("checked");
         info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.label());
         // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
-        let shm = &self.datapath.shm;
+        let shm = &self.net.datapath.shm;
         let mapped = match self.devices.serving_mut() {
             Some(vfio) if vfio.mapped_bytes() == 0 => device::map_arena(vfio, shm).map_err(|e| e.to_string()),
             Some(_) => Ok(()),

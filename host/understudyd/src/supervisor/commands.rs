@@ -15,7 +15,7 @@ impl Supervisor {
         let mut recover = false;
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Ethtool { queries, answer } => self.ethtool_queue.push_back((queries, answer)),
+                Command::Ethtool { queries, answer } => self.net.ethtool_queue.push_back((queries, answer)),
                 Command::Recover { answer } => {
                     let accepted = self.may_hand_over();
                     recover |= accepted.is_ok();
@@ -54,26 +54,26 @@ impl Supervisor {
             return Err(Fault::RecoverRequested);
         }
         // While a handover is under way queries wait for the successor's answer.
-        if self.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
+        if self.net.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
             let why = match self.link {
                 Some(_) => "the driver has not registered its net_device yet",
                 None if self.succession.parked() => "the interface has no device (parked: see `understudy status`)",
                 None => "the driver is dead (see `understudy status`)",
             };
-            for (_, answer) in self.ethtool_queue.drain(..) {
+            for (_, answer) in self.net.ethtool_queue.drain(..) {
                 let _ = answer.send(Err(format!("{}: {why}", self.devices.address())));
             }
             return Ok(());
         }
-        if self.ethtool.is_none() && self.shadow.is_some() {
-            if let Some((queries, answer)) = self.ethtool_queue.pop_front() {
+        if self.net.ethtool.is_none() && self.net.shadow.is_some() {
+            if let Some((queries, answer)) = self.net.ethtool_queue.pop_front() {
                 let (job, requests) =
-                    EthtoolJob::start(self.label().to_string(), self.interface.name().to_string(), queries, answer);
+                    EthtoolJob::start(self.label().to_string(), self.net.interface.name().to_string(), queries, answer);
                 if requests.is_empty() {
                     job.finish();
                     return Ok(());
                 }
-                self.ethtool = Some(job);
+                self.net.ethtool = Some(job);
                 for request in requests {
                     self.send(request, Purpose::Ethtool)?;
                 }
@@ -84,7 +84,7 @@ impl Supervisor {
 
     /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
     fn may_hand_over(&self) -> Result<(), &'static str> {
-        match (&self.link, &self.shadow, self.succession.reason()) {
+        match (&self.link, &self.net.shadow, self.succession.reason()) {
             (None, ..) => Err("the driver is dead (see `understudy status`)"),
             (_, _, Some(Reason::Update { .. })) => Err("an update is already under way"),
             (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way"),

@@ -55,7 +55,7 @@ impl Supervisor {
                 if matches!(request, Request::Probe { .. }) && !self.succession.under_way() {
                     self.take_template()?;
                     // The process that drives the device is settled: `status` shows its pid.
-                    if let Some(state) = self.shadow.as_ref().map(|s| state_of(s.phase())) {
+                    if let Some(state) = self.net.shadow.as_ref().map(|s| state_of(s.phase())) {
                         self.set_status(|s| s.driver.state = state);
                     }
                 }
@@ -63,7 +63,7 @@ impl Supervisor {
             Purpose::Replay => {
                 if status >= 0 {
                     let log = self.succession.log().expect("replay belongs to a handover");
-                    self.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, log);
+                    self.net.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, log);
                 }
                 self.feed(Event::ReplayAnswered { status })?;
             }
@@ -75,20 +75,20 @@ impl Supervisor {
                 } else {
                     info!("{dev}: the driver took {}", request.describe());
                 }
-                if let Some(undo) = self.shadow.as_mut().and_then(|s| s.answered(status)) {
-                    self.interface.undo(undo);
+                if let Some(undo) = self.net.shadow.as_mut().and_then(|s| s.answered(status)) {
+                    self.net.interface.undo(undo);
                 }
                 self.show_shadow();
             }
             Purpose::Ethtool => {
-                let Some(job) = self.ethtool.as_mut() else { return Ok(()) };
+                let Some(job) = self.net.ethtool.as_mut() else { return Ok(()) };
                 match job.answered(&request, status, data).map_err(|e| Fault::Violation(e.to_string()))? {
                     Ok(Progress::Next(next)) => self.send(next, Purpose::Ethtool)?,
                     Ok(Progress::Waiting) => {}
-                    Ok(Progress::Done) => self.ethtool.take().expect("a job").finish(),
+                    Ok(Progress::Done) => self.net.ethtool.take().expect("a job").finish(),
                     Err(why) => {
                         // Replies to the job's other requests are dropped when they come.
-                        self.ethtool.take().expect("a job").fail(format!("{dev}: {why}"));
+                        self.net.ethtool.take().expect("a job").fail(format!("{dev}: {why}"));
                     }
                 }
             }
@@ -100,7 +100,7 @@ impl Supervisor {
 
     /// `status` shows the shadow's state, MTU and MAC.
     pub(super) fn show_shadow(&self) {
-        let Some(shadow) = self.shadow.as_ref() else { return };
+        let Some(shadow) = self.net.shadow.as_ref() else { return };
         let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
         self.set_status(|s| {
             s.driver.state = state;
@@ -114,20 +114,20 @@ impl Supervisor {
         match msg {
             DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,
             DriverMessage::Registered(r) => {
-                if self.succession.templates.takeover_registered(&r, self.shadow.as_ref())? {
+                if self.succession.templates.takeover_registered(&r, self.net.shadow.as_ref())? {
                     return Ok(());
                 }
-                if self.shadow.is_some() {
+                if self.net.shadow.is_some() {
                     return Err(Fault::Violation("a second REGISTERED".into()));
                 }
                 info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
                        it is opened when {} is set up",
                       r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features,
-                      self.interface.name());
+                      self.net.interface.name());
                 if self.succession.under_way() {
                     return self.feed(Event::Registered(r));
                 }
-                self.interface.take_registration(&r).map_err(|e| Fault::Io(e.to_string()))?;
+                self.net.interface.take_registration(&r).map_err(|e| Fault::Io(e.to_string()))?;
                 self.adopt(r);
                 // During the probe the process that probed may still hand the
                 // device to its fork (the template's): "registered" waits for
@@ -137,18 +137,18 @@ impl Supervisor {
                 }
             }
             DriverMessage::Carrier(on) => {
-                if let Some(shadow) = self.shadow.as_mut() {
+                if let Some(shadow) = self.net.shadow.as_mut() {
                     shadow.set_carrier(on);
                 }
-                if self.interface.carrier_held_until.is_some() {
+                if self.net.interface.carrier_held_until.is_some() {
                     info!("{dev}: handover: the successor's carrier is {}", if on { "on" } else { "off" });
-                    let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
+                    let open = self.net.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
                     if !(on && open) {
                         return self.feed(Event::Ready(on));
                     }
                     // The hold is over. The TAP held the predecessor's carrier,
                     // which was off if the interface was down when it died.
-                    self.interface.carrier_held_until = None;
+                    self.net.interface.carrier_held_until = None;
                 } else {
                     info!("{dev}: carrier {}", if on { "on" } else { "off" });
                 }

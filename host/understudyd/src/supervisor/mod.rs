@@ -36,14 +36,13 @@ pub mod watchdog;
 
 pub use handle::{start, Handle, Requester, Setup};
 
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DmaStatus, DriverState, DriverStatus, EthtoolQueries, HandoverHistory, ModuleInfo,
+use understudy_api::{Counters, DeviceStatus, DmaStatus, DriverState, DriverStatus, HandoverHistory, ModuleInfo,
                     NetStatus};
 use understudy_protocol::Request;
 use understudy_shm::SharedMemory;
@@ -52,9 +51,9 @@ use understudy_vfio::{Device, PciAddress};
 
 use crate::check::Checking;
 use crate::class::net::datapath::Datapath;
-use crate::class::net::ethtool::{Answer, EthtoolJob};
 use crate::class::net::interface::{self, Interface};
-use crate::class::net::shadow::{Action, NetShadow, PassiveLog, Phase};
+use crate::class::net::shadow::{Action, PassiveLog, Phase};
+use crate::class::net::side::NetSide;
 use crate::class::Log;
 use crate::fault::Fault;
 use crate::handover::Event;
@@ -96,19 +95,15 @@ struct Supervisor {
     link: Option<DriverLink>,
     succession: Succession,
     agent: RecoveryAgent,
-    /// The driver's net_device, from REGISTERED until the driver dies.
-    shadow: Option<NetShadow>,
-    datapath: Datapath,
     devices: device::Devices,
     /// Where the interface may move: declared standbys and the device it left.
     standbys: Standbys<Device>,
-    interface: Interface,
+    /// The class's side: the network class's shadow, frames and interface.
+    net: NetSide,
     stop: OwnedFd,
     wake: OwnedFd,
     commands: mpsc::Receiver<Command>,
     command_sender: mpsc::Sender<Command>,
-    ethtool: Option<EthtoolJob>,
-    ethtool_queue: VecDeque<(EthtoolQueries, Answer)>,
     status: Arc<Mutex<DeviceStatus>>,
     log_limit: TokenBucket,
     launch: Launch,
@@ -213,17 +208,13 @@ impl Supervisor {
             // A template's forks would share its trace region: a checked device has none.
             succession: Succession::new(setup.modules, setup.restarts.template && launch.checking.is_none()),
             agent: RecoveryAgent::new(setup.restarts, setup.agent),
-            shadow: None,
-            datapath,
             devices: device::Devices::new(vfio),
             standbys,
-            interface,
+            net: NetSide::new(datapath, interface),
             stop,
             wake,
             commands,
             command_sender,
-            ethtool: None,
-            ethtool_queue: VecDeque::new(),
             status: Arc::new(Mutex::new(status)),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
             interrupts: setup.placement.map(|p| InterruptRouting::to_cpu(p.cpu)),
@@ -252,7 +243,7 @@ impl Supervisor {
                 .map_err(|e| Fault::Io(format!("cannot read the device's PCI ids: {e}")))?;
             self.send(Request::Load { modules: paths.clone(), ids }, Purpose::Startup)?;
         }
-        self.send(Request::Hello(self.datapath.shm.geometry().hello()), Purpose::Startup)?;
+        self.send(Request::Hello(self.net.datapath.shm.geometry().hello()), Purpose::Startup)?;
         self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }
 
@@ -271,13 +262,13 @@ impl Supervisor {
 
     fn run(&mut self) {
         loop {
-            let open = self.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
+            let open = self.net.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
             // While a successor starts, replays and waits for its link, the
             // TAP's frames wait: the predecessor's go first.
             let replaying = self.succession.holds_frames();
-            self.datapath.set_gate(self.link.is_some() && open && !replaying);
+            self.net.datapath.set_gate(self.link.is_some() && open && !replaying);
             let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd()),
-                               fd::readable(self.interface.netlink_fd())];
+                               fd::readable(self.net.interface.netlink_fd())];
             // The kernel's requests for devices back: the serving one's, then the standbys'.
             let removal_at = fds.len();
             let watched: Vec<(PciAddress, BorrowedFd)> = self.devices.serving().map(|v| (v.address(), v)).into_iter()
@@ -291,7 +282,7 @@ impl Supervisor {
             if let Some(link) = &self.link {
                 fds.push(fd::readable(link.pidfd()));
                 fds.push(fd::readable(link.control()));
-                fds.push(fd::readable(self.datapath.notify_fd()));
+                fds.push(fd::readable(self.net.datapath.notify_fd()));
                 // poll(2) skips a negative fd: an unchecked driver has no checker.
                 fds.push(link.checker_fd().map_or(libc::pollfd { fd: -1, events: 0, revents: 0 }, fd::readable));
             }
@@ -323,7 +314,7 @@ impl Supervisor {
                 fd::drain(self.wake.as_fd());
             }
             if ready(2) {
-                self.interface.read_link_changes();
+                self.net.interface.read_link_changes();
             }
             let mut outcome = self.take_commands();
             if self.link.is_none() {
@@ -343,7 +334,7 @@ impl Supervisor {
                 outcome = self.handle_control();
             }
             if outcome.is_ok() && ready(notify) {
-                self.datapath.drain_notify();
+                self.net.datapath.drain_notify();
                 outcome = self.move_frames();
             }
             if outcome.is_ok() {
@@ -365,7 +356,7 @@ impl Supervisor {
             }
             if self.succession.device_removed && self.link.is_none() && !self.succession.under_way() {
                 error!("{}: the device is being removed and no standby took {}: it is released and {} removed",
-                       self.label(), self.interface.name(), self.interface.name());
+                       self.label(), self.net.interface.name(), self.net.interface.name());
                 self.shut_down();
                 self.set_status(|s| {
                     s.driver.state = DriverState::Stopped;
@@ -395,13 +386,13 @@ impl Supervisor {
         }
         if let Some(link) = &self.link {
             earliest(link.watchdog.next_event());
-            if self.shadow.is_some() {
-                earliest(self.interface.next_multicast_poll());
+            if self.net.shadow.is_some() {
+                earliest(self.net.interface.next_multicast_poll());
             }
-            if let Some(t) = self.interface.carrier_held_until {
+            if let Some(t) = self.net.interface.carrier_held_until {
                 earliest(t);
             }
-            if self.datapath.tx_held() > 0 {
+            if self.net.datapath.tx_held() > 0 {
                 earliest(link.tx_progress.deadline(self.launch.detection.tx));
             }
         }
@@ -418,27 +409,27 @@ impl Supervisor {
         if let Some(hung) = link.watchdog.overdue(now) {
             return Err(link.hung(hung, now));
         }
-        let carrier = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        let carrier = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
         let tx_timeout = self.launch.detection.tx;
-        if link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout).is_some() {
+        if link.tx_progress.overdue(now, self.net.datapath.tx_held(), carrier, tx_timeout).is_some() {
             // Completions wake the daemon only when it asked for them: reap before judging.
             self.move_frames()?;
             let link = self.link.as_mut().expect("timers run for a driver");
-            if let Some(hung) = link.tx_progress.overdue(now, self.datapath.tx_held(), carrier, tx_timeout) {
+            if let Some(hung) = link.tx_progress.overdue(now, self.net.datapath.tx_held(), carrier, tx_timeout) {
                 return Err(link.hung(hung, now));
             }
         }
         if self.link.as_ref().is_some_and(|l| l.watchdog.ping_due(now)) {
             self.send(Request::Ping, Purpose::Heartbeat)?;
         }
-        if self.interface.carrier_held_until.is_some_and(|t| now >= t) {
+        if self.net.interface.carrier_held_until.is_some_and(|t| now >= t) {
             self.release_carrier()?;
         }
         if self.succession.probation_over(now) {
             self.feed(Event::ProbationOver)?;
         }
-        if self.shadow.is_some() {
-            self.interface.poll_multicast(now);
+        if self.net.shadow.is_some() {
+            self.net.interface.poll_multicast(now);
         }
         self.report_suppressed_logs(now, false);
         Ok(())
@@ -447,16 +438,16 @@ impl Supervisor {
     /// The successor's link has not come up within the carrier hold: the
     /// TAP stops pretending and shows the driver's carrier.
     fn release_carrier(&mut self) -> Result<(), Fault> {
-        self.interface.carrier_held_until = None;
-        let on = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        self.net.interface.carrier_held_until = None;
+        let on = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
         warn!("{}: handover: the successor's link is not up after {} s; {} shows its carrier ({})",
-              self.label(), interface::CARRIER_HOLD.as_secs(), self.interface.name(), if on { "on" } else { "off" });
+              self.label(), interface::CARRIER_HOLD.as_secs(), self.net.interface.name(), if on { "on" } else { "off" });
         self.set_carrier(on)?;
         self.feed(Event::ReadyWaitOver)
     }
 
     fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
-        self.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
+        self.net.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
         self.set_status(|s| s.net.carrier = on);
         Ok(())
     }
@@ -481,15 +472,15 @@ impl Supervisor {
             return Ok(());
         }
         loop {
-            let Some(shadow) = self.shadow.as_mut() else { return Ok(()) };
-            let Some(tap) = self.interface.config(shadow) else { return Ok(()) };
+            let Some(shadow) = self.net.shadow.as_mut() else { return Ok(()) };
+            let Some(tap) = self.net.interface.config(shadow) else { return Ok(()) };
             let Some(action) = shadow.next(&tap) else { return Ok(()) };
             match action {
                 Action::Send(request) => {
-                    info!("{}: {}: asking the driver for {}", self.label(), self.interface.name(), request.describe());
+                    info!("{}: {}: asking the driver for {}", self.label(), self.net.interface.name(), request.describe());
                     return self.send(request, Purpose::Config);
                 }
-                Action::Undo(undo) => self.interface.undo(undo),
+                Action::Undo(undo) => self.net.interface.undo(undo),
             }
         }
     }
@@ -499,7 +490,7 @@ impl Supervisor {
     fn move_frames(&mut self) -> Result<(), Fault> {
         // A handover wants the first frame through its successor as soon as it passes.
         let want_progress = self.succession.awaits_first_frame();
-        let moved = self.datapath.move_frames(want_progress)?;
+        let moved = self.net.datapath.move_frames(want_progress)?;
         let now = Instant::now();
         if moved.progressed {
             if let Some(link) = self.link.as_mut() {
@@ -512,7 +503,7 @@ impl Supervisor {
         if let Some(sent) = moved.last_sent {
             self.frame_passed(sent);
         }
-        let pool_free = self.datapath.shm.free_count();
+        let pool_free = self.net.datapath.shm.free_count();
         self.set_status(|s| {
             s.net.pool_free = pool_free;
             s.net.counters.tx_dropped += moved.dropped;
@@ -526,7 +517,7 @@ impl Supervisor {
             self.end_driver("stopped by request", false);
         }
         self.end_template("stopped by request");
-        info!("{}: released; interface {} removed", self.label(), self.interface.name());
+        info!("{}: released; interface {} removed", self.label(), self.net.interface.name());
     }
 }
 

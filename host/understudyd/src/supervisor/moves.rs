@@ -39,9 +39,9 @@ impl Supervisor {
     fn now_serving(&mut self) {
         let address = self.devices.address().to_string();
         let group = self.devices.serving().and_then(Device::iommu_group).unwrap_or(0);
-        info!("{}: {} is served by this device from now on", address, self.interface.name());
-        self.interface.label = address.clone();
-        self.datapath.label = address.clone();
+        info!("{}: {} is served by this device from now on", address, self.net.interface.name());
+        self.net.interface.label = address.clone();
+        self.net.datapath.label = address.clone();
         self.set_status(|s| {
             s.device = address;
             s.dma.iommu_group = group;
@@ -50,15 +50,15 @@ impl Supervisor {
 
     /// After a move (and its rollback): the network learns where the MAC is.
     pub(super) fn announce(&mut self) {
-        let Some(mac) = self.shadow.as_ref().map(|s| s.mac()) else { return };
-        match crate::class::net::announce::announce(self.interface.name(), self.interface.ifindex(), mac) {
+        let Some(mac) = self.net.shadow.as_ref().map(|s| s.mac()) else { return };
+        match crate::class::net::announce::announce(self.net.interface.name(), self.net.interface.ifindex(), mac) {
             Ok(frames) => {
                 info!("{}: {} announced at its new place: {frames} gratuitous ARP / neighbour advertisement(s)",
-                      self.label(), self.interface.name());
+                      self.label(), self.net.interface.name());
                 self.succession.announced(frames);
             }
             Err(e) => warn!("{}: announcing {} failed: {e}; peers learn its new place from its next frames",
-                            self.label(), self.interface.name()),
+                            self.label(), self.net.interface.name()),
         }
     }
 
@@ -69,10 +69,10 @@ impl Supervisor {
         self.end_template("its device is being removed");
         self.devices.release();
         self.succession.device_removed = false;
-        self.interface.carrier_held_until = None;
+        self.net.interface.carrier_held_until = None;
         warn!("{}: released to the kernel, which is removing it; no standby is left, so {} waits without a \
-               device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.interface.name(),
-              self.interface.name());
+               device: `understudy migrate {} --to ADDR` gives it one", self.label(), self.net.interface.name(),
+              self.net.interface.name());
         self.set_status(|s| {
             s.driver.state = DriverState::Parked;
             s.driver.pid = None;
@@ -82,12 +82,12 @@ impl Supervisor {
     /// The device a move to `to` takes: a standby's, or opened now -- which
     /// checks it is present, bound to vfio-pci and free.
     pub(super) fn destination(&mut self, to: &PciAddress) -> Result<Device, String> {
-        if self.datapath.shm.bus_chunks_fd().is_some() {
+        if self.net.datapath.shm.bus_chunks_fd().is_some() {
             // Its arena is hugepages the destination would reach unconfined too.
-            return Err(format!("{} runs without an IOMMU (--no-iommu): it cannot move to another device", self.interface.name()));
+            return Err(format!("{} runs without an IOMMU (--no-iommu): it cannot move to another device", self.net.interface.name()));
         }
         if to == self.devices.address() && self.devices.serving().is_some() {
-            return Err(format!("{} already serves {}", to, self.interface.name()));
+            return Err(format!("{} already serves {}", to, self.net.interface.name()));
         }
         if let Some(vfio) = self.standbys.lend(to) {
             return Ok(vfio);

@@ -180,7 +180,7 @@ impl Supervisor {
     /// docs/design.md §4: stops the device and takes every buffer back from
     /// the driver that is gone; the arena stays mapped (os/device.rs, `stop`).
     fn quiesce(&mut self, seen: Instant) -> Quiesced {
-        self.interface.carrier_held_until = None;
+        self.net.interface.carrier_held_until = None;
         self.succession.probation_until = None;
         // A handover whose first frame never came keeps its record without one.
         self.succession.first_frame = None;
@@ -188,11 +188,11 @@ impl Supervisor {
             Some(vfio) => device::stop(vfio),
             None => (DeviceStop { bus_master_off: true, irqs_disabled: true, reset: "released".into(), iommu_unmapped: true }, 0.0),
         };
-        if let Some(sent) = self.datapath.last_frame_of_the_dead() {
+        if let Some(sent) = self.net.datapath.last_frame_of_the_dead() {
             self.succession.last_packet = Some(sent);
         }
-        let uncompleted = self.datapath.reclaim();
-        if let Some(job) = self.ethtool.take() {
+        let uncompleted = self.net.datapath.reclaim();
+        if let Some(job) = self.net.ethtool.take() {
             job.fail(format!("{}: the driver died before it answered", self.label()));
         }
         self.report_suppressed_logs(seen, true);
@@ -205,7 +205,7 @@ impl Supervisor {
     pub(super) fn after_death(&mut self, cause: String, restart: bool) {
         let seen_dead = Instant::now();
         let q = self.quiesce(seen_dead);
-        let shadow = self.shadow.take();
+        let shadow = self.net.shadow.take();
         let requested = std::mem::take(&mut self.succession.recover_requested);
         if self.succession.handover.as_ref().is_some_and(|h| h.predecessor_serves()) {
             // The serving driver died while its update loaded: the update is off.
@@ -216,7 +216,7 @@ impl Supervisor {
                 self.abandon_handover("the device was stopped by request");
             } else {
                 // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
-                self.interface.hold_carrier(Instant::now());
+                self.net.interface.hold_carrier(Instant::now());
                 self.set_status(|s| s.driver.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
@@ -298,12 +298,12 @@ impl Supervisor {
                         info!("{}: the successor is loaded; ending driver process {}", self.label(), link.pid());
                         link.end();
                     }
-                    self.shadow = None;
+                    self.net.shadow = None;
                     let q = self.quiesce(now);
                     let handover = self.succession.handover.as_ref().expect("a handover that loaded");
                     let (began, reason) = (handover.began(), handover.record().reason);
                     self.watch_first_frame(began, reason);
-                    self.interface.hold_carrier(Instant::now());
+                    self.net.interface.hold_carrier(Instant::now());
                     self.set_status(|s| {
                         s.driver.state = DriverState::Recovering;
                         s.driver.device_stop = Some(q.device_stop.clone());
@@ -331,8 +331,8 @@ impl Supervisor {
                 Action::WaitForReady => {
                     info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
                           self.label());
-                    let held = self.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + crate::class::net::interface::CARRIER_HOLD);
-                    self.interface.carrier_held_until = Some(held);
+                    let held = self.net.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + crate::class::net::interface::CARRIER_HOLD);
+                    self.net.interface.carrier_held_until = Some(held);
                     // Receive buffers are lent now: the link may come up with frames waiting.
                     self.move_frames()?;
                 }
@@ -369,7 +369,7 @@ impl Supervisor {
                     Some((control, process)) => (Spawned { control, process, checker: None }, StartKind::Template),
                     None => {
                         let vfio = self.devices.serving().expect("serve_on above");
-                        (link::spawn(&self.launch.spawn(), vfio, &self.datapath, modules)?, StartKind::Probe)
+                        (link::spawn(&self.launch.spawn(), vfio, &self.net.datapath, modules)?, StartKind::Probe)
                     }
                 };
                 (DriverLink::new(spawned, self.launch.detection, now)?, kind, false)
@@ -392,7 +392,7 @@ impl Supervisor {
     /// says; the TAP keeps the settings in force (a successor is given them by the replay).
     pub(super) fn adopt(&mut self, r: RegisteredInfo) {
         let r = self.standbys.mask(self.devices.address(), r);
-        let offloads = self.datapath.set_offloads(&self.interface.tap, r.offloads);
+        let offloads = self.net.datapath.set_offloads(&self.net.interface.tap, r.offloads);
         self.set_status(|s| {
             s.net.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
             s.net.mtu.get_or_insert(r.mtu);
@@ -403,27 +403,27 @@ impl Supervisor {
             s.net.driver_name = Some(r.driver.clone());
             s.net.offloads = offloads;
         });
-        self.shadow = Some(NetShadow::registered(r));
+        self.net.shadow = Some(NetShadow::registered(r));
     }
 
     /// The successor can carry frames: gives it the ones its predecessor never
     /// completed, in order, and goes back to passive mode (the TAP's frames follow).
     fn give_frames(&mut self, frames: Vec<TxFrame>) -> Result<(), Fault> {
-        let resubmitted = self.datapath.resubmit(frames)?;
+        let resubmitted = self.net.datapath.resubmit(frames)?;
         info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.label());
         self.show_shadow();
         // A successor whose carrier came while it was being opened (8139cp's
         // does) was never seen to take the hold over: it serves, so the TAP
         // shows its carrier from now on.
-        if self.interface.carrier_held_until.take().is_some() {
-            let on = self.shadow.as_ref().is_some_and(|s| s.log().carrier);
+        if self.net.interface.carrier_held_until.take().is_some() {
+            let on = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
             self.set_carrier(on)?;
         }
         // The fresh rings are empty and nobody waits on them yet: lend receive
         // buffers, say the host waits for completions, and kick the driver for
         // the frames just given again -- else a receiving-only stack would wait forever.
         self.move_frames()?;
-        self.datapath.kick();
+        self.net.datapath.kick();
         Ok(())
     }
 
@@ -488,7 +488,7 @@ impl Supervisor {
             }
             Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
                 let modules = record.to_modules.clone().unwrap_or_default();
-                info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.interface.name(),
+                info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.net.interface.name(),
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
                 self.end_template("the interface moved to another device");
                 self.succession.modules = modules.clone();

@@ -207,9 +207,9 @@ impl Supervisor {
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
         let spawn = self.launch.spawn();
         let started = match self.devices.serving() {
-            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.datapath, &driver.modules),
+            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.net.datapath, &driver.modules),
             _ => match self.devices.other.as_mut() {
-                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.datapath.shm),
+                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.net.datapath.shm),
                 None => Err(format!("{} is not open", driver.device)),
             },
         };
@@ -231,7 +231,7 @@ impl Supervisor {
         if loader.probes() {
             // A prober's work is done: its device is given back ready for the successor.
             let finished = match self.devices.other.as_mut() {
-                Some(destination) => loader.finish_probe(destination, &self.datapath.shm),
+                Some(destination) => loader.finish_probe(destination, &self.net.datapath.shm),
                 None => Err("the destination was released meanwhile".into()),
             };
             if let (Ok(_), Err(why)) = (&result, finished) {
@@ -254,7 +254,7 @@ impl Supervisor {
         let Some(loader) = self.succession.loader.take() else { return };
         match self.devices.other.as_mut() {
             Some(destination) if loader.probes() => {
-                if let Err(e) = loader.finish_probe(destination, &self.datapath.shm) {
+                if let Err(e) = loader.finish_probe(destination, &self.net.datapath.shm) {
                     warn!("{}: giving it back after its probe: {e}", destination.address());
                 }
             }

@@ -36,7 +36,7 @@ impl Supervisor {
                                                     q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
         if hold {
-            self.interface.hold_carrier(Instant::now());
+            self.net.interface.hold_carrier(Instant::now());
         }
         self.act_quietly(actions);
     }
@@ -47,12 +47,12 @@ impl Supervisor {
     pub(super) fn fail_over(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
         let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
         warn!("{}: driver died: {why}; failing over to the standby {}; {} keeps its carrier",
-              self.label(), to.device, self.interface.name());
+              self.label(), to.device, self.net.interface.name());
         self.devices.other = Some(device);
         let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
                                                      q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
-        self.interface.hold_carrier(Instant::now());
+        self.net.interface.hold_carrier(Instant::now());
         self.act_quietly(actions);
     }
 
@@ -67,24 +67,24 @@ impl Supervisor {
 
     /// A parked interface is given `to` (`understudy migrate` while parked).
     pub(super) fn attach(&mut self, to: Driver, mut destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        info!("{}: {} is given {} ({})", self.label(), self.interface.name(), to.device, module_names(&to.modules));
+        info!("{}: {} is given {} ({})", self.label(), self.net.interface.name(), to.device, module_names(&to.modules));
         // A standby's arena is mapped since its probe; a device opened just now has none.
         if destination.mapped_bytes() == 0 {
-            if let Err(e) = device::map_arena(&mut destination, &self.datapath.shm) {
+            if let Err(e) = device::map_arena(&mut destination, &self.net.datapath.shm) {
                 let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
                 return Ok(());
             }
         }
         self.devices.other = Some(destination);
         self.succession.answer_to(answer);
-        self.interface.hold_carrier(Instant::now());
+        self.net.interface.hold_carrier(Instant::now());
         self.feed(Event::Attach(to))
     }
 
     /// `understudy update`: a successor for `modules` loads while the driver serves.
     pub(super) fn update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer)
                          -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        let log = self.net.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
         let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
@@ -96,9 +96,9 @@ impl Supervisor {
     /// on scratch memory while the driver serves; the move holds the
     /// `destination` from now on.
     pub(super) fn migrate(&mut self, to: Driver, destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        let log = self.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        let log = self.net.shadow.as_ref().expect("may_hand_over checked").log().clone();
         info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
-              self.label(), self.interface.name(), to.device, module_names(&to.modules));
+              self.label(), self.net.interface.name(), to.device, module_names(&to.modules));
         let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
         self.devices.other = Some(destination);

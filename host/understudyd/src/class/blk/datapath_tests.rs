@@ -1,126 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The block front-end's requests against a model of a disk with a
-//! volatile write cache (a fake device: the real ones run in
-//! tests/daemon), driven through the real block rings: what the kernel
-//! is answered, what reaches the driver, and what is on the disk after
-//! the driver died with its device's cache.
+//! The block front-end's requests against the disk model (model.rs),
+//! driven through the real block rings: what the kernel is answered, what
+//! reaches the driver, and what is on the disk after the driver died with
+//! its device's cache.
 
 use std::collections::BTreeMap;
 
-use understudy_nbd::{Command, Incoming, NbdRequest};
-use understudy_protocol::{BlkEntry, DiskInfo, BLK_FUA, BLK_OP_DISCARD, BLK_OP_FLUSH, BLK_OP_READ, BLK_OP_WRITE, DISK_FUA,
+use understudy_nbd::Command;
+use understudy_protocol::{BlkEntry, DiskInfo, BLK_OP_DISCARD, BLK_OP_FLUSH, BLK_OP_READ, BLK_OP_WRITE, DISK_FUA,
                           DISK_WRITE_CACHE};
 use understudy_shm::block_driver::BlockDriver;
-use understudy_shm::{BlockMemory, Geometry, ShmError};
+use understudy_shm::ShmError;
 
 use super::{Datapath, Reply};
-use crate::class::blk::log::DiskLog;
+use crate::class::blk::model::{datapath, disk, pattern, read, request, write, Model, SECTORS};
 use crate::class::InFlight;
-
-const SLOT: u32 = 16384;
-/// Four requests in flight of at most one 16 KiB slot each.
-const GEOMETRY: Geometry =
-    Geometry { arena_size: 1 << 20, arena_iova: 0x1000_0000, pool_buffers: 16, buffer_size: 4096, ring_size: 4 };
-const SECTORS: u64 = 2048;
-
-fn disk(features: u32) -> DiskInfo {
-    DiskInfo {
-        capacity: SECTORS,
-        logical_block_size: 512,
-        physical_block_size: 512,
-        max_sectors: 2560,
-        max_discard_sectors: 1 << 16,
-        features,
-        n_queues: 2,
-        queue_depth: 4,
-        driver: "virtio_blk".into(),
-        disk_name: "vda".into(),
-        serial: "model".into(),
-        ..Default::default()
-    }
-}
-
-fn datapath(features: u32) -> (Datapath, BlockDriver) {
-    let mem = BlockMemory::create(GEOMETRY, SLOT).unwrap();
-    let driver = BlockDriver::attach(&mem);
-    (Datapath::new(mem, DiskLog::new(disk(features), SLOT), "test".into()).unwrap(), driver)
-}
-
-/// A disk with a volatile cache: writes land in the cache, a flush makes
-/// them stable, a reset (the driver's death) drops what is not.
-#[derive(Default)]
-struct Model {
-    stable: BTreeMap<u64, u8>,
-    cache: BTreeMap<u64, u8>,
-    /// The requests the device saw, as (op, sector, len, queue).
-    seen: Vec<(u16, u64, u32, u16)>,
-}
-
-impl Model {
-    fn byte(&self, at: u64) -> u8 {
-        self.cache.get(&at).or(self.stable.get(&at)).copied().unwrap_or(0)
-    }
-
-    fn bytes(&self, offset: u64, len: usize) -> Vec<u8> {
-        (0..len as u64).map(|i| self.byte(offset + i)).collect()
-    }
-
-    /// Serves one request as a device with a cache does.
-    fn serve(&mut self, driver: &BlockDriver, e: BlkEntry) -> BlkEntry {
-        let (op, sector, len, flags, queue) = (e.op, e.sector, e.len, e.flags, e.queue);
-        self.seen.push((op, sector, len, queue));
-        let offset = sector * 512;
-        match op {
-            BLK_OP_READ => driver.fill(&e, &self.bytes(offset, len as usize)),
-            BLK_OP_WRITE => {
-                let target = if flags & BLK_FUA != 0 { &mut self.stable } else { &mut self.cache };
-                for (i, b) in driver.data(&e).into_iter().enumerate() {
-                    target.insert(offset + i as u64, b);
-                }
-            }
-            BLK_OP_DISCARD => {
-                for i in 0..len as u64 {
-                    self.cache.insert(offset + i, 0);
-                }
-            }
-            BLK_OP_FLUSH => {
-                let cache = std::mem::take(&mut self.cache);
-                self.stable.extend(cache);
-            }
-            other => panic!("op {other}"),
-        }
-        e
-    }
-
-    /// Serves everything the driver has been given, in order.
-    fn serve_all(&mut self, driver: &BlockDriver, dp: &mut Datapath) {
-        while let Some(e) = driver.take() {
-            let done = self.serve(driver, e);
-            driver.complete(done);
-            dp.complete().unwrap();
-        }
-    }
-
-    fn reset(&mut self) {
-        self.cache.clear();
-    }
-}
-
-fn request(command: Command, handle: u8, offset: u64, len: u32, data: Vec<u8>) -> Incoming {
-    Incoming { request: NbdRequest { command, handle: [handle; 8], offset, len }, data }
-}
-
-fn write(handle: u8, offset: u64, data: Vec<u8>) -> Incoming {
-    request(Command::Write { fua: false }, handle, offset, data.len() as u32, data)
-}
-
-fn read(handle: u8, offset: u64, len: u32) -> Incoming {
-    request(Command::Read, handle, offset, len, Vec::new())
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| seed.wrapping_mul(31).wrapping_add(i as u8 ^ (i >> 8) as u8)).collect()
-}
 
 fn replies_by_handle(dp: &mut Datapath) -> BTreeMap<u8, Reply> {
     dp.take_replies().into_iter().map(|r| (r.handle[0], r)).collect()

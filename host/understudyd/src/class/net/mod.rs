@@ -23,5 +23,6 @@ pub mod interface;
 pub mod multicast;
 pub mod netlink;
 pub mod shadow;
+pub mod side;
 pub mod steering;
 pub mod tap;
