@@ -115,6 +115,8 @@ pub struct BlockMemory {
     submitted: u64,
     /// Slots submitted and not completed, by `seq`.
     in_flight: BTreeMap<u64, u32>,
+    /// A violation met after good completions, which were returned first.
+    violation: Option<ShmError>,
 }
 
 impl BlockMemory {
@@ -145,6 +147,7 @@ impl BlockMemory {
             generation: 1,
             submitted: 0,
             in_flight: BTreeMap::new(),
+            violation: None,
         })
     }
 
@@ -251,11 +254,23 @@ impl BlockMemory {
     /// incarnation, or changes one, is a violation; completions before it
     /// are returned first by an earlier call (the caller ends the driver).
     pub fn completions(&mut self) -> Result<Vec<BlockCompletion>, ShmError> {
-        let mut done = Vec::new();
-        while let Some(e) = self.done.pop(&self.rings)? {
-            done.push(self.accept(e)?);
+        if let Some(violation) = self.violation.take() {
+            return Err(violation);
         }
-        Ok(done)
+        let mut done = Vec::new();
+        loop {
+            let accepted = self.done.pop(&self.rings).and_then(|e| e.map(|e| self.accept(e)).transpose());
+            match accepted {
+                Ok(Some(completion)) => done.push(completion),
+                Ok(None) => return Ok(done),
+                Err(violation) if done.is_empty() => return Err(violation),
+                // The good ones are the host's now: they go back first.
+                Err(violation) => {
+                    self.violation = Some(violation);
+                    return Ok(done);
+                }
+            }
+        }
     }
 
     fn accept(&mut self, e: BlkEntry) -> Result<BlockCompletion, ShmError> {
@@ -301,6 +316,7 @@ impl BlockMemory {
         self.submit = Producer::new(BLK_RING_SUBMIT);
         self.done = Consumer::new(BLK_RING_DONE);
         self.generation = self.generation.wrapping_add(1).max(1);
+        self.violation = None;
         held
     }
 }

@@ -66,6 +66,22 @@ fn a_completion_of_a_request_never_submitted_is_refused() {
 }
 
 #[test]
+fn good_completions_before_a_bad_one_are_returned_first_and_the_violation_next() {
+    let (mut host, driver) = setup();
+    let a = submit(&mut host, BlockOp::Read, 0, 4096);
+    submit(&mut host, BlockOp::Read, 8, 4096);
+    let (ea, eb) = (driver.take().unwrap(), driver.take().unwrap());
+    driver.complete(ea);
+    driver.complete(BlkEntry { sector: 99, ..eb });
+    let done = host.completions().unwrap();
+    assert_eq!(done.iter().map(|c| c.request).collect::<Vec<_>>(), vec![a]);
+    assert!(violation(host.completions()).contains("is not its request's"));
+    // The bad one's request is still the driver's, for its successor.
+    assert_eq!(host.reclaim().len(), 1);
+    assert!(host.completions().unwrap().is_empty());
+}
+
+#[test]
 fn a_second_completion_of_one_request_is_refused() {
     let (mut host, driver) = setup();
     submit(&mut host, BlockOp::Write { fua: true }, 0, 4096);
@@ -74,6 +90,7 @@ fn a_second_completion_of_one_request_is_refused() {
     assert_eq!(flags, understudy_protocol::BLK_FUA);
     driver.complete(e);
     driver.complete(e);
+    assert_eq!(host.completions().unwrap().len(), 1);
     assert!(violation(host.completions()).contains("completed twice"));
 }
 

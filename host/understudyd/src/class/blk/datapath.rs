@@ -337,7 +337,19 @@ impl Datapath {
     /// and sends what waited for their slots. A violation (`BlockMemory`
     /// checks every completion) leaves the requests to the successor.
     pub fn complete(&mut self) -> Result<(), ShmError> {
-        for done in self.mem.completions()? {
+        // Good completions before a violation come first; the violation with the next call.
+        loop {
+            let batch = self.mem.completions()?;
+            if batch.is_empty() {
+                break;
+            }
+            self.take_completions(batch);
+        }
+        self.pump()
+    }
+
+    fn take_completions(&mut self, batch: Vec<understudy_shm::BlockCompletion>) {
+        for done in batch {
             let slot = done.request.slot;
             let piece = self.slots[slot as usize].take().expect("a completed request's slot carries its piece");
             let ok = done.status == 0;
@@ -350,7 +362,6 @@ impl Datapath {
             self.mem.release_slot(slot);
             self.completed(piece, done.status);
         }
-        self.pump()
     }
 
     fn completed(&mut self, piece: Piece, status: i16) {

@@ -197,6 +197,25 @@ fn a_completion_the_driver_made_up_leaves_the_request_to_its_successor() {
 }
 
 #[test]
+fn a_good_completion_before_a_made_up_one_is_answered_and_the_other_waits_for_the_successor() {
+    let (mut dp, driver) = datapath(DISK_WRITE_CACHE);
+    let mut model = Model::default();
+    dp.accept(0, read(1, 0, 4096)).unwrap();
+    dp.accept(0, read(2, 8192, 4096)).unwrap();
+    let (a, b) = (driver.take().unwrap(), driver.take().unwrap());
+    driver.complete(model.serve(&driver, a));
+    driver.complete(BlkEntry { len: 512, ..b });
+    assert!(matches!(dp.complete(), Err(ShmError::Violation(_))));
+    assert_eq!(replies_by_handle(&mut dp).keys().copied().collect::<Vec<_>>(), vec![1]);
+    let held = dp.reclaim();
+    assert_eq!(held.len(), 1);
+    let successor = BlockDriver::attach(dp.memory());
+    dp.resubmit(held).unwrap();
+    model.serve_all(&successor, &mut dp);
+    assert_eq!(replies_by_handle(&mut dp).keys().copied().collect::<Vec<_>>(), vec![2]);
+}
+
+#[test]
 fn a_disk_nobody_serves_answers_everything_with_eio() {
     let (mut dp, driver) = datapath(DISK_WRITE_CACHE);
     dp.accept(0, read(1, 0, 4096)).unwrap();
