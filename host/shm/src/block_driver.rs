@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The driver's end of a block device's rings, written directly as the
+//! The driver's end of the rings (any layout), and of a block device's in full,, written directly as the
 //! driver process writes them (runtime/ddekit/block.c), for the tests of
 //! what drives a `BlockMemory`: the host's own checks here, the block
 //! class's front-end in understudyd. A test plays a well-behaved device
@@ -10,7 +10,25 @@ use std::sync::atomic::Ordering;
 
 use understudy_protocol::{BlkEntry, BLK_RING_DONE, BLK_RING_SUBMIT};
 
-use crate::{BlockMemory, BlockRings, Rings, SharedRegion};
+use crate::{BlockMemory, BlockRings, RingLayout, Rings, SharedRegion};
+
+/// A driver's consumer end: the next entry of a host-produced ring, if any.
+pub fn take_entry<L: RingLayout>(rings: &Rings<L>, ring: usize) -> Option<L::Entry> {
+    let tail = rings.tail(ring).load(Ordering::Acquire);
+    if rings.head(ring).load(Ordering::Acquire) == tail {
+        return None;
+    }
+    let e = rings.read_entry(ring, tail);
+    rings.tail(ring).store(tail.wrapping_add(1), Ordering::Release);
+    Some(e)
+}
+
+/// A driver's producer end: publishes `entry` on a driver-produced ring, whatever it holds.
+pub fn publish_entry<L: RingLayout>(rings: &Rings<L>, ring: usize, entry: L::Entry) {
+    let head = rings.head(ring).load(Ordering::Acquire);
+    rings.write_entry(ring, head, entry);
+    rings.head(ring).store(head.wrapping_add(1), Ordering::Release);
+}
 
 pub struct BlockDriver {
     rings: Rings<BlockRings>,
@@ -36,20 +54,12 @@ impl BlockDriver {
 
     /// The next request on blk_submit, if any.
     pub fn take(&self) -> Option<BlkEntry> {
-        let tail = self.rings.tail(BLK_RING_SUBMIT).load(Ordering::Acquire);
-        if self.rings.head(BLK_RING_SUBMIT).load(Ordering::Acquire) == tail {
-            return None;
-        }
-        let e = self.rings.read_entry(BLK_RING_SUBMIT, tail);
-        self.rings.tail(BLK_RING_SUBMIT).store(tail.wrapping_add(1), Ordering::Release);
-        Some(e)
+        take_entry(&self.rings, BLK_RING_SUBMIT)
     }
 
     /// Publishes `e` on blk_done as it is (a completion is its request with `status` set).
     pub fn complete(&self, e: BlkEntry) {
-        let head = self.rings.head(BLK_RING_DONE).load(Ordering::Acquire);
-        self.rings.write_entry(BLK_RING_DONE, head, e);
-        self.rings.head(BLK_RING_DONE).store(head.wrapping_add(1), Ordering::Release);
+        publish_entry(&self.rings, BLK_RING_DONE, e);
     }
 
     fn data_offset(&self, e: &BlkEntry) -> usize {

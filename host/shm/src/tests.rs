@@ -27,20 +27,12 @@ impl Driver {
 
     /// Takes the next entry of a host-produced ring, as an honest driver would.
     fn consume(&self, ring: usize) -> Option<RingEntry> {
-        let tail = self.rings.tail(ring).load(Ordering::Acquire);
-        if self.rings.head(ring).load(Ordering::Acquire) == tail {
-            return None;
-        }
-        let e = self.rings.read_entry(ring, tail);
-        self.rings.tail(ring).store(tail.wrapping_add(1), Ordering::Release);
-        Some(e)
+        crate::block_driver::take_entry(&self.rings, ring)
     }
 
     /// Publishes an entry on a driver-produced ring, whatever it holds.
     fn produce(&self, ring: usize, buf: u32, len: u32, flags: u16) {
-        let head = self.rings.head(ring).load(Ordering::Acquire);
-        self.rings.write_entry(ring, head, RingEntry { buf, len, flags, ..Default::default() });
-        self.rings.head(ring).store(head.wrapping_add(1), Ordering::Release);
+        crate::block_driver::publish_entry(&self.rings, ring, RingEntry { buf, len, flags, ..Default::default() });
     }
 }
 

@@ -26,8 +26,8 @@ use std::rc::Rc;
 
 use log::{error, warn};
 use understudy_nbd::{check_range, pieces, Command, Incoming};
-use understudy_protocol::{DiskInfo, DISK_FUA, DISK_WRITE_CACHE};
-use understudy_shm::{BlockMemory, BlockOp, BlockRequest, ShmError};
+use understudy_protocol::{DiskInfo, DISK_FUA, DISK_READ_ONLY, DISK_WRITE_CACHE};
+use understudy_shm::{BlockCompletion, BlockMemory, BlockOp, BlockRequest, ShmError};
 
 use super::kept::{Change, Kept};
 use super::log::DiskLog;
@@ -212,7 +212,7 @@ impl Datapath {
             // The front-end ends the connection; there is nothing to answer.
             Command::Disconnect => return Ok(()),
             Command::Read => (BlockOp::Read, self.log.piece_max, None),
-            Command::Write { .. } if self.log.disk.has(understudy_protocol::DISK_READ_ONLY) => {
+            Command::Write { .. } if self.log.disk.has(DISK_READ_ONLY) => {
                 answer(self, libc::EPERM as u32);
                 return Ok(());
             }
@@ -232,7 +232,7 @@ impl Datapath {
         };
         if op != BlockOp::Flush {
             if let Err(refusal) = check_range(request.offset, request.len, self.log.size_bytes(), self.log.disk.logical_block_size) {
-                answer(self, refusal.errno(op.has_data() && op != BlockOp::Read));
+                answer(self, refusal.errno(matches!(op, BlockOp::Write { .. })));
                 return Ok(());
             }
             if request.len == 0 {
@@ -328,8 +328,11 @@ impl Datapath {
         let queue = (piece.conn % self.abilities.queues as usize) as u16;
         let request = BlockRequest { op: piece.op, sector: piece.sector, len: piece.len, queue, slot };
         self.slots[slot as usize] = Some(piece);
-        self.mem.submit(request)
-            .inspect_err(|_| { self.slots[slot as usize] = None; self.mem.release_slot(slot); })?;
+        if let Err(e) = self.mem.submit(request) {
+            self.slots[slot as usize] = None;
+            self.mem.release_slot(slot);
+            return Err(e);
+        }
         Ok(true)
     }
 
@@ -348,7 +351,7 @@ impl Datapath {
         self.pump()
     }
 
-    fn take_completions(&mut self, batch: Vec<understudy_shm::BlockCompletion>) {
+    fn take_completions(&mut self, batch: Vec<BlockCompletion>) {
         for done in batch {
             let slot = done.request.slot;
             let piece = self.slots[slot as usize].take().expect("a completed request's slot carries its piece");
