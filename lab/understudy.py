@@ -196,13 +196,14 @@ class Daemon:
         return self.g.run([str(self.bins["understudy"]), "--socket", self.socket, *args],
                           timeout=timeout, in_initramfs=self.in_initramfs)
 
-    def run(self, bdf: str, modules: list[str], ifname: str = "us0", cpu: int | None = None,
+    def run(self, bdf: str, modules: list[str], ifname: str | None = "us0", cpu: int | None = None,
             check: str | None = None, no_iommu: bool = False, queues: int = 1, poll_us: int | None = None) -> None:
         """`understudy run`: the daemon takes the device and starts its driver (on `cpu`, if
         given, its TX thread polling for up to `poll_us` if given; under the checker with
         gate mode `check`, if given; with `no_iommu` through uio_pci_generic,
-        docs/design.md §4; with `queues` queue pairs)."""
-        res = self.cli("run", "--device", bdf, "--ifname", ifname, *(["--cpu", str(cpu)] if cpu is not None else []),
+        docs/design.md §4; with `queues` queue pairs). A disk has no `ifname`: the kernel names it."""
+        res = self.cli("run", "--device", bdf, *(["--ifname", ifname] if ifname else []),
+                       *(["--cpu", str(cpu)] if cpu is not None else []),
                        *(["--poll-us", str(poll_us)] if poll_us else []),
                        *(["--check", check] if check else []), *(["--no-iommu"] if no_iommu else []),
                        *(["--queues", str(queues)] if queues > 1 else []), *module_args(modules))

@@ -390,6 +390,9 @@ pub struct DeviceStatus {
     pub net: NetStatus,
     #[serde(flatten)]
     pub handovers: HandoverHistory,
+    /// The block class's disk: absent for other classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStatus>,
     /// Checking (`run --check`): absent for an unchecked device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckStatus>,
@@ -437,7 +440,7 @@ pub struct DriverStatus {
 }
 
 /// The network class's interface: what the driver registered, and the frames.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct NetStatus {
     pub carrier: bool,
     pub mac: Option<String>,
@@ -464,6 +467,45 @@ pub struct NetStatus {
     /// as the driver is asked for.
     #[serde(default = "one_queue")]
     pub queues: u16,
+}
+
+/// The block class's disk: what the kernel was told of it when its NBD
+/// device was connected, and what it has done.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DiskStatus {
+    /// `/dev/nbdN`, once the first driver registered the disk.
+    pub path: Option<String>,
+    pub driver_name: Option<String>,
+    /// The driver's own name for it (`vda`, `nvme0n1`), in its process.
+    pub disk_name: Option<String>,
+    pub size_bytes: u64,
+    pub logical_block_size: u32,
+    /// write-cache, fua, read-only, rotational, discard, write-zeroes.
+    pub features: Vec<String>,
+    /// The hardware queues of the driver serving now.
+    pub queues: u16,
+    pub counts: DiskCounts,
+    /// Acknowledged changes no flush has covered yet, which a successor is
+    /// given again: how many, and their bytes.
+    pub kept_changes: u64,
+    pub kept_bytes: u64,
+    /// Requests of the kernel's not answered yet.
+    pub unanswered: u64,
+}
+
+/// What the disk has done since it was connected.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DiskCounts {
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Kept changes done again after handovers.
+    pub replayed: u64,
 }
 
 /// The handovers the device has had, and where it may move.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use understudy_api::{DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverOutcome, HandoverRecord, Request, Response, RunRequest,
+use understudy_api::{DeviceStatus, DiskStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverOutcome, HandoverRecord, Request, Response, RunRequest,
                      StandbyRequest, DEFAULT_SOCKET};
 
 /// understudy — run unmodified Linux NIC drivers as isolated user-space processes.
@@ -263,11 +263,28 @@ fn ask(socket: &PathBuf, request: &Request) -> Result<Response, String> {
     serde_json::from_str(&reply).map_err(|e| format!("understudyd answered something unreadable ({e}): {reply:?}"))
 }
 
+fn print_disk(disk: &DiskStatus, hugepages: bool) {
+    if let Some(path) = &disk.path {
+        println!("    disk {path}  driver {} ({})  {} bytes in {}-byte blocks  {} queue(s)  {}",
+                 disk.driver_name.as_deref().unwrap_or("?"), disk.disk_name.as_deref().unwrap_or("?"), disk.size_bytes,
+                 disk.logical_block_size, disk.queues, if disk.features.is_empty() { "no features".into() } else { disk.features.join(", ") });
+    }
+    let c = &disk.counts;
+    println!("    reads {} ({} bytes)  writes {} ({} bytes)  flushes {}  discards {}  errors {}",
+             c.reads, c.bytes_read, c.writes, c.bytes_written, c.flushes, c.discards, c.errors);
+    println!("    {} acknowledged change(s) ({} bytes) kept until a flush; {} done again after handovers; {} request(s) \
+              unanswered; arena in {}", disk.kept_changes, disk.kept_bytes, c.replayed, disk.unanswered,
+             if hugepages { "2 MiB hugepages" } else { "base pages" });
+}
+
 fn print_device(d: &DeviceStatus) {
     let state = serde_json::to_value(d.driver.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-    println!("{}  {} {}  {}  pid {}  up {:.1} s  carrier {}",
-             d.device, d.class.name(), d.ifname, state, d.driver.pid.map_or("-".into(), |p| p.to_string()), d.driver.uptime_s,
-             if d.net.carrier { "on" } else { "off" });
+    let carrier = match d.disk {
+        None => format!("  carrier {}", if d.net.carrier { "on" } else { "off" }),
+        Some(_) => String::new(),
+    };
+    println!("{}  {} {}  {}  pid {}  up {:.1} s{carrier}",
+             d.device, d.class.name(), d.ifname, state, d.driver.pid.map_or("-".into(), |p| p.to_string()), d.driver.uptime_s);
     if d.dma.dma_unconfined {
         println!("    DMA UNCONFINED: no IOMMU, uio_pci_generic; the driver can make its device reach any memory");
     }
@@ -290,11 +307,16 @@ fn print_device(d: &DeviceStatus) {
     if d.driver.log_lines_suppressed > 0 {
         println!("    {} driver log lines dropped by the rate limit", d.driver.log_lines_suppressed);
     }
-    let c = &d.net.counters;
-    println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes ({} dropped)",
-             c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
-    println!("    pool {} of {} buffers free; arena in {}; {} TAP queue(s) for the driver", d.net.pool_free, d.net.pool_buffers,
-             if d.dma.arena_in_hugepages { "2 MiB hugepages" } else { "base pages" }, d.net.queues);
+    match &d.disk {
+        Some(disk) => print_disk(disk, d.dma.arena_in_hugepages),
+        None => {
+            let c = &d.net.counters;
+            println!("    tx {} packets {} bytes ({} dropped)  rx {} packets {} bytes ({} dropped)",
+                     c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_packets, c.rx_bytes, c.rx_dropped);
+            println!("    pool {} of {} buffers free; arena in {}; {} TAP queue(s) for the driver", d.net.pool_free,
+                     d.net.pool_buffers, if d.dma.arena_in_hugepages { "2 MiB hugepages" } else { "base pages" }, d.net.queues);
+        }
+    }
     if let Some(death) = &d.driver.death {
         // A refused LOAD quotes the driver's lines: under the reason, indented.
         println!("    died: {}", death.replace('\n', "\n          "));
@@ -450,7 +472,12 @@ fn main() -> ExitCode {
     } else {
         match &request {
             Request::Run(RunRequest { check: None, .. }) => response.devices.iter().for_each(|d| {
-                println!("{}: driver process {} started, interface {}", d.device, d.driver.pid.unwrap_or(0), d.ifname)
+                match d.disk {
+                    // The kernel names the disk once the driver has registered it.
+                    Some(_) => println!("{}: driver process {} started; its disk appears as /dev/nbdN when the driver \
+                                         registers it (`understudy status {}`)", d.device, d.driver.pid.unwrap_or(0), d.device),
+                    None => println!("{}: driver process {} started, interface {}", d.device, d.driver.pid.unwrap_or(0), d.ifname),
+                }
             }),
             Request::Run(RunRequest { check: Some(mode), .. }) => {
                 for d in &response.devices {

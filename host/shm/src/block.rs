@@ -14,11 +14,11 @@
 use std::collections::BTreeMap;
 
 use understudy_protocol::{BlkEntry, Wire, BLK_FUA, BLK_OP_DISCARD, BLK_OP_FLUSH, BLK_OP_READ, BLK_OP_WRITE,
-                          BLK_OP_WRITE_ZEROES, BLK_RING_DONE, BLK_RING_SUBMIT};
+                          BLK_OP_WRITE_ZEROES, BLK_RING_DONE, BLK_RING_SUBMIT, CLASS_BLOCK, Hello};
 
 use crate::region::SharedRegion;
 use crate::ring::{BlockRings, Consumer, Producer, Rings};
-use crate::{arena_region, Geometry, ShmError};
+use crate::{arena_region, DriverMemory, Geometry, ShmError};
 
 /// The largest errno a completion may carry (the kernel's MAX_ERRNO).
 const MAX_ERRNO: i16 = 4095;
@@ -318,5 +318,32 @@ impl BlockMemory {
         self.generation = self.generation.wrapping_add(1).max(1);
         self.violation = None;
         held
+    }
+}
+
+impl DriverMemory for BlockMemory {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn hello(&self) -> Hello {
+        self.geometry.hello(CLASS_BLOCK)
+    }
+
+    fn arena(&self) -> &SharedRegion {
+        &self.arena
+    }
+
+    fn rings_region(&self) -> &SharedRegion {
+        self.rings.region()
+    }
+
+    /// Block devices run behind an IOMMU only.
+    fn bus_chunks(&self) -> &[u64] {
+        &[]
+    }
+
+    fn bus_chunks_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
     }
 }

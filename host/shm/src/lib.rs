@@ -44,6 +44,21 @@ pub enum ShmError {
     Violation(String),
 }
 
+/// What every class's shared memory gives a driver process and its device:
+/// the arena the device reaches, the rings, and HELLO, which describes them.
+pub trait DriverMemory {
+    fn geometry(&self) -> Geometry;
+    /// HELLO: the geometry, and the class whose rings these are.
+    fn hello(&self) -> Hello;
+    fn arena(&self) -> &SharedRegion;
+    fn rings_region(&self) -> &SharedRegion;
+    /// Without an IOMMU, the device address of each 2 MiB of the arena;
+    /// empty when an IOMMU maps it at `arena_iova`.
+    fn bus_chunks(&self) -> &[u64];
+    /// `bus_chunks` for the driver process (`--dma-chunks-fd`); `None` with an IOMMU.
+    fn bus_chunks_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>>;
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     pub arena_size: u64,
@@ -93,7 +108,8 @@ impl Geometry {
         Ok(())
     }
 
-    pub fn hello(&self) -> Hello {
+    /// HELLO for a driver of `device_class` (`CLASS_NET`, `CLASS_BLOCK`).
+    pub fn hello(&self, device_class: u32) -> Hello {
         Hello {
             version: PROTOCOL_VERSION,
             ring_size: self.ring_size,
@@ -103,7 +119,7 @@ impl Geometry {
             arena_iova: self.arena_iova,
             pool_size: self.pool_size(),
             rings_size: self.rings_size(),
-            device_class: CLASS_NET,
+            device_class,
             reserved: 0,
         }
     }
@@ -461,6 +477,32 @@ impl SharedMemory {
         self.tx = Producer::new(RING_TX);
         self.tx_done = Consumer::new(RING_TX_DONE);
         uncompleted
+    }
+}
+
+impl DriverMemory for SharedMemory {
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    fn hello(&self) -> Hello {
+        self.geometry.hello(CLASS_NET)
+    }
+
+    fn arena(&self) -> &SharedRegion {
+        &self.arena
+    }
+
+    fn rings_region(&self) -> &SharedRegion {
+        self.rings.region()
+    }
+
+    fn bus_chunks(&self) -> &[u64] {
+        &self.bus_chunks
+    }
+
+    fn bus_chunks_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        SharedMemory::bus_chunks_fd(self)
     }
 }
 

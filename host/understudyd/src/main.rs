@@ -13,6 +13,7 @@ mod fault;
 mod handover;
 mod os;
 mod server;
+mod status;
 mod supervisor;
 #[cfg(test)]
 mod test_script;

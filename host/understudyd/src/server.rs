@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use log::{info, warn};
 use sha2::{Digest, Sha256};
-use understudy_api::{HandoverOutcome, ModuleInfo, Request, Response, RunRequest};
+use understudy_api::{DeviceClass, HandoverOutcome, ModuleInfo, Request, Response, RunRequest};
 use understudy_protocol::{check_queue_count, MAX_MODULES, PATH_MAX};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use crate::config::Config;
 use crate::handover::Driver;
-use crate::os::modtree;
+use crate::os::{device, modtree};
 use crate::os::placement::Placement;
 use crate::os::process::DriverCommand;
 use crate::supervisor::{self, Handle, Setup};
@@ -235,6 +235,10 @@ impl Daemon {
             return Err("--poll-us goes with --cpu: the TX thread polls on the driver's own CPU".into());
         }
         let placement = cpu.map(|cpu| Placement::on(cpu)?.polling(poll_us)).transpose()?;
+        let class = device::device_class(&addr).transpose()?.unwrap_or(DeviceClass::Net);
+        if class == DeviceClass::Block && ifname.is_some() {
+            return Err(format!("{addr} is a disk: --ifname names a network interface, and the kernel names the disk (nbdN)"));
+        }
         let infos = module_infos(&given_chain(&modules, &addr))?;
         let standby = standby.iter().map(|s| {
             let device = parse_address(&s.device)?;
@@ -258,20 +262,28 @@ impl Daemon {
                 return Err(format!("{device} is already used by this understudyd ({user}; see `understudy status`, \
                                     `understudy stop` releases it)"));
             }
-            let ifname = match ifname {
-                Some(name) => name,
-                None => (0..).map(|i| format!("us{i}")).find(|n| !Path::new("/sys/class/net").join(n).exists()).expect("a free name"),
+            let ifname = match (ifname, class) {
+                (Some(name), _) => name,
+                // The kernel names the disk (`nbdN`) when it is connected.
+                (None, DeviceClass::Block) => String::new(),
+                (None, DeviceClass::Net) => {
+                    (0..).map(|i| format!("us{i}")).find(|n| !Path::new("/sys/class/net").join(n).exists()).expect("a free name")
+                }
             };
             devices.push(Slot::Starting { devices: std::iter::once(addr.clone()).chain(standby.iter().map(|d| d.device.clone())).collect() });
             ifname
         };
         let setup = Setup {
             device: addr.clone(),
+            class,
             modules: infos,
             ifname,
             driver: self.driver.clone(),
             placement,
-            geometry: Geometry::default(),
+            geometry: match class {
+                DeviceClass::Net => Geometry::default(),
+                DeviceClass::Block => Geometry::block_default(),
+            },
             detection: self.detection,
             restarts: self.restarts,
             agent: self.agent.clone(),

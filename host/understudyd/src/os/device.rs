@@ -7,9 +7,9 @@ use std::io;
 use std::path::Path;
 use std::time::Instant;
 
-use understudy_api::DeviceStop;
+use understudy_api::{DeviceClass, DeviceStop};
 use understudy_protocol::PciIds;
-use understudy_shm::SharedMemory;
+use understudy_shm::DriverMemory;
 use understudy_vfio::{bus_master_enabled, DeviceAccess, PciAddress, Device, VfioError};
 
 use crate::handover::record::round_ms;
@@ -20,7 +20,7 @@ use crate::handover::record::round_ms;
 /// process), so a driver that points its device's receive descriptors at
 /// pool buffers cannot have it overwrite frames the host still holds and
 /// would give a restarted driver again.
-pub fn map_arena(vfio: &mut Device, shm: &SharedMemory) -> Result<(), VfioError> {
+pub fn map_arena(vfio: &mut Device, shm: &dyn DriverMemory) -> Result<(), VfioError> {
     let g = shm.geometry();
     let (base, pool) = (shm.arena().base(), g.pool_size());
     vfio.map_dma(base, g.arena_iova, pool, DeviceAccess::Read)?;
@@ -109,4 +109,16 @@ impl Devices {
     pub fn release(&mut self) {
         self.serving = None;
     }
+}
+
+/// The class whose side serves the device, from its PCI class code; `None`
+/// if sysfs cannot say (opening the device then says why it is not there).
+pub fn device_class(address: &PciAddress) -> Option<Result<DeviceClass, String>> {
+    let class = pci_ids(address).ok()?.class >> 16;
+    Some(match class {
+        0x01 => Ok(DeviceClass::Block),
+        0x02 => Ok(DeviceClass::Net),
+        _ => Err(format!("{address} is a device of PCI base class {class:#04x}: understudy serves network (0x02) \
+                          and mass-storage (0x01) devices")),
+    })
 }

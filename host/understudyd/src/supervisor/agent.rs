@@ -11,50 +11,49 @@ use understudy_api::{DeviceStop, DriverState};
 
 use super::succession::Quiesced;
 use super::{device, Supervisor};
-use crate::class::InFlight;
+use crate::class::{Class, Log};
 use crate::handover::Reason;
 use crate::handover::policy::{AgentPolicy, Backoff, HookEvent, OnExhausted, RestartBudget, RestartPolicy};
 use crate::os::hook::run_hook;
-use crate::class::net::shadow::PassiveLog;
 
-pub struct RecoveryAgent {
+pub struct RecoveryAgent<L> {
     pub restarts: RestartBudget,
     /// --on-exhausted, the back-off of `retry` and the hook.
     pub policy: AgentPolicy,
     pub backoff: Backoff,
     /// With `retry`, the restart waiting for its back-off to pass.
-    pub retry: Option<PendingRetry>,
+    pub retry: Option<PendingRetry<L>>,
 }
 
 /// A restart put off by `--on-exhausted retry` until `at`.
-pub struct PendingRetry {
+pub struct PendingRetry<L> {
     pub at: Instant,
     cause: String,
-    log: PassiveLog,
+    log: L,
     device_stop: DeviceStop,
 }
 
-impl RecoveryAgent {
+impl<L> RecoveryAgent<L> {
     pub fn new(restarts: RestartPolicy, policy: AgentPolicy) -> Self {
         RecoveryAgent { restarts: RestartBudget::new(restarts), backoff: Backoff::new(policy.retry_max), policy, retry: None }
     }
 }
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     /// Starts a restart (a handover to a fresh copy of the modules) with
     /// `log`, if `restart` and the policy allow; otherwise the device stays
-    /// stopped, its IOMMU mapping is dropped and the interface stays, without carrier.
-    pub(super) fn restart_or_give_up(&mut self, reason: Reason, cause: String, log: Option<PassiveLog>, q: Quiesced,
-                          seen_dead: Instant, restart: bool) {
+    /// stopped, its IOMMU mapping is dropped and the front-end stays, without carrier.
+    pub(super) fn restart_or_give_up(&mut self, reason: Reason, cause: String, log: Option<C::Log>, q: Quiesced<C::Held>,
+                                     seen_dead: Instant, restart: bool) {
         let dev = self.label().clone();
         let not_restarted = match (restart, log) {
             (false, _) => None,
-            (true, None) => Some("it died before registering its net_device, so there is nothing to replay".to_string()),
+            (true, None) => Some(format!("it died before registering its {}, so there is nothing to replay", C::Log::REGISTERS)),
             (true, Some(log)) => match self.restart_allowed(seen_dead) {
                 Ok(()) => {
                     warn!("{dev}: driver died: {cause}. Device stopped (reset: {}); handing {} to a fresh driver, \
-                           {} frame(s) to give it again; {} keeps its carrier",
-                          q.device_stop.reset, self.net.interface.name(), q.uncompleted.len(), self.net.interface.name());
+                           {} {}(s) to give it again; {} keeps its carrier",
+                          q.device_stop.reset, self.class.name(), q.uncompleted.len(), C::HELD, self.class.name());
                     return self.restart(reason, log, q, seen_dead, true);
                 }
                 Err(why) if self.standbys.available() => {
@@ -71,13 +70,12 @@ impl Supervisor {
             },
         };
         let Quiesced { uncompleted, mut device_stop, .. } = q;
-        // Nobody will send the frames the dead driver never completed.
-        self.net.datapath.give_up(uncompleted);
+        // Nobody will do what the dead driver never completed.
+        self.class.give_up(uncompleted, &self.status);
         // The device stays stopped: nothing of the arena stays reachable from it.
         let unmapped = self.devices.serving_mut().map_or(Ok(()), |v| v.unmap_all());
         let confined = self.devices.serving().is_none_or(|v| v.iommu_group().is_some());
         device_stop.iommu_unmapped = unmapped.is_ok();
-        let _ = self.net.interface.tap.set_carrier(false);
         let death = match &not_restarted {
             Some(why) => format!("{cause}; not restarted: {why}"),
             None => cause.clone(),
@@ -95,14 +93,11 @@ impl Supervisor {
                if device_stop.irqs_disabled { "disabled" } else { "not all disabled" },
                device_stop.reset,
                if !confined { "none (no IOMMU)" } else if unmapped.is_ok() { "cleared" } else { "NOT cleared" },
-               self.net.interface.name());
-        let pool_free = self.net.datapath.shm.free_count();
+               self.class.name());
         self.set_status(|s| {
-            s.net.pool_free = pool_free;
             s.driver.state = DriverState::Dead;
             s.driver.pid = None;
             s.driver.death = Some(death);
-            s.net.carrier = false;
             s.driver.device_stop = Some(device_stop);
         });
     }
@@ -119,10 +114,10 @@ impl Supervisor {
     /// Starts the administrator's hook (--recovery-hook) for an outcome; not waited for.
     pub(super) fn hook(&self, outcome: &str, cause: &str, reason: Option<&str>, restart_ms: Option<f64>, retry_in: Option<Duration>) {
         let Some(path) = &self.agent.policy.hook else { return };
-        let recovery_count = self.status.lock().unwrap_or_else(|p| p.into_inner()).handovers.recovery_count;
+        let recovery_count = self.status.update(|s| s.handovers.recovery_count);
         run_hook(path, &HookEvent {
             device: &self.label().to_string(),
-            ifname: self.net.interface.name(),
+            ifname: self.class.name(),
             outcome,
             cause,
             reason,
@@ -142,7 +137,7 @@ impl Supervisor {
         let retry = self.agent.retry.take().expect("checked");
         info!("{}: --on-exhausted retry: restarting the driver after its back-off", self.label());
         // Given up, the device lost its arena's IOMMU mapping; a restart reuses the arena.
-        let shm = &self.net.datapath.shm;
+        let shm = self.class.memory();
         let mapped = match self.devices.serving_mut() {
             Some(vfio) if vfio.mapped_bytes() == 0 => device::map_arena(vfio, shm).map_err(|e| e.to_string()),
             Some(_) => Ok(()),

@@ -7,15 +7,15 @@ use log::warn;
 
 use super::handle::Command;
 use super::{Fault, Purpose, Supervisor};
-use crate::class::net::ethtool::EthtoolJob;
+use crate::class::{Class, Log};
 use crate::handover::{Driver, Reason};
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     pub(super) fn take_commands(&mut self) -> Result<(), Fault> {
         let mut recover = false;
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::Ethtool { queries, answer } => self.net.ethtool_queue.push_back((queries, answer)),
+                Command::Ethtool { queries, answer } => self.class.queue_query(queries, answer),
                 Command::Recover { answer } => {
                     let accepted = self.may_hand_over();
                     recover |= accepted.is_ok();
@@ -37,7 +37,7 @@ impl Supervisor {
                     }
                 },
                 Command::Migrate { to, modules, answer } => {
-                    let destination = self.may_hand_over().map_err(str::to_string)
+                    let destination = self.may_hand_over()
                         .and_then(|()| if recover { Err("a restart was requested first".into()) } else { Ok(()) })
                         .and_then(|()| self.destination(&to));
                     match destination {
@@ -54,42 +54,30 @@ impl Supervisor {
             return Err(Fault::RecoverRequested);
         }
         // While a handover is under way queries wait for the successor's answer.
-        if self.net.shadow.is_none() && (!self.succession.under_way() || self.succession.parked()) {
+        if self.class.log().is_none() && (!self.succession.under_way() || self.succession.parked()) {
             let why = match self.link {
-                Some(_) => "the driver has not registered its net_device yet",
-                None if self.succession.parked() => "the interface has no device (parked: see `understudy status`)",
-                None => "the driver is dead (see `understudy status`)",
+                Some(_) => format!("the driver has not registered its {} yet", C::Log::REGISTERS),
+                None if self.succession.parked() => format!("the {} has no device (parked: see `understudy status`)", C::FRONTEND),
+                None => "the driver is dead (see `understudy status`)".to_string(),
             };
-            for (_, answer) in self.net.ethtool_queue.drain(..) {
-                let _ = answer.send(Err(format!("{}: {why}", self.devices.address())));
-            }
+            self.class.refuse_queries(&format!("{}: {why}", self.devices.address()));
             return Ok(());
         }
-        if self.net.ethtool.is_none() && self.net.shadow.is_some() {
-            if let Some((queries, answer)) = self.net.ethtool_queue.pop_front() {
-                let (job, requests) =
-                    EthtoolJob::start(self.label().to_string(), self.net.interface.name().to_string(), queries, answer);
-                if requests.is_empty() {
-                    job.finish();
-                    return Ok(());
-                }
-                self.net.ethtool = Some(job);
-                for request in requests {
-                    self.send(request, Purpose::Ethtool)?;
-                }
-            }
+        let label = self.label().to_string();
+        for request in self.class.next_query(&label) {
+            self.send(request, Purpose::Query)?;
         }
         Ok(())
     }
 
-    /// Whether the interface may change hands now (`recover`, `update`, `migrate`).
-    fn may_hand_over(&self) -> Result<(), &'static str> {
-        match (&self.link, &self.net.shadow, self.succession.reason()) {
-            (None, ..) => Err("the driver is dead (see `understudy status`)"),
-            (_, _, Some(Reason::Update { .. })) => Err("an update is already under way"),
-            (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way"),
-            (_, _, Some(_)) => Err("a restart is already under way"),
-            (_, None, None) => Err("the driver has not registered its net_device yet: nothing to replay"),
+    /// Whether the front-end may change hands now (`recover`, `update`, `migrate`).
+    fn may_hand_over(&self) -> Result<(), String> {
+        match (&self.link, self.class.log(), self.succession.reason()) {
+            (None, ..) => Err("the driver is dead (see `understudy status`)".into()),
+            (_, _, Some(Reason::Update { .. })) => Err("an update is already under way".into()),
+            (_, _, Some(Reason::Migrate { .. })) => Err("a move is already under way".into()),
+            (_, _, Some(_)) => Err("a restart is already under way".into()),
+            (_, None, None) => Err(format!("the driver has not registered its {} yet: nothing to replay", C::Log::REGISTERS)),
             _ => Ok(()),
         }
     }

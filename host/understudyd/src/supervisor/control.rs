@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! What the serving driver says on its control socket (docs/protocol.md,
 //! "Control messages"): replies, routed by why their request was sent;
-//! REGISTERED, CARRIER, its log lines and WARNs.
+//! its log lines and WARNs; what its class's messages say (REGISTERED,
+//! CARRIER, DISK: `Class::on_message`).
 
 use std::io;
 use std::time::Instant;
@@ -10,14 +11,11 @@ use log::{info, warn};
 use understudy_api::DriverState;
 use understudy_protocol::{printable, DriverMessage, Request};
 
-use super::{driver_log, state_of, Fault, Purpose, Supervisor};
-use crate::class::net::ethtool::Progress;
+use super::{driver_log, Fault, Purpose, Supervisor};
+use crate::class::{Class, Log, Offering, Said};
 use crate::handover::Event;
-use understudy_protocol::format_mac;
 
-use crate::class::net::shadow::Phase;
-
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     pub(super) fn handle_control(&mut self) -> Result<(), Fault> {
         while let Some(msg) = self.link.as_mut().expect("a driver").receive()? {
             self.handle_message(msg)?;
@@ -33,7 +31,7 @@ impl Supervisor {
         let (request, purpose) = self.link.as_mut().expect("a driver").answered(seq)?;
         // LOAD says what it loaded, or why it would not (docs/protocol.md, "LOAD").
         let load = matches!(request, Request::Load { .. });
-        if purpose != Purpose::Ethtool && !load && !data.is_empty() {
+        if purpose != Purpose::Query && !load && !data.is_empty() {
             return Err(Fault::Violation(format!("the reply to {} carries {} bytes of data", request.name(), data.len())));
         }
         let errno = || io::Error::from_raw_os_error(-status);
@@ -55,7 +53,7 @@ impl Supervisor {
                 if matches!(request, Request::Probe { .. }) && !self.succession.under_way() {
                     self.take_template()?;
                     // The process that drives the device is settled: `status` shows its pid.
-                    if let Some(state) = self.net.shadow.as_ref().map(|s| state_of(s.phase())) {
+                    if let Some(state) = self.class.state() {
                         self.set_status(|s| s.driver.state = state);
                     }
                 }
@@ -63,7 +61,7 @@ impl Supervisor {
             Purpose::Replay => {
                 if status >= 0 {
                     let log = self.succession.log().expect("replay belongs to a handover");
-                    self.net.shadow.as_mut().expect("replay follows REGISTERED").replayed(&request, log);
+                    self.class.replayed(&request, log);
                 }
                 self.feed(Event::ReplayAnswered { status })?;
             }
@@ -75,21 +73,11 @@ impl Supervisor {
                 } else {
                     info!("{dev}: the driver took {}", request.describe());
                 }
-                if let Some(undo) = self.net.shadow.as_mut().and_then(|s| s.answered(status)) {
-                    self.net.interface.undo(undo);
-                }
-                self.show_shadow();
+                self.class.config_answered(status, &self.status);
             }
-            Purpose::Ethtool => {
-                let Some(job) = self.net.ethtool.as_mut() else { return Ok(()) };
-                match job.answered(&request, status, data).map_err(|e| Fault::Violation(e.to_string()))? {
-                    Ok(Progress::Next(next)) => self.send(next, Purpose::Ethtool)?,
-                    Ok(Progress::Waiting) => {}
-                    Ok(Progress::Done) => self.net.ethtool.take().expect("a job").finish(),
-                    Err(why) => {
-                        // Replies to the job's other requests are dropped when they come.
-                        self.net.ethtool.take().expect("a job").fail(format!("{dev}: {why}"));
-                    }
+            Purpose::Query => {
+                for next in self.class.query_answered(&request, status, data, dev.as_str())? {
+                    self.send(next, Purpose::Query)?;
                 }
             }
             // LOAD goes to the loader's link, never the serving driver's.
@@ -98,66 +86,10 @@ impl Supervisor {
         Ok(())
     }
 
-    /// `status` shows the shadow's state, MTU and MAC.
-    pub(super) fn show_shadow(&self) {
-        let Some(shadow) = self.net.shadow.as_ref() else { return };
-        let (state, mtu, mac) = (state_of(shadow.phase()), shadow.mtu(), format_mac(&shadow.mac()));
-        self.set_status(|s| {
-            s.driver.state = state;
-            s.net.mtu = Some(mtu);
-            s.net.mac = Some(mac);
-        });
-    }
-
     pub(super) fn handle_message(&mut self, msg: DriverMessage) -> Result<(), Fault> {
         let dev = self.label().clone();
         match msg {
             DriverMessage::Reply { seq, status, data } => self.handle_reply(seq, status, &data)?,
-            DriverMessage::Registered(r) => {
-                if self.succession.templates.takeover_registered(&r, self.net.shadow.as_ref())? {
-                    return Ok(());
-                }
-                if self.net.shadow.is_some() {
-                    return Err(Fault::Violation("a second REGISTERED".into()));
-                }
-                info!("{dev}: {} {} registered its net_device: MAC {}, MTU {} ({}..{}), features {:#x}; \
-                       it is opened when {} is set up",
-                      r.driver, r.version, format_mac(&r.dev_addr), r.mtu, r.min_mtu, r.max_mtu, r.features,
-                      self.net.interface.name());
-                if self.succession.under_way() {
-                    return self.feed(Event::Registered(r));
-                }
-                self.net.interface.take_registration(&r).map_err(|e| Fault::Io(e.to_string()))?;
-                self.adopt(r);
-                // During the probe the process that probed may still hand the
-                // device to its fork (the template's): "registered" waits for
-                // PROBE's reply, which settles whose pid `status` shows.
-                if !self.link.as_ref().is_some_and(|l| l.probing()) {
-                    self.set_status(|s| s.driver.state = DriverState::Registered);
-                }
-            }
-            DriverMessage::Carrier(on) => {
-                if let Some(shadow) = self.net.shadow.as_mut() {
-                    shadow.set_carrier(on);
-                }
-                if self.net.interface.carrier_held_until.is_some() {
-                    info!("{dev}: handover: the successor's carrier is {}", if on { "on" } else { "off" });
-                    let open = self.net.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
-                    if !(on && open) {
-                        return self.feed(Event::Ready(on));
-                    }
-                    // The hold is over. The TAP held the predecessor's carrier,
-                    // which was off if the interface was down when it died.
-                    self.net.interface.carrier_held_until = None;
-                } else {
-                    info!("{dev}: carrier {}", if on { "on" } else { "off" });
-                }
-                self.set_carrier(on)?;
-                return self.feed(Event::Ready(on));
-            }
-            // A network device's driver that registers a disk is not the driver it claimed to be.
-            DriverMessage::Disk(d) => return Err(Fault::Violation(format!("a network device's driver registered a disk ({} {})",
-                                                                           d.driver, d.disk_name))),
             DriverMessage::Log { level, text } => driver_log(&mut self.log_limit, &dev, level, &text),
             DriverMessage::Warn { file, line, text } => {
                 let now = Instant::now();
@@ -169,6 +101,35 @@ impl Supervisor {
                     return Err(Fault::Io(verdict));
                 }
             }
+            class_message => match self.class.on_message(class_message, &self.status)? {
+                Said::Registered(offer) => return self.registered(offer),
+                Said::Ready(on) => return self.feed(Event::Ready(on)),
+            },
+        }
+        Ok(())
+    }
+
+    /// The driver registered its device: a template's first fork says again
+    /// what the template did; a successor's goes to the handover; the first
+    /// driver's is the front-end's from now on.
+    fn registered(&mut self, offer: <C::Log as Log>::Offer) -> Result<(), Fault> {
+        if self.succession.templates.takeover_registered(&offer, self.class.log())? {
+            return Ok(());
+        }
+        if self.class.log().is_some() {
+            return Err(Fault::Violation(format!("a second {}", C::Log::REGISTERS)));
+        }
+        info!("{}: {}; {} {} follows it", self.label(), offer.describe(), C::FRONTEND, self.class.name());
+        if self.succession.under_way() {
+            return self.feed(Event::Registered(offer));
+        }
+        self.class.take_registration(&offer)?;
+        self.adopt(offer);
+        // During the probe the process that probed may still hand the
+        // device to its fork (the template's): "registered" waits for
+        // PROBE's reply, which settles whose pid `status` shows.
+        if !self.link.as_ref().is_some_and(|l| l.probing()) {
+            self.set_status(|s| s.driver.state = DriverState::Registered);
         }
         Ok(())
     }

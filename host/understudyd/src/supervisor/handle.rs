@@ -8,11 +8,16 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use understudy_api::{CheckReport, DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord, ModuleInfo};
+use understudy_api::{CheckReport, DeviceClass, DeviceStatus, EthtoolQueries, EthtoolReport, GateMode, HandoverRecord,
+                    ModuleInfo};
 use understudy_shm::Geometry;
 use understudy_vfio::PciAddress;
 
 use crate::class::net::interface::tap_statistics;
+use crate::class::blk::side::BlockSide;
+use crate::class::net::side::NetSide;
+use crate::class::Class;
+use crate::status::SharedStatus;
 use super::Supervisor;
 use crate::check::CheckLog;
 use crate::handover::Driver;
@@ -34,6 +39,8 @@ const UPDATE_WAIT: Duration = Duration::from_secs(300);
 
 pub struct Setup {
     pub device: PciAddress,
+    /// Whose side the device's thread runs: the PCI class code's.
+    pub class: DeviceClass,
     pub modules: Vec<ModuleInfo>,
     pub ifname: String,
     pub driver: DriverCommand,
@@ -70,7 +77,7 @@ pub(super) type UpdateAnswer = mpsc::Sender<Result<HandoverRecord, String>>;
 
 /// What the rest of the daemon holds for a device.
 pub struct Handle {
-    status: Arc<Mutex<DeviceStatus>>,
+    status: SharedStatus,
     /// The interface, whose kernel statistics are the received counts.
     ifname: String,
     /// What a checked device's checkers found.
@@ -132,8 +139,7 @@ impl Handle {
     pub fn status(&self) -> DeviceStatus {
         // Read without the lock the device's thread updates the status under.
         let (rx, tx) = (tap_statistics(&self.ifname, "rx"), tap_statistics(&self.ifname, "tx"));
-        let mut st = {
-            let mut shared = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.status.update(|shared| {
             // Once the interface is gone its last counts stay.
             if let Ok((packets, bytes, dropped)) = rx {
                 (shared.net.counters.rx_packets, shared.net.counters.rx_bytes, shared.net.counters.rx_dropped) = (packets, bytes, dropped);
@@ -142,7 +148,7 @@ impl Handle {
                 (shared.net.counters.tx_packets, shared.net.counters.tx_bytes) = (packets, bytes);
             }
             shared.clone()
-        };
+        });
         // Dropped: what the driver says it dropped, and what the TAP dropped
         // because the driver did not read it in time.
         if let Ok((_, _, dropped)) = tx {
@@ -183,17 +189,9 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
     let ifname = setup.ifname.clone();
     let thread = std::thread::Builder::new()
         .name(name)
-        .spawn(move || match Supervisor::new(setup) {
-            Ok(mut s) => {
-                let stop = s.stop.try_clone().expect("dup of an eventfd");
-                let wake = s.wake.try_clone().expect("dup of an eventfd");
-                let check = s.launch.checking.as_ref().map(|c| c.log.clone());
-                let _ = tx.send(Ok((s.status.clone(), check, stop, s.command_sender.clone(), wake)));
-                s.run();
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
+        .spawn(move || match setup.class {
+            DeviceClass::Net => serve::<NetSide>(setup, tx),
+            DeviceClass::Block => serve::<BlockSide>(setup, tx),
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
     match rx.recv() {
@@ -209,3 +207,22 @@ pub fn start(setup: Setup) -> Result<Handle, String> {
     }
 }
 
+
+/// What a started device's thread reports to `start`.
+type Started = Result<(SharedStatus, Option<Arc<Mutex<CheckLog>>>, OwnedFd, mpsc::Sender<Command>, OwnedFd), String>;
+
+/// The device's thread: its class's supervisor, from start to stop.
+fn serve<C: Class>(setup: Setup, started: mpsc::Sender<Started>) {
+    match Supervisor::<C>::new(setup) {
+        Ok(mut s) => {
+            let stop = s.stop.try_clone().expect("dup of an eventfd");
+            let wake = s.wake.try_clone().expect("dup of an eventfd");
+            let check = s.launch.checking.as_ref().map(|c| c.log.clone());
+            let _ = started.send(Ok((s.status.clone(), check, stop, s.command_sender.clone(), wake)));
+            s.run();
+        }
+        Err(e) => {
+            let _ = started.send(Err(e));
+        }
+    }
+}

@@ -16,7 +16,7 @@ use understudy_api::ModuleInfo;
 use understudy_protocol::{parse_driver_message, DriverMessage, Request, MSG_MAX};
 use understudy_vfio::Device;
 
-use crate::class::net::datapath::Datapath;
+use crate::class::Shared;
 use super::{Fault, Purpose};
 use crate::check::{self, Alarm, Checker, Checking};
 use crate::os::fd;
@@ -73,11 +73,11 @@ pub struct Spawned {
     pub checker: Option<Checker>,
 }
 
-/// Starts a driver process for `vfio`'s device on the datapath's shared
-/// memory, to run `modules`. A checked one's checker starts first, on a
+/// Starts a driver process for `vfio`'s device on the class's shared
+/// memory (`shared`), to run `modules`. A checked one's checker starts first, on a
 /// fresh trace region, then the driver with the same region
 /// (docs/checking.md, "Starting a checked driver").
-pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Spawned, String> {
+pub fn spawn(spawn: &Spawn, vfio: &Device, shared: &dyn Shared, modules: &[ModuleInfo]) -> Result<Spawned, String> {
     let (control, driver_control) = fd::seqpacket_pair().map_err(|e| format!("socketpair: {e}"))?;
     let checked = match spawn.check {
         Some(checking) => Some(start_checker(checking, vfio, modules).inspect_err(|e| checking.failed(e))?),
@@ -88,12 +88,12 @@ pub fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[Modul
     let driver = process::spawn(&spawn.driver.binary, &DriverFds {
         control: driver_control.as_fd(),
         device: vfio.handoff(),
-        arena: datapath.shm.arena().as_fd(),
-        dma_chunks: datapath.shm.bus_chunks_fd(),
-        rings: datapath.shm.rings().region().as_fd(),
-        kick: datapath.kick_fd(),
-        notify: datapath.notify_fd(),
-        tap: datapath.tap_queues(),
+        arena: shared.memory().arena().as_fd(),
+        dma_chunks: shared.memory().bus_chunks_fd(),
+        rings: shared.memory().rings_region().as_fd(),
+        kick: shared.kick_fd(),
+        notify: shared.notify_fd(),
+        tap: shared.frontend_queues(),
         trace: region.as_ref().zip(spawn.check).map(|(r, c)| (r.as_fd(), c.mode)),
     }, identity, spawn.placement)
     .map_err(|e| e.to_string())?;

@@ -3,10 +3,9 @@
 //! thread, which carries out what the handover (handover/) decides.
 //!
 //! Its state is in parts, each in a file of its own or in the rooms beside
-//! this one: the device through VFIO (os/device.rs); the class's side --
-//! today the network class's interface (class/net/interface.rs), the frames'
-//! path (class/net/datapath.rs) and its shadow (class/net/shadow.rs); the
-//! driver process it talks to (link.rs) and whether it is alive
+//! this one: the device through VFIO (os/device.rs); the class's side
+//! (`Class`: the network class's is class/net/side.rs) with the front-end
+//! applications use, the requests' path and the shadow; the driver process it talks to (link.rs) and whether it is alive
 //! (watchdog.rs). The handover's verbs -- restart, fail over, park, attach,
 //! update, migrate -- are side by side in verbs.rs; succession.rs carries
 //! out the actions of the handover under way, with the successor that loads
@@ -17,7 +16,7 @@
 //! (docs/checking.md) are started and ended with its driver processes
 //! (link.rs, check/). This file is the event loop that ties them: it polls,
 //! hands the driver's messages to control.rs and the CLI's commands to
-//! commands.rs, and turns the admin's changes of the interface into
+//! commands.rs, and turns the admin's changes of the front-end into
 //! requests to the driver (the class's shadow).
 
 mod agent;
@@ -38,28 +37,23 @@ pub use handle::{start, Handle, Requester, Setup};
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use log::{error, info, warn};
-use understudy_api::{Counters, DeviceStatus, DmaStatus, DriverState, DriverStatus, HandoverHistory, ModuleInfo,
-                    NetStatus};
+use understudy_api::{DeviceStatus, DmaStatus, DriverState, DriverStatus, HandoverHistory, ModuleInfo, NetStatus};
 use understudy_protocol::Request;
-use understudy_shm::SharedMemory;
 use understudy_vfio::uio::Uio;
 use understudy_vfio::{Device, PciAddress};
 
 use crate::check::Checking;
-use crate::class::net::datapath::Datapath;
-use crate::class::net::interface::{self, Interface};
-use crate::class::net::shadow::{Action, PassiveLog, Phase};
-use crate::class::net::side::NetSide;
-use crate::class::Log;
+use crate::class::{Class, Log, Progress};
 use crate::fault::Fault;
 use crate::handover::Event;
 use crate::os::device;
 use crate::os::fd;
 use crate::os::interrupts::InterruptRouting;
+use crate::status::SharedStatus;
 
 use agent::RecoveryAgent;
 use handle::{Command, UpdateAnswer};
@@ -81,54 +75,52 @@ enum Purpose {
     Load,
     /// HELLO and PROBE: a refusal ends the driver.
     Startup,
-    /// From the class's shadow (class/net/shadow.rs).
+    /// From the class's shadow (`Class::next_config`).
     Config,
     Heartbeat,
-    Ethtool,
+    /// The CLI's queries of the driver (`Class::next_query`).
+    Query,
     /// The passive log, given to a successor (handover/).
     Replay,
 }
 
-struct Supervisor {
-    // Declared in teardown order: the driver goes first, the interface last.
+struct Supervisor<C: Class> {
+    // Declared in teardown order: the driver goes first, the front-end last.
     /// The driver process serving (or becoming the successor), if any.
     link: Option<DriverLink>,
-    succession: Succession,
-    agent: RecoveryAgent,
+    succession: Succession<C>,
+    agent: RecoveryAgent<C::Log>,
     devices: device::Devices,
-    /// Where the interface may move: declared standbys and the device it left.
-    standbys: Standbys<Device>,
-    /// The class's side: the network class's shadow, frames and interface.
-    net: NetSide,
+    /// Where the front-end may move: declared standbys and the device it left.
+    standbys: Standbys<Device, <C::Log as Log>::Offer>,
+    /// The class's side: its front-end, requests and shadow.
+    class: C,
     stop: OwnedFd,
     wake: OwnedFd,
     commands: mpsc::Receiver<Command>,
     command_sender: mpsc::Sender<Command>,
-    status: Arc<Mutex<DeviceStatus>>,
+    status: SharedStatus,
     log_limit: TokenBucket,
     launch: Launch,
     /// With a placement, the serving device's interrupts go to the driver's CPU.
     interrupts: Option<InterruptRouting>,
 }
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     fn new(setup: Setup) -> Result<Self, String> {
         let label = setup.device.to_string();
         let g = setup.geometry;
-        let (mut vfio, shm) = if setup.no_iommu {
+        let (mut vfio, class) = if setup.no_iommu {
             // Hugepages are checked before the device is bound, so that a refusal leaves it as it was.
             let uio = Uio::open(&setup.device, g.arena_size.div_ceil(understudy_shm::CHUNK)).map_err(|e| e.to_string())?;
-            let shm = SharedMemory::create_unconfined(g).map_err(|e| format!("the DMA arena in hugepages: {e}"))?;
+            let class = C::create(&setup.ifname, setup.queues, g, true, &label)?;
             warn!("{label}: no IOMMU: bound to uio_pci_generic, the device's DMA is UNCONFINED (it can reach all memory); \
-                   frames to send are copied into its arena");
-            (Device::Uio(uio), shm)
+                   what the daemon sends is copied into its arena");
+            (Device::Uio(uio), class)
         } else {
-            (open_device(&setup.device).map_err(|e| e.to_string())?,
-             SharedMemory::create(g).map_err(|e| e.to_string())?)
+            (open_device(&setup.device).map_err(|e| e.to_string())?, C::create(&setup.ifname, setup.queues, g, false, &label)?)
         };
-        device::map_arena(&mut vfio, &shm).map_err(|e| e.to_string())?;
-        let mut interface = Interface::create(&setup.ifname, setup.queues, label.clone())?;
-        let datapath = Datapath::new(shm, interface.tap.take_driver_queues(), label.clone())?;
+        device::map_arena(&mut vfio, class.memory()).map_err(|e| e.to_string())?;
         let launch = Launch {
             checking: setup.check.map(|mode| Checking::new(&label, mode, setup.checker_binary, setup.placement)),
             driver: setup.driver,
@@ -136,32 +128,32 @@ impl Supervisor {
             detection: setup.detection,
         };
         let spawn = launch.spawn();
-        let standbys = declare_standbys(&spawn, setup.standby, &datapath.shm)?;
+        let standbys = declare_standbys::<C>(&spawn, setup.standby, class.memory())?;
         let (stop, wake) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
         if let Some(p) = &setup.placement {
             p.place_daemon_thread().map_err(|e| format!("cannot keep the device's thread off CPU {}: {e}", p.cpu))?;
         }
         let now = Instant::now();
-        let spawned = link::spawn(&spawn, &vfio, &datapath, &setup.modules)?;
+        let spawned = link::spawn(&spawn, &vfio, &class, &setup.modules)?;
         let pid = spawned.process.pid;
         let link = DriverLink::new(spawned, setup.detection, now)?;
         let dma = match vfio.iommu_group() {
             Some(group) => format!("IOMMU group {group}, arena {} MiB at IOVA {:#x} in {}", g.arena_size >> 20, g.arena_iova,
-                                   if datapath.shm.arena_in_hugepages() { "2 MiB hugepages" } else {
+                                   if class.memory().arena().in_hugepages() { "2 MiB hugepages" } else {
                                        "base pages (no free 2 MiB hugepages: docs/design.md §4, \"The arena's pages\")" }),
             None => format!("DMA unconfined, arena {} MiB in hugepages at physical {:#x}..", g.arena_size >> 20,
-                            datapath.shm.bus_chunks().first().copied().unwrap_or(0)),
+                            class.memory().bus_chunks().first().copied().unwrap_or(0)),
         };
-        info!("{label}: driver process {pid} started ({}), interface {}, {dma}",
-              launch.driver.binary.display(), setup.ifname);
-        let status = DeviceStatus {
+        info!("{label}: driver process {pid} started ({}), {} {}, {dma}",
+              launch.driver.binary.display(), C::FRONTEND, setup.ifname);
+        let mut status = DeviceStatus {
             device: label,
-            class: PassiveLog::CLASS,
+            class: C::Log::CLASS,
             ifname: setup.ifname.clone(),
             dma: DmaStatus {
                 iommu_group: vfio.iommu_group().unwrap_or(0),
                 dma_unconfined: vfio.iommu_group().is_none(),
-                arena_in_hugepages: datapath.shm.arena_in_hugepages(),
+                arena_in_hugepages: class.memory().arena().in_hugepages(),
             },
             driver: DriverStatus {
                 modules: setup.modules.clone(),
@@ -177,21 +169,7 @@ impl Supervisor {
                 log_lines_suppressed: 0,
                 warnings: 0,
             },
-            net: NetStatus {
-                carrier: false,
-                mac: None,
-                mtu: None,
-                driver_name: None,
-                features: None,
-                hw_features: None,
-                offloads: Vec::new(),
-                min_mtu: None,
-                max_mtu: None,
-                counters: Counters::default(),
-                pool_buffers: g.pool_buffers,
-                pool_free: datapath.shm.free_count(),
-                queues: setup.queues,
-            },
+            net: NetStatus::default(),
             handovers: HandoverHistory {
                 recoveries: Vec::new(),
                 recovery_count: 0,
@@ -199,23 +177,25 @@ impl Supervisor {
                 migrations: Vec::new(),
                 standby: standbys.status(),
             },
+            disk: None,
             // Handle::status reads it from the checking's log.
             check: None,
         };
+        class.initial_status(&mut status);
         let (command_sender, commands) = mpsc::channel();
         let mut s = Supervisor {
             link: Some(link),
             // A template's forks would share its trace region: a checked device has none.
-            succession: Succession::new(setup.modules, setup.restarts.template && launch.checking.is_none()),
+            succession: Succession::new(setup.modules, C::TEMPLATES && setup.restarts.template && launch.checking.is_none()),
             agent: RecoveryAgent::new(setup.restarts, setup.agent),
             devices: device::Devices::new(vfio),
             standbys,
-            net: NetSide::new(datapath, interface),
+            class,
             stop,
             wake,
             commands,
             command_sender,
-            status: Arc::new(Mutex::new(status)),
+            status: SharedStatus::new(status),
             log_limit: TokenBucket::new(LOG_BURST, LOG_PER_SECOND, now),
             interrupts: setup.placement.map(|p| InterruptRouting::to_cpu(p.cpu)),
             launch,
@@ -243,13 +223,12 @@ impl Supervisor {
                 .map_err(|e| Fault::Io(format!("cannot read the device's PCI ids: {e}")))?;
             self.send(Request::Load { modules: paths.clone(), ids }, Purpose::Startup)?;
         }
-        self.send(Request::Hello(self.net.datapath.shm.geometry().hello()), Purpose::Startup)?;
+        self.send(Request::Hello(self.class.memory().hello()), Purpose::Startup)?;
         self.send(Request::Probe { pci_address: self.devices.address().to_string(), modules: paths }, Purpose::Startup)
     }
 
     fn set_status(&self, f: impl FnOnce(&mut DeviceStatus)) {
-        let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut st);
+        self.status.update(f);
     }
 
     /// A request to the serving driver.
@@ -262,13 +241,13 @@ impl Supervisor {
 
     fn run(&mut self) {
         loop {
-            let open = self.net.shadow.as_ref().is_some_and(|s| s.phase() == Phase::Open);
             // While a successor starts, replays and waits for its link, the
-            // TAP's frames wait: the predecessor's go first.
-            let replaying = self.succession.holds_frames();
-            self.net.datapath.set_gate(self.link.is_some() && open && !replaying);
-            let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd()),
-                               fd::readable(self.net.interface.netlink_fd())];
+            // front-end's requests wait: the predecessor's go first.
+            let replaying = self.succession.holds_requests();
+            self.class.set_gate(self.link.is_some() && !replaying);
+            let mut fds = vec![fd::readable(self.stop.as_fd()), fd::readable(self.wake.as_fd())];
+            let frontend_at = fds.len();
+            fds.extend(self.class.frontend_fds());
             // The kernel's requests for devices back: the serving one's, then the standbys'.
             let removal_at = fds.len();
             let watched: Vec<(PciAddress, BorrowedFd)> = self.devices.serving().map(|v| (v.address(), v)).into_iter()
@@ -282,7 +261,7 @@ impl Supervisor {
             if let Some(link) = &self.link {
                 fds.push(fd::readable(link.pidfd()));
                 fds.push(fd::readable(link.control()));
-                fds.push(fd::readable(self.net.datapath.notify_fd()));
+                fds.push(fd::readable(self.class.notify_fd()));
                 // poll(2) skips a negative fd: an unchecked driver has no checker.
                 fds.push(link.checker_fd().map_or(libc::pollfd { fd: -1, events: 0, revents: 0 }, fd::readable));
             }
@@ -313,10 +292,11 @@ impl Supervisor {
             if ready(1) {
                 fd::drain(self.wake.as_fd());
             }
-            if ready(2) {
-                self.net.interface.read_link_changes();
+            let frontend: Vec<i16> = fds[frontend_at..removal_at].iter().map(|p| p.revents).collect();
+            let mut outcome = self.class.on_frontend(&frontend, &self.status);
+            if outcome.is_ok() {
+                outcome = self.take_commands();
             }
-            let mut outcome = self.take_commands();
             if self.link.is_none() {
                 self.retry_if_due(Instant::now());
                 continue;
@@ -334,8 +314,8 @@ impl Supervisor {
                 outcome = self.handle_control();
             }
             if outcome.is_ok() && ready(notify) {
-                self.net.datapath.drain_notify();
-                outcome = self.move_frames();
+                fd::drain(self.class.notify_fd());
+                outcome = self.move_requests();
             }
             if outcome.is_ok() {
                 outcome = self.on_timers(Instant::now());
@@ -356,11 +336,12 @@ impl Supervisor {
             }
             if self.succession.device_removed && self.link.is_none() && !self.succession.under_way() {
                 error!("{}: the device is being removed and no standby took {}: it is released and {} removed",
-                       self.label(), self.net.interface.name(), self.net.interface.name());
+                       self.label(), self.class.name(), self.class.name());
                 self.shut_down();
+                let death = format!("its device was removed and no standby could take the {}", C::FRONTEND);
                 self.set_status(|s| {
                     s.driver.state = DriverState::Stopped;
-                    s.driver.death = Some("its device was removed and no standby could take the interface".into());
+                    s.driver.death = Some(death);
                 });
                 return;
             }
@@ -376,7 +357,7 @@ impl Supervisor {
         self.after_death(cause, true);
     }
 
-    /// Milliseconds until the next deadline, PING, multicast poll or log report.
+    /// Milliseconds until the next deadline, PING, class timer or log report.
     fn poll_timeout(&self, now: Instant) -> libc::c_int {
         let mut next = self.log_limit.next_report();
         let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
@@ -386,13 +367,10 @@ impl Supervisor {
         }
         if let Some(link) = &self.link {
             earliest(link.watchdog.next_event());
-            if self.net.shadow.is_some() {
-                earliest(self.net.interface.next_multicast_poll());
-            }
-            if let Some(t) = self.net.interface.carrier_held_until {
+            if let Some(t) = self.class.next_deadline() {
                 earliest(t);
             }
-            if self.net.datapath.tx_held() > 0 {
+            if self.class.owed() > 0 {
                 earliest(link.tx_progress.deadline(self.launch.detection.tx));
             }
         }
@@ -409,46 +387,25 @@ impl Supervisor {
         if let Some(hung) = link.watchdog.overdue(now) {
             return Err(link.hung(hung, now));
         }
-        let carrier = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
         let tx_timeout = self.launch.detection.tx;
-        if link.tx_progress.overdue(now, self.net.datapath.tx_held(), carrier, tx_timeout).is_some() {
+        if link.tx_progress.overdue(now, self.class.owed(), C::HELD, tx_timeout).is_some() {
             // Completions wake the daemon only when it asked for them: reap before judging.
-            self.move_frames()?;
+            self.move_requests()?;
             let link = self.link.as_mut().expect("timers run for a driver");
-            if let Some(hung) = link.tx_progress.overdue(now, self.net.datapath.tx_held(), carrier, tx_timeout) {
+            if let Some(hung) = link.tx_progress.overdue(now, self.class.owed(), C::HELD, tx_timeout) {
                 return Err(link.hung(hung, now));
             }
         }
         if self.link.as_ref().is_some_and(|l| l.watchdog.ping_due(now)) {
             self.send(Request::Ping, Purpose::Heartbeat)?;
         }
-        if self.net.interface.carrier_held_until.is_some_and(|t| now >= t) {
-            self.release_carrier()?;
+        if self.class.on_timers(now, &self.status)? {
+            self.feed(Event::ReadyWaitOver)?;
         }
         if self.succession.probation_over(now) {
             self.feed(Event::ProbationOver)?;
         }
-        if self.net.shadow.is_some() {
-            self.net.interface.poll_multicast(now);
-        }
         self.report_suppressed_logs(now, false);
-        Ok(())
-    }
-
-    /// The successor's link has not come up within the carrier hold: the
-    /// TAP stops pretending and shows the driver's carrier.
-    fn release_carrier(&mut self) -> Result<(), Fault> {
-        self.net.interface.carrier_held_until = None;
-        let on = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
-        warn!("{}: handover: the successor's link is not up after {} s; {} shows its carrier ({})",
-              self.label(), interface::CARRIER_HOLD.as_secs(), self.net.interface.name(), if on { "on" } else { "off" });
-        self.set_carrier(on)?;
-        self.feed(Event::ReadyWaitOver)
-    }
-
-    fn set_carrier(&mut self, on: bool) -> Result<(), Fault> {
-        self.net.interface.tap.set_carrier(on).map_err(|e| Fault::Io(e.to_string()))?;
-        self.set_status(|s| s.net.carrier = on);
         Ok(())
     }
 
@@ -471,43 +428,25 @@ impl Supervisor {
         if starting || self.succession.holds_configuration() {
             return Ok(());
         }
-        loop {
-            let Some(shadow) = self.net.shadow.as_mut() else { return Ok(()) };
-            let Some(tap) = self.net.interface.config(shadow) else { return Ok(()) };
-            let Some(action) = shadow.next(&tap) else { return Ok(()) };
-            match action {
-                Action::Send(request) => {
-                    info!("{}: {}: asking the driver for {}", self.label(), self.net.interface.name(), request.describe());
-                    return self.send(request, Purpose::Config);
-                }
-                Action::Undo(undo) => self.net.interface.undo(undo),
-            }
-        }
+        let Some(request) = self.class.next_config() else { return Ok(()) };
+        info!("{}: {}: asking the driver for {}", self.label(), self.class.name(), request.describe());
+        self.send(request, Purpose::Config)
     }
 
-    /// The driver's progress with its frames (class/net/datapath.rs), and what it
-    /// says: the first frame through a successor, the drops in `status`.
-    fn move_frames(&mut self) -> Result<(), Fault> {
-        // A handover wants the first frame through its successor as soon as it passes.
-        let want_progress = self.succession.awaits_first_frame();
-        let moved = self.net.datapath.move_frames(want_progress)?;
-        let now = Instant::now();
-        if moved.progressed {
+    /// The driver's progress with its requests (the class's path), and
+    /// what it says: the first request through a successor, the hang clock.
+    fn move_requests(&mut self) -> Result<(), Fault> {
+        // A handover wants the first request through its successor as soon as it passes.
+        let want_progress = self.succession.awaits_first_request();
+        let Progress { progressed, passed } = self.class.move_requests(want_progress, &self.status)?;
+        if progressed {
             if let Some(link) = self.link.as_mut() {
-                link.tx_progress.progressed(now);
+                link.tx_progress.progressed(Instant::now());
             }
         }
-        // A frame went through the driver: one it sent (a dropped one is not:
-        // a driver without link drops them). Received frames go straight to
-        // the TAP, unseen (docs/protocol.md, "Receiving").
-        if let Some(sent) = moved.last_sent {
-            self.frame_passed(sent);
+        if let Some(passed) = passed {
+            self.request_passed(passed);
         }
-        let pool_free = self.net.datapath.shm.free_count();
-        self.set_status(|s| {
-            s.net.pool_free = pool_free;
-            s.net.counters.tx_dropped += moved.dropped;
-        });
         Ok(())
     }
 
@@ -517,11 +456,11 @@ impl Supervisor {
             self.end_driver("stopped by request", false);
         }
         self.end_template("stopped by request");
-        info!("{}: released; interface {} removed", self.label(), self.net.interface.name());
+        info!("{}: released; {} {} removed", self.label(), C::FRONTEND, self.class.name());
     }
 }
 
-impl Drop for Supervisor {
+impl<C: Class> Drop for Supervisor<C> {
     fn drop(&mut self) {
         // A driver must never outlive the device it was given.
         if let Some(link) = self.link.take() {
@@ -540,13 +479,5 @@ fn driver_log(limit: &mut TokenBucket, dev: &PciAddress, level: u32, text: &str)
         0..=3 => error!("{dev}: driver: {text}"),
         4 => warn!("{dev}: driver: {text}"),
         _ => info!("{dev}: driver: {text}"),
-    }
-}
-
-fn state_of(phase: Phase) -> DriverState {
-    match phase {
-        Phase::Registered => DriverState::Registered,
-        Phase::Open => DriverState::Open,
-        Phase::Stopped => DriverState::Stopped,
     }
 }

@@ -1,72 +1,61 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The devices an interface may move to (`understudy run --standby`, and the
+//! The devices a front-end may move to (`understudy run --standby`, and the
 //! device it last moved from), each kept open for it, and the least common
-//! denominator the interface advertises so that a move never takes away
-//! what the stack relies on (docs/migration.md, "Standby devices").
+//! denominator the front-end advertises so that a move never takes away
+//! what applications rely on (docs/migration.md, "Standby devices").
 //!
-//! `D` is what holds a device for the interface (the daemon's `Vfio`).
+//! `D` is what holds a device for the front-end (the daemon's `Vfio`), `O`
+//! what its class's drivers offer (`Offering`).
 
 use understudy_api::Standby;
-use understudy_protocol::RegisteredInfo;
 use understudy_vfio::PciAddress;
 
+use crate::class::Offering;
 use crate::handover::Driver;
-use crate::class::net::shadow::offload_names;
 
-struct Entry<D> {
+struct Entry<D, O> {
     driver: Driver,
-    /// The offloads its driver registered when it was probed or last served.
-    offloads: u32,
+    /// What its driver registered when it was probed or last served.
+    offer: O,
     /// The open device; `None` while a move under way has it.
     held: Option<D>,
 }
 
-/// What every declared device's driver offers: the interface advertises no more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Mask {
-    offloads: u32,
-    min_mtu: u32,
-    max_mtu: u32,
+pub struct Standbys<D, O> {
+    entries: Vec<Entry<D, O>>,
+    /// What every declared device's driver offers: the front-end advertises
+    /// no more. `None` without standbys: it advertises what its driver offers.
+    common: Option<O>,
+    /// What each device's driver registered, unmasked, when it last served.
+    served: Vec<(PciAddress, O)>,
 }
 
-pub struct Standbys<D> {
-    entries: Vec<Entry<D>>,
-    /// `None` without standbys: the interface advertises what its driver offers.
-    mask: Option<Mask>,
-    /// The offloads each device's driver registered, unmasked, when it last served.
-    served: Vec<(PciAddress, u32)>,
-}
-
-impl<D> Standbys<D> {
+impl<D, O: Offering> Standbys<D, O> {
     pub fn new() -> Self {
-        Standbys { entries: Vec::new(), mask: None, served: Vec::new() }
+        Standbys { entries: Vec::new(), common: None, served: Vec::new() }
     }
 
-    /// `driver` may take the interface; `probed` is what it registered when probed.
-    pub fn declare(&mut self, driver: Driver, probed: &RegisteredInfo, held: D) {
-        self.narrow(probed);
-        self.entries.push(Entry { driver, offloads: probed.offloads, held: Some(held) });
+    /// `driver` may take the front-end; `probed` is what it registered when probed.
+    pub fn declare(&mut self, driver: Driver, probed: &O, held: D) {
+        self.common = Some(probed.narrow(self.common.as_ref()));
+        self.entries.push(Entry { driver, offer: probed.clone(), held: Some(held) });
     }
 
-    fn narrow(&mut self, r: &RegisteredInfo) {
-        let m = self.mask.get_or_insert(Mask { offloads: u32::MAX, min_mtu: 0, max_mtu: u32::MAX });
-        m.offloads &= r.offloads;
-        m.min_mtu = m.min_mtu.max(r.min_mtu);
-        m.max_mtu = m.max_mtu.min(r.max_mtu);
-    }
-
-    /// What the interface shows of a driver that registered `r` on `device`:
-    /// with standbys, only what they all offer (and `r` narrows it further).
-    pub fn mask(&mut self, device: &PciAddress, mut r: RegisteredInfo) -> RegisteredInfo {
+    /// What the front-end shows of a driver that registered `offer` on
+    /// `device`: with standbys, only what they all offer (and `offer`
+    /// narrows it further).
+    pub fn mask(&mut self, device: &PciAddress, offer: O) -> O {
         self.served.retain(|(d, _)| d != device);
-        self.served.push((device.clone(), r.offloads));
-        if self.mask.is_some() {
-            self.narrow(&r);
-            let m = self.mask.expect("narrowed");
-            r.offloads &= m.offloads;
-            (r.min_mtu, r.max_mtu) = (m.min_mtu, m.max_mtu);
+        self.served.push((device.clone(), offer.clone()));
+        match self.common.take() {
+            Some(common) => {
+                let common = offer.narrow(Some(&common));
+                let shown = offer.within(&common);
+                self.common = Some(common);
+                shown
+            }
+            None => offer,
         }
-        r
     }
 
     /// Lends a move the standby `device`, if it is one and not lent already.
@@ -105,8 +94,10 @@ impl<D> Standbys<D> {
         if held {
             self.entries.retain(|e| e.driver.device != *destination);
             if let Some(left) = left {
-                let offloads = self.served.iter().find(|(d, _)| *d == origin.device).map_or(0, |&(_, o)| o);
-                self.entries.push(Entry { driver: origin, offloads, held: Some(left) });
+                // The origin served, so it registered: what it offered then.
+                if let Some((_, offer)) = self.served.iter().find(|(d, _)| *d == origin.device) {
+                    self.entries.push(Entry { driver: origin, offer: offer.clone(), held: Some(left) });
+                }
             }
         } else if let Some(e) = self.entries.iter_mut().find(|e| e.driver.device == *destination) {
             e.held = left;
@@ -118,7 +109,7 @@ impl<D> Standbys<D> {
         self.entries.iter().map(|e| Standby {
             device: e.driver.device.to_string(),
             modules: e.driver.modules.clone(),
-            offloads: offload_names(e.offloads),
+            offloads: e.offer.feature_names(),
         }).collect()
     }
 }
@@ -127,7 +118,7 @@ impl<D> Standbys<D> {
 mod tests {
     use super::*;
     use understudy_api::ModuleInfo;
-    use understudy_protocol::{OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6};
+    use understudy_protocol::{RegisteredInfo, OFFLOAD_CSUM, OFFLOAD_TSO4, OFFLOAD_TSO6};
 
     fn driver(address: &str, module: &str) -> Driver {
         Driver { device: address.parse().unwrap(), modules: vec![ModuleInfo { path: module.into(), sha256: "0".into() }] }
@@ -141,7 +132,7 @@ mod tests {
 
     #[test]
     fn without_standbys_the_interface_shows_what_its_driver_offers() {
-        let mut s = Standbys::<()>::new();
+        let mut s = Standbys::<(), RegisteredInfo>::new();
         let a: PciAddress = "0000:00:03.0".parse().unwrap();
         assert_eq!(s.mask(&a, registered(OFFLOAD_CSUM | OFFLOAD_TSO6, 16110)), registered(OFFLOAD_CSUM | OFFLOAD_TSO6, 16110));
     }

@@ -10,27 +10,27 @@ use std::time::Instant;
 
 use log::{error, info, warn};
 use understudy_api::{DeviceStatus, DeviceStop, DriverState, HandoverOutcome, HandoverReason, HandoverRecord, ModuleInfo, StartKind};
-use understudy_protocol::RegisteredInfo;
-use understudy_shm::TxFrame;
 
 use super::link::{self, DriverLink, Spawned};
 use super::successor::Loader;
 use super::template::Templates;
 use super::{device, Fault, Purpose, Supervisor, UpdateAnswer};
-use crate::class::InFlight;
+use crate::class::{Class, Log};
 use crate::handover::{self, Driver, Event, Handover, Outcome, Reason};
 use crate::handover::record::{keep_record, ms_or_dash, FirstFrameWatch};
-use crate::class::net::shadow::{NetShadow, PassiveLog};
 
-pub struct Succession {
+/// A handover of class `C`'s device.
+type ClassHandover<C> = Handover<<C as Class>::Log, <C as Class>::Held>;
+
+pub struct Succession<C: Class> {
     /// The modules the driver runs (and the template was made from).
     pub modules: Vec<ModuleInfo>,
     pub templates: Templates,
     /// The handover under way: a restart until its successor serves, an
     /// update until its probation is over.
-    handover: Option<Handover<PassiveLog, TxFrame>>,
+    handover: Option<ClassHandover<C>>,
     /// An update's or a move's successor while it loads, and the CLI waiting for it.
-    pub loader: Option<Loader>,
+    pub loader: Option<Loader<C>>,
     update_answer: Option<UpdateAnswer>,
     probation_until: Option<Instant>,
     /// `understudy recover` asked for the death being handled.
@@ -38,23 +38,23 @@ pub struct Succession {
     /// The kernel asked for the serving device back (hot-unplug, unbind):
     /// it is released as soon as nothing needs it (docs/migration.md, "Failover").
     pub device_removed: bool,
-    /// The last handover, from its predecessor's end until the first frame
-    /// through its successor (which may come before the handover is over: a
-    /// frame received while the successor waits for its link).
-    first_frame: Option<(FirstFrameWatch, HandoverReason)>,
-    /// When a frame last went through the driver (for the downtime of a handover).
-    last_packet: Option<Instant>,
+    /// The last handover, from its predecessor's end until the first
+    /// request through its successor (which may come before the handover is
+    /// over: a frame received while the successor waits for its link).
+    first_request: Option<(FirstFrameWatch, HandoverReason)>,
+    /// When a request last went through the driver (for the downtime of a handover).
+    last_request: Option<Instant>,
 }
 
 /// A driver that is gone: its device stopped, its buffers back.
-pub(super) struct Quiesced {
-    /// The frames it took and never completed, oldest first.
-    pub uncompleted: Vec<TxFrame>,
+pub(super) struct Quiesced<H> {
+    /// The requests it took and never completed, oldest first.
+    pub uncompleted: Vec<H>,
     pub device_stop: DeviceStop,
     pub device_stop_ms: f64,
 }
 
-impl Succession {
+impl<C: Class> Succession<C> {
     pub fn new(modules: Vec<ModuleInfo>, template: bool) -> Self {
         Succession {
             modules,
@@ -65,8 +65,8 @@ impl Succession {
             probation_until: None,
             recover_requested: false,
             device_removed: false,
-            first_frame: None,
-            last_packet: None,
+            first_request: None,
+            last_request: None,
         }
     }
 
@@ -84,13 +84,13 @@ impl Succession {
     }
 
     /// The log the handover under way gives its successor.
-    pub fn log(&self) -> Option<&PassiveLog> {
+    pub fn log(&self) -> Option<&C::Log> {
         self.handover.as_ref().map(|h| h.log())
     }
 
-    /// While a successor starts, replays and waits for its link, the TAP's
-    /// frames wait: the predecessor's go first.
-    pub fn holds_frames(&self) -> bool {
+    /// While a successor starts, replays and waits to be ready, the
+    /// front-end's requests wait: the predecessor's go first.
+    pub fn holds_requests(&self) -> bool {
         self.handover.as_ref().is_some_and(|h| !h.serving())
     }
 
@@ -98,9 +98,9 @@ impl Succession {
         self.handover.as_ref().is_some_and(|h| h.holds_configuration())
     }
 
-    /// Completions are asked for while a handover waits for its successor's first frame.
-    pub fn awaits_first_frame(&self) -> bool {
-        self.handover.is_some() || self.first_frame.is_some()
+    /// Completions are asked for while a handover waits for its successor's first request.
+    pub fn awaits_first_request(&self) -> bool {
+        self.handover.is_some() || self.first_request.is_some()
     }
 
     /// When the probation under way ends.
@@ -141,7 +141,7 @@ impl Succession {
         self.update_answer = Some(answer);
     }
 
-    /// The handover under way announced the interface's MAC with this many frames.
+    /// The handover under way announced the front-end's new place with this many frames.
     pub fn announced(&mut self, frames: u32) {
         if let Some(h) = self.handover.as_mut() {
             h.announced(frames);
@@ -154,7 +154,7 @@ impl Succession {
     }
 }
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     pub(super) fn on_succession_fds(&mut self, ready: &[bool]) {
         let mut at = 0;
         if self.succession.templates.pidfd().is_some() {
@@ -179,21 +179,18 @@ impl Supervisor {
 
     /// docs/design.md §4: stops the device and takes every buffer back from
     /// the driver that is gone; the arena stays mapped (os/device.rs, `stop`).
-    fn quiesce(&mut self, seen: Instant) -> Quiesced {
-        self.net.interface.carrier_held_until = None;
+    fn quiesce(&mut self, seen: Instant) -> Quiesced<C::Held> {
         self.succession.probation_until = None;
-        // A handover whose first frame never came keeps its record without one.
-        self.succession.first_frame = None;
+        // A handover whose first request never came keeps its record without one.
+        self.succession.first_request = None;
         let (device_stop, device_stop_ms) = match self.devices.serving() {
             Some(vfio) => device::stop(vfio),
             None => (DeviceStop { bus_master_off: true, irqs_disabled: true, reset: "released".into(), iommu_unmapped: true }, 0.0),
         };
-        if let Some(sent) = self.net.datapath.last_frame_of_the_dead() {
-            self.succession.last_packet = Some(sent);
-        }
-        let uncompleted = self.net.datapath.reclaim();
-        if let Some(job) = self.net.ethtool.take() {
-            job.fail(format!("{}: the driver died before it answered", self.label()));
+        let label = self.label().to_string();
+        let (uncompleted, last) = self.class.quiesce(&label);
+        if last.is_some() {
+            self.succession.last_request = last;
         }
         self.report_suppressed_logs(seen, true);
         Quiesced { uncompleted, device_stop, device_stop_ms }
@@ -205,7 +202,7 @@ impl Supervisor {
     pub(super) fn after_death(&mut self, cause: String, restart: bool) {
         let seen_dead = Instant::now();
         let q = self.quiesce(seen_dead);
-        let shadow = self.net.shadow.take();
+        let log = self.class.take_log();
         let requested = std::mem::take(&mut self.succession.recover_requested);
         if self.succession.handover.as_ref().is_some_and(|h| h.predecessor_serves()) {
             // The serving driver died while its update loaded: the update is off.
@@ -215,26 +212,25 @@ impl Supervisor {
             if !restart {
                 self.abandon_handover("the device was stopped by request");
             } else {
-                // The TAP holds the predecessor's carrier through a rollback's fresh leg too.
-                self.net.interface.hold_carrier(Instant::now());
+                // The front-end holds the predecessor's carrier through a rollback's fresh leg too.
+                self.class.hold(Instant::now());
                 self.set_status(|s| s.driver.device_stop = Some(q.device_stop.clone()));
                 self.feed_quietly(Event::SuccessorFailed { cause, uncompleted: q.uncompleted });
                 return;
             }
         }
         let reason = if requested { Reason::Requested } else { Reason::Death { cause: cause.clone() } };
-        let log = shadow.map(|s| s.log().clone());
         self.restart_or_give_up(reason, cause, log, q, seen_dead, restart);
     }
 
     /// Shows a handover that begins in `status`: a restart among the
     /// recoveries, an update among the updates.
-    pub(super) fn begin_handover(&mut self, handover: Handover<PassiveLog, TxFrame>, device_stop: Option<DeviceStop>) {
+    pub(super) fn begin_handover(&mut self, handover: ClassHandover<C>, device_stop: Option<DeviceStop>) {
         let record = handover.record().clone();
-        // A restart's or a failover's predecessor is gone already: the outage starts at its last frame.
+        // A restart's or a failover's predecessor is gone already: the outage starts at its last request.
         let gone = !matches!(record.reason, HandoverReason::Update | HandoverReason::Migrate);
         if gone {
-            self.watch_first_frame(handover.began(), record.reason);
+            self.watch_first_request(handover.began(), record.reason);
         }
         let death = gone.then(|| record.cause.clone());
         self.succession.handover = Some(handover);
@@ -257,7 +253,7 @@ impl Supervisor {
     }
 
     /// An event for the handover under way; its actions are taken.
-    pub(super) fn feed(&mut self, event: Event<PassiveLog, TxFrame>) -> Result<(), Fault> {
+    pub(super) fn feed(&mut self, event: Event<C::Log, C::Held>) -> Result<(), Fault> {
         let Some(handover) = self.succession.handover.as_mut() else { return Ok(()) };
         let actions = handover.on(event, Instant::now());
         self.publish_handover();
@@ -265,13 +261,13 @@ impl Supervisor {
     }
 
     /// `feed` where no driver can be ended for a fault (the driver is gone already).
-    pub(super) fn feed_quietly(&mut self, event: Event<PassiveLog, TxFrame>) {
+    pub(super) fn feed_quietly(&mut self, event: Event<C::Log, C::Held>) {
         if let Err(e) = self.feed(event) {
             self.fault_in_handover(e);
         }
     }
 
-    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) {
+    pub(super) fn act_quietly(&mut self, actions: Vec<handover::Action<C::Log, C::Held>>) {
         if let Err(e) = self.act(actions) {
             self.fault_in_handover(e);
         }
@@ -287,7 +283,7 @@ impl Supervisor {
         self.end_driver(&why, true);
     }
 
-    pub(super) fn act(&mut self, actions: Vec<handover::Action<PassiveLog, TxFrame>>) -> Result<(), Fault> {
+    pub(super) fn act(&mut self, actions: Vec<handover::Action<C::Log, C::Held>>) -> Result<(), Fault> {
         use handover::Action;
         for action in actions {
             match action {
@@ -298,12 +294,12 @@ impl Supervisor {
                         info!("{}: the successor is loaded; ending driver process {}", self.label(), link.pid());
                         link.end();
                     }
-                    self.net.shadow = None;
+                    self.class.take_log();
                     let q = self.quiesce(now);
                     let handover = self.succession.handover.as_ref().expect("a handover that loaded");
                     let (began, reason) = (handover.began(), handover.record().reason);
-                    self.watch_first_frame(began, reason);
-                    self.net.interface.hold_carrier(Instant::now());
+                    self.watch_first_request(began, reason);
+                    self.class.hold(Instant::now());
                     self.set_status(|s| {
                         s.driver.state = DriverState::Recovering;
                         s.driver.device_stop = Some(q.device_stop.clone());
@@ -329,14 +325,11 @@ impl Supervisor {
                     self.send(request, Purpose::Replay)?;
                 }
                 Action::WaitForReady => {
-                    info!("{}: handover: the successor has its predecessor's settings; its frames wait for its link",
-                          self.label());
-                    let held = self.net.interface.carrier_held_until.unwrap_or_else(|| Instant::now() + crate::class::net::interface::CARRIER_HOLD);
-                    self.net.interface.carrier_held_until = Some(held);
+                    self.class.wait_for_ready();
                     // Receive buffers are lent now: the link may come up with frames waiting.
-                    self.move_frames()?;
+                    self.move_requests()?;
                 }
-                Action::Resubmit(frames) => self.give_frames(frames)?,
+                Action::Resubmit(held) => self.resubmit(held)?,
                 Action::Announce => self.announce(),
                 Action::Park => self.give_device_back(),
                 Action::StartProbation(window) => {
@@ -369,7 +362,7 @@ impl Supervisor {
                     Some((control, process)) => (Spawned { control, process, checker: None }, StartKind::Template),
                     None => {
                         let vfio = self.devices.serving().expect("serve_on above");
-                        (link::spawn(&self.launch.spawn(), vfio, &self.net.datapath, modules)?, StartKind::Probe)
+                        (link::spawn(&self.launch.spawn(), vfio, &self.class, modules)?, StartKind::Probe)
                     }
                 };
                 (DriverLink::new(spawned, self.launch.detection, now)?, kind, false)
@@ -388,56 +381,37 @@ impl Supervisor {
         Ok(kind)
     }
 
-    /// The driver registered its net_device: the shadow starts from what it
-    /// says; the TAP keeps the settings in force (a successor is given them by the replay).
-    pub(super) fn adopt(&mut self, r: RegisteredInfo) {
-        let r = self.standbys.mask(self.devices.address(), r);
-        let offloads = self.net.datapath.set_offloads(&self.net.interface.tap, r.offloads);
-        self.set_status(|s| {
-            s.net.mac.get_or_insert_with(|| understudy_protocol::format_mac(&r.dev_addr));
-            s.net.mtu.get_or_insert(r.mtu);
-            s.net.min_mtu = Some(r.min_mtu);
-            s.net.max_mtu = Some(r.max_mtu);
-            s.net.features = Some(r.features);
-            s.net.hw_features = Some(r.hw_features);
-            s.net.driver_name = Some(r.driver.clone());
-            s.net.offloads = offloads;
-        });
-        self.net.shadow = Some(NetShadow::registered(r));
+    /// The driver registered its device: the shadow starts from what it
+    /// says, as far as every standby offers it too.
+    pub(super) fn adopt(&mut self, offer: <C::Log as Log>::Offer) {
+        let offer = self.standbys.mask(self.devices.address(), offer);
+        self.class.adopt(offer, &self.status);
     }
 
-    /// The successor can carry frames: gives it the ones its predecessor never
-    /// completed, in order, and goes back to passive mode (the TAP's frames follow).
-    fn give_frames(&mut self, frames: Vec<TxFrame>) -> Result<(), Fault> {
-        let resubmitted = self.net.datapath.resubmit(frames)?;
-        info!("{}: handover: the successor serves; {resubmitted} frame(s) given again", self.label());
-        self.show_shadow();
-        // A successor whose carrier came while it was being opened (8139cp's
-        // does) was never seen to take the hold over: it serves, so the TAP
-        // shows its carrier from now on.
-        if self.net.interface.carrier_held_until.take().is_some() {
-            let on = self.net.shadow.as_ref().is_some_and(|s| s.log().carrier);
-            self.set_carrier(on)?;
-        }
+    /// The successor can serve: gives it the requests its predecessor never
+    /// completed, in order, and goes back to passive mode (the front-end's follow).
+    fn resubmit(&mut self, held: Vec<C::Held>) -> Result<(), Fault> {
+        let resubmitted = self.class.resubmit(held, &self.status)?;
+        info!("{}: handover: the successor serves; {resubmitted} {}(s) given again", self.label(), C::HELD);
         // The fresh rings are empty and nobody waits on them yet: lend receive
         // buffers, say the host waits for completions, and kick the driver for
-        // the frames just given again -- else a receiving-only stack would wait forever.
-        self.move_frames()?;
-        self.net.datapath.kick();
+        // the requests just given again -- else a receiving-only stack would wait forever.
+        self.move_requests()?;
+        self.class.kick();
         Ok(())
     }
 
-    /// Times the first frame through the successor of the handover that
-    /// began at `began`, and the outage from the predecessor's last frame.
-    fn watch_first_frame(&mut self, began: Instant, reason: HandoverReason) {
-        self.succession.first_frame = Some((FirstFrameWatch::new(began, self.succession.last_packet), reason));
+    /// Times the first request through the successor of the handover that
+    /// began at `began`, and the outage from the predecessor's last request.
+    fn watch_first_request(&mut self, began: Instant, reason: HandoverReason) {
+        self.succession.first_request = Some((FirstFrameWatch::new(began, self.succession.last_request), reason));
     }
 
-    /// A frame went through the driver: the downtime of the next handover
-    /// counts from here, and the last one's first frame is timed.
-    pub(super) fn frame_passed(&mut self, now: Instant) {
-        self.succession.last_packet = Some(now);
-        let Some((watch, reason)) = self.succession.first_frame.take() else { return };
+    /// A request went through the driver: the downtime of the next handover
+    /// counts from here, and the last one's first request is timed.
+    pub(super) fn request_passed(&mut self, now: Instant) {
+        self.succession.last_request = Some(now);
+        let Some((watch, reason)) = self.succession.first_request.take() else { return };
         let mut first = None;
         self.set_status(|s| {
             if let Some(last) = records_of(s, reason).last_mut() {
@@ -446,22 +420,22 @@ impl Supervisor {
             }
         });
         if let Some((first_packet, downtime)) = first {
-            info!("{}: the first frame through the successor at {} ms after the handover began; downtime {} ms \
-                   (from the predecessor's last frame)",
-                  self.label(), ms_or_dash(first_packet), ms_or_dash(downtime));
+            info!("{}: the first {} through the successor at {} ms after the handover began; downtime {} ms \
+                   (from the predecessor's last)",
+                  self.label(), C::HELD, ms_or_dash(first_packet), ms_or_dash(downtime));
         }
     }
 
     /// The handover is over (handover/'s `Outcome`).
-    fn finish_handover(&mut self, outcome: Outcome<PassiveLog, TxFrame>) {
+    fn finish_handover(&mut self, outcome: Outcome<C::Log, C::Held>) {
         let handover = self.succession.handover.take().expect("a handover under way");
         let record = handover.record().clone();
         let dev = self.label().clone();
         let phases = format!("stop {:.1} ms, {} {} ms, replay {} ms, link {} ms: serving {} ms after it began; \
-                              {} frame(s) given again",
+                              {} {}(s) given again",
                              record.stop_ms, record.start.phase_name(), ms_or_dash(record.start_ms),
                              ms_or_dash(record.replay_ms), ms_or_dash(record.link_ms), ms_or_dash(record.serving_ms),
-                             record.tx_resubmitted);
+                             record.tx_resubmitted, C::HELD);
         self.publish(&record);
         let update = record.reason == HandoverReason::Update;
         // A move is over: the device it left, unless the kernel took it
@@ -488,9 +462,9 @@ impl Supervisor {
             }
             Outcome::Committed if matches!(record.reason, HandoverReason::Migrate | HandoverReason::Failover) => {
                 let modules = record.to_modules.clone().unwrap_or_default();
-                info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.net.interface.name(),
+                info!("{dev}: {} moved here from {}, driven by {}; {phases}", self.class.name(),
                       record.from_device.as_deref().unwrap_or("-"), module_names(&modules));
-                self.end_template("the interface moved to another device");
+                self.end_template("the front-end moved to another device");
                 self.succession.modules = modules.clone();
                 self.set_status(|s| s.driver.modules = modules);
                 self.hook("moved", &record.cause, None, record.serving_ms, None);
@@ -513,7 +487,7 @@ impl Supervisor {
                 error!("{dev}: handover failed: {why}");
                 self.hook("failed", &record.cause, Some(&why), None, None);
                 self.answer_update(record);
-                // Nobody serves: what follows is a death's, with the handover's log and frames.
+                // Nobody serves: what follows is a death's, with the handover's log and requests.
                 let device_stop = self.last_device_stop();
                 let q = Quiesced { uncompleted, device_stop, device_stop_ms: 0.0 };
                 self.restart_or_give_up(Reason::Death { cause: why.clone() }, why, Some(log), q, Instant::now(), replaceable);
@@ -545,13 +519,13 @@ impl Supervisor {
 
     /// What the last stop did to the device, as `status` shows it.
     fn last_device_stop(&self) -> DeviceStop {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).driver.device_stop.clone().unwrap_or(DeviceStop {
+        self.status.update(|s| s.driver.device_stop.clone()).unwrap_or(DeviceStop {
             bus_master_off: true, irqs_disabled: true, reset: "done".into(), iommu_unmapped: false,
         })
     }
 
     /// The handover's record replaces its earlier version in `status`; a
-    /// first frame already timed there is kept.
+    /// first request already timed there is kept.
     fn publish(&self, record: &HandoverRecord) {
         self.set_status(|s| {
             if let Some(last) = records_of(s, record.reason).last_mut() {

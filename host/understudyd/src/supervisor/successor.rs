@@ -14,70 +14,68 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use understudy_api::ModuleInfo;
-use understudy_protocol::{DriverMessage, PciIds, RegisteredInfo, Request};
-use understudy_shm::{Geometry, SharedMemory};
+use understudy_protocol::{DriverMessage, PciIds, Request};
+use understudy_shm::DriverMemory;
 use understudy_vfio::Device;
 
 use log::warn;
 
-use crate::class::net::datapath::Datapath;
 use super::link::{self, DriverLink, Spawn};
 use super::{device, driver_log, Fault, Purpose, Supervisor};
+use crate::class::{Class, Log, Shared};
 use crate::os::fd;
-use crate::class::net::shadow::PassiveLog;
 use crate::handover::{Driver, Event, Loaded};
 
-pub struct Loader {
+pub struct Loader<C: Class> {
     pub link: DriverLink,
     /// A prober's memory: its own pool and arena, mapped for its device only.
-    scratch: Option<Datapath>,
+    scratch: Option<C::Scratch>,
     kernel_half: Option<String>,
-    registration: Option<RegisteredInfo>,
+    registration: Option<<C::Log as Log>::Offer>,
 }
 
-impl Loader {
-    /// A process that LOADs `modules` for the serving device (`vfio`, `datapath`).
-    pub fn load(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
+impl<C: Class> Loader<C> {
+    /// A process that LOADs `modules` for the serving device (`vfio`, `shared`).
+    pub fn load(spawn: &Spawn, vfio: &Device, shared: &C, modules: &[ModuleInfo]) -> Result<Self, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
-        let mut loader = Loader::spawn(spawn, vfio, datapath, modules)?;
-        loader.send(Loader::load_request(modules, ids))?;
+        let mut loader = Self::spawn(spawn, vfio, shared, modules)?;
+        loader.send(Self::load_request(modules, ids))?;
         Ok(loader)
     }
 
     /// A process that LOADs `modules` and probes `vfio`'s device with them on
     /// scratch memory, mapped into that device's IOMMU container in place of
     /// `real`'s arena, which `finish_probe` -- or a failure here -- maps back.
-    pub fn probe(spawn: &Spawn, vfio: &mut Device, modules: &[ModuleInfo], real: &SharedMemory) -> Result<Loader, String> {
+    pub fn probe(spawn: &Spawn, vfio: &mut Device, modules: &[ModuleInfo], real: &dyn DriverMemory) -> Result<Self, String> {
         let ids = device::pci_ids(vfio.address()).map_err(|e| format!("cannot read the device's PCI ids: {e}"))?;
-        let shm = SharedMemory::create(Geometry::default()).map_err(|e| format!("scratch memory: {e}"))?;
+        let scratch = C::scratch(vfio.address().as_str())?;
         vfio.unmap_all().map_err(|e| e.to_string())?;
-        let started = device::map_arena(vfio, &shm)
+        let started = device::map_arena(vfio, scratch.memory())
             .map_err(|e| format!("mapping scratch memory for {}: {e}", vfio.address()))
-            .and_then(|()| Loader::start_probe(&Spawn { check: None, ..*spawn }, vfio, modules, ids, shm));
+            .and_then(|()| Self::start_probe(&Spawn { check: None, ..*spawn }, vfio, modules, ids, scratch));
         if started.is_err() {
             let _ = map_real(vfio, real);
         }
         started
     }
 
-    fn start_probe(spawn: &Spawn, vfio: &Device, modules: &[ModuleInfo], ids: PciIds, shm: SharedMemory)
-                   -> Result<Loader, String> {
-        let scratch = Datapath::new(shm, Vec::new(), vfio.address().to_string())?;
-        let mut loader = Loader::spawn(spawn, vfio, &scratch, modules)?;
-        let hello = Request::Hello(scratch.shm.geometry().hello());
+    fn start_probe(spawn: &Spawn, vfio: &Device, modules: &[ModuleInfo], ids: PciIds, scratch: C::Scratch)
+                   -> Result<Self, String> {
+        let mut loader = Self::spawn(spawn, vfio, &scratch, modules)?;
+        let hello = Request::Hello(scratch.memory().hello());
         let probe = Request::Probe {
             pci_address: vfio.address().to_string(),
             modules: modules.iter().map(|m| m.path.clone()).collect(),
         };
         loader.scratch = Some(scratch);
-        for request in [Loader::load_request(modules, ids), hello, probe] {
+        for request in [Self::load_request(modules, ids), hello, probe] {
             loader.send(request)?;
         }
         Ok(loader)
     }
 
-    fn spawn(spawn: &Spawn, vfio: &Device, datapath: &Datapath, modules: &[ModuleInfo]) -> Result<Loader, String> {
-        let link = DriverLink::new(link::spawn(spawn, vfio, datapath, modules)?, spawn.detection, Instant::now())?;
+    fn spawn(spawn: &Spawn, vfio: &Device, shared: &dyn Shared, modules: &[ModuleInfo]) -> Result<Self, String> {
+        let link = DriverLink::new(link::spawn(spawn, vfio, shared, modules)?, spawn.detection, Instant::now())?;
         Ok(Loader { link, scratch: None, kernel_half: None, registration: None })
     }
 
@@ -102,7 +100,7 @@ impl Loader {
     /// Reads what the process said: `Some` once it is done -- loaded (and
     /// probed), or why not. Its log lines go to `log`. A checker that is
     /// gone or gave a verdict makes it a refusal.
-    pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded<PassiveLog>, String>> {
+    pub fn read(&mut self, mut log: impl FnMut(u32, &str)) -> Option<Result<Loaded<C::Log>, String>> {
         if let Err(fault) = self.link.read_checker() {
             return Some(Err(fault.describe()));
         }
@@ -116,9 +114,6 @@ impl Loader {
             match message {
                 DriverMessage::Log { level, text } => log(level, &text),
                 DriverMessage::Warn { file, line, text } => log(4, &format!("WARN at {file}:{line}: {text}")),
-                DriverMessage::Registered(r) if self.probes() && self.registration.is_none() => self.registration = Some(r),
-                // A prober may say its carrier or its queue's state: nobody serves on scratch memory.
-                DriverMessage::Carrier(_) if self.probes() => {}
                 DriverMessage::Reply { seq, status, data } => {
                     let request = match self.link.answered(seq) {
                         Ok((request, _)) => request,
@@ -141,12 +136,18 @@ impl Loader {
                         return Some(self.loaded());
                     }
                 }
+                other if self.probes() => match C::probed(other) {
+                    Ok(Some(offer)) if self.registration.is_none() => self.registration = Some(offer),
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Some(Err(format!("protocol violation: a second {}", C::Log::REGISTERS))),
+                    Err(other) => return Some(Err(format!("protocol violation: {other:?} before it was loaded"))),
+                },
                 other => return Some(Err(format!("protocol violation: {other:?} before it was loaded"))),
             }
         }
     }
 
-    fn loaded(&mut self) -> Result<Loaded<PassiveLog>, String> {
+    fn loaded(&mut self) -> Result<Loaded<C::Log>, String> {
         let kernel_half = self.kernel_half.take().ok_or("it answered PROBE before LOAD")?;
         Ok(Loaded { kernel_half, registration: self.registration.take() })
     }
@@ -162,7 +163,7 @@ impl Loader {
     }
 
     /// Waits for `read` to be done, for at most `limit` (`run --standby`).
-    pub fn wait(&mut self, limit: Duration, mut log: impl FnMut(u32, &str)) -> Result<Loaded<PassiveLog>, String> {
+    pub fn wait(&mut self, limit: Duration, mut log: impl FnMut(u32, &str)) -> Result<Loaded<C::Log>, String> {
         let end = Instant::now() + limit;
         loop {
             if let Some(done) = self.read(&mut log) {
@@ -181,7 +182,7 @@ impl Loader {
 
     /// Ends a prober and gives its device back: stopped, reset, and `real`'s
     /// arena mapped where the scratch memory was, ready for a successor.
-    pub fn finish_probe(self, vfio: &mut Device, real: &SharedMemory) -> Result<(), String> {
+    pub fn finish_probe(self, vfio: &mut Device, real: &dyn DriverMemory) -> Result<(), String> {
         self.link.end();
         device::stop(vfio);
         map_real(vfio, real)
@@ -193,13 +194,13 @@ impl Loader {
     }
 }
 
-/// The interface's arena mapped for `vfio`'s device, and nothing else.
-fn map_real(vfio: &mut Device, real: &SharedMemory) -> Result<(), String> {
+/// The front-end's arena mapped for `vfio`'s device, and nothing else.
+fn map_real(vfio: &mut Device, real: &dyn DriverMemory) -> Result<(), String> {
     vfio.unmap_all().map_err(|e| e.to_string())?;
     device::map_arena(vfio, real).map_err(|e| format!("mapping the arena for {}: {e}", vfio.address()))
 }
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     /// Starts the successor that loads while the driver serves: on the
     /// serving device it only LOADs (it maps no shared memory and touches no
     /// device until HELLO and PROBE); on the destination of a move it also
@@ -207,9 +208,9 @@ impl Supervisor {
     pub(super) fn start_loader(&mut self, driver: &Driver) -> Result<(), Fault> {
         let spawn = self.launch.spawn();
         let started = match self.devices.serving() {
-            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.net.datapath, &driver.modules),
+            Some(vfio) if driver.device == *vfio.address() => Loader::load(&spawn, vfio, &self.class, &driver.modules),
             _ => match self.devices.other.as_mut() {
-                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, &self.net.datapath.shm),
+                Some(destination) => Loader::probe(&spawn, destination, &driver.modules, self.class.memory()),
                 None => Err(format!("{} is not open", driver.device)),
             },
         };
@@ -231,7 +232,7 @@ impl Supervisor {
         if loader.probes() {
             // A prober's work is done: its device is given back ready for the successor.
             let finished = match self.devices.other.as_mut() {
-                Some(destination) => loader.finish_probe(destination, &self.net.datapath.shm),
+                Some(destination) => loader.finish_probe(destination, self.class.memory()),
                 None => Err("the destination was released meanwhile".into()),
             };
             if let (Ok(_), Err(why)) = (&result, finished) {
@@ -254,7 +255,7 @@ impl Supervisor {
         let Some(loader) = self.succession.loader.take() else { return };
         match self.devices.other.as_mut() {
             Some(destination) if loader.probes() => {
-                if let Err(e) = loader.finish_probe(destination, &self.net.datapath.shm) {
+                if let Err(e) = loader.finish_probe(destination, self.class.memory()) {
                     warn!("{}: giving it back after its probe: {e}", destination.address());
                 }
             }

@@ -6,12 +6,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use log::{info, warn};
-use understudy_protocol::RegisteredInfo;
-
 use super::{driver_log, Fault, Supervisor};
 use crate::os::process::{self, DriverProcess};
-use crate::class::net::shadow::NetShadow;
-use crate::class::{Log, Place};
+use crate::class::{Class, Log, Place};
 use crate::os::template_fork::{self, SpawnError, Template};
 
 pub struct Templates {
@@ -36,13 +33,13 @@ impl Templates {
 
     /// The template's first fork registered: true if this REGISTERED was
     /// its (checked against what the template registered), so nothing else is to be done.
-    pub fn takeover_registered(&mut self, r: &RegisteredInfo, shadow: Option<&NetShadow>) -> Result<bool, Fault> {
+    pub fn takeover_registered<L: Log>(&mut self, offer: &L::Offer, log: Option<&L>) -> Result<bool, Fault> {
         if !self.takeover {
             return Ok(false);
         }
         self.takeover = false;
-        let shadow = shadow.expect("the template registered");
-        if let Some(why) = shadow.log().incompatibility(r, Place::SameDevice { allow_feature_loss: false }) {
+        let log = log.expect("the template registered");
+        if let Some(why) = log.incompatibility(offer, Place::SameDevice { allow_feature_loss: false }) {
             return Err(Fault::Violation(format!("the driver forked from the template is not the one it probed: {why}")));
         }
         Ok(true)
@@ -57,7 +54,7 @@ impl Templates {
     }
 }
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     /// After the first PROBE: makes the process that probed the template
     /// restarts fork from, and gives the device to its first fork. A process
     /// that cannot be a template goes on as the driver (restarts then probe).

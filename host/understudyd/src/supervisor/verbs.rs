@@ -23,68 +23,68 @@ use understudy_vfio::Device;
 
 use super::succession::{module_names, Quiesced};
 use super::{Fault, Supervisor, UpdateAnswer};
-use crate::class::net::shadow::PassiveLog;
+use crate::class::Class;
 use crate::handover::{Driver, Event, Handover, Reason};
 use crate::os::device;
 
-impl Supervisor {
+impl<C: Class> Supervisor<C> {
     /// A fresh copy of the serving driver takes over from one that is gone,
-    /// with its `log` and the requests `q` took back from it. The interface
+    /// with its `log` and the requests `q` took back from it. The front-end
     /// keeps its carrier meanwhile unless it was down already (`hold`).
-    pub(super) fn restart(&mut self, reason: Reason, log: PassiveLog, q: Quiesced, seen_dead: Instant, hold: bool) {
+    pub(super) fn restart(&mut self, reason: Reason, log: C::Log, q: Quiesced<C::Held>, seen_dead: Instant, hold: bool) {
         let (handover, actions) = Handover::restart(reason, log, self.serving_driver(), q.uncompleted, seen_dead,
                                                     q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
         if hold {
-            self.net.interface.hold_carrier(Instant::now());
+            self.class.hold(Instant::now());
         }
         self.act_quietly(actions);
     }
 
-    /// The interface moves to a standby by itself, with the dead driver's
+    /// The front-end moves to a standby by itself, with the dead driver's
     /// log and requests: its device is being removed or its driver may not
     /// be restarted again (docs/migration.md, "Failover").
-    pub(super) fn fail_over(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
+    pub(super) fn fail_over(&mut self, why: String, log: C::Log, q: Quiesced<C::Held>, seen_dead: Instant) {
         let (to, device): (Driver, _) = self.standbys.lend_any().expect("available() checked");
         warn!("{}: driver died: {why}; failing over to the standby {}; {} keeps its carrier",
-              self.label(), to.device, self.net.interface.name());
+              self.label(), to.device, self.class.name());
         self.devices.other = Some(device);
         let (handover, actions) = Handover::failover(to, why, log, self.serving_driver(), q.uncompleted, seen_dead,
                                                      q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
-        self.net.interface.hold_carrier(Instant::now());
+        self.class.hold(Instant::now());
         self.act_quietly(actions);
     }
 
     /// The serving device is being removed and no standby is left: the
-    /// interface waits, with its log and requests, for `attach`.
-    pub(super) fn park(&mut self, why: String, log: PassiveLog, q: Quiesced, seen_dead: Instant) {
+    /// front-end waits, with its log and requests, for `attach`.
+    pub(super) fn park(&mut self, why: String, log: C::Log, q: Quiesced<C::Held>, seen_dead: Instant) {
         let (handover, actions) = Handover::park(why, log, self.serving_driver(), q.uncompleted, seen_dead,
                                                  q.device_stop_ms, Instant::now());
         self.begin_handover(handover, Some(q.device_stop));
         self.act_quietly(actions);
     }
 
-    /// A parked interface is given `to` (`understudy migrate` while parked).
+    /// A parked front-end is given `to` (`understudy migrate` while parked).
     pub(super) fn attach(&mut self, to: Driver, mut destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        info!("{}: {} is given {} ({})", self.label(), self.net.interface.name(), to.device, module_names(&to.modules));
+        info!("{}: {} is given {} ({})", self.label(), self.class.name(), to.device, module_names(&to.modules));
         // A standby's arena is mapped since its probe; a device opened just now has none.
         if destination.mapped_bytes() == 0 {
-            if let Err(e) = device::map_arena(&mut destination, &self.net.datapath.shm) {
+            if let Err(e) = device::map_arena(&mut destination, self.class.memory()) {
                 let _ = answer.send(Err(format!("{}: mapping the arena for {}: {e}", self.label(), to.device)));
                 return Ok(());
             }
         }
         self.devices.other = Some(destination);
         self.succession.answer_to(answer);
-        self.net.interface.hold_carrier(Instant::now());
+        self.class.hold(Instant::now());
         self.feed(Event::Attach(to))
     }
 
     /// `understudy update`: a successor for `modules` loads while the driver serves.
     pub(super) fn update(&mut self, modules: Vec<ModuleInfo>, allow_feature_loss: bool, answer: UpdateAnswer)
                          -> Result<(), Fault> {
-        let log = self.net.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        let log = self.class.log().expect("may_hand_over checked").clone();
         info!("{}: update to {} requested; it loads while the driver serves", self.label(), module_names(&modules));
         let (handover, actions) = Handover::update(modules, allow_feature_loss, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
@@ -96,9 +96,9 @@ impl Supervisor {
     /// on scratch memory while the driver serves; the move holds the
     /// `destination` from now on.
     pub(super) fn migrate(&mut self, to: Driver, destination: Device, answer: UpdateAnswer) -> Result<(), Fault> {
-        let log = self.net.shadow.as_ref().expect("may_hand_over checked").log().clone();
+        let log = self.class.log().expect("may_hand_over checked").clone();
         info!("{}: move of {} to {} ({}) requested; its driver loads and probes it while this one serves",
-              self.label(), self.net.interface.name(), to.device, module_names(&to.modules));
+              self.label(), self.class.name(), to.device, module_names(&to.modules));
         let (handover, actions) = Handover::migrate(to, log, self.serving_driver(), Instant::now());
         self.begin_handover(handover, None);
         self.devices.other = Some(destination);

@@ -90,9 +90,10 @@ impl Watchdog {
     }
 }
 
-/// Whether a driver that holds frames to send completes any: while its
-/// link is up, frames it holds with no completion for `Detection::tx` mean a
-/// stuck transmitter (a dead interrupt path, a wedged ring).
+/// Whether a driver that holds requests completes any: requests it owes
+/// progress on (the net class's: frames to send while its link is up) with
+/// no completion for `Detection::tx` mean a stuck device path (a dead
+/// interrupt path, a wedged ring).
 pub struct TxProgress {
     since: Instant,
 }
@@ -102,15 +103,15 @@ impl TxProgress {
         TxProgress { since: now }
     }
 
-    /// Completions came back, or the driver holds no frame: the clock starts again.
+    /// Completions came back, or the driver holds no request: the clock starts again.
     pub fn progressed(&mut self, now: Instant) {
         self.since = now;
     }
 
-    /// The verdict on a driver holding `held` frames with its link `carrier`.
-    pub fn overdue(&self, now: Instant, held: u32, carrier: bool, timeout: Duration) -> Option<String> {
-        (held > 0 && carrier && now >= self.since + timeout).then(|| {
-            format!("hung: it holds {held} frame(s) to send and completed none within {} ms", timeout.as_millis())
+    /// The verdict on a driver that owes progress on `owed` requests, each a `what`.
+    pub fn overdue(&self, now: Instant, owed: u32, what: &str, timeout: Duration) -> Option<String> {
+        (owed > 0 && now >= self.since + timeout).then(|| {
+            format!("hung: it holds {owed} {what}(s) and completed none within {} ms", timeout.as_millis())
         })
     }
 
@@ -198,16 +199,15 @@ mod tests {
     }
 
     #[test]
-    fn held_frames_must_complete_while_the_link_is_up() {
+    fn owed_requests_must_complete() {
         let t0 = Instant::now();
         let mut tx = TxProgress::new(t0);
-        assert_eq!(tx.overdue(t0 + 299 * MS, 3, true, 300 * MS), None);
-        assert_eq!(tx.overdue(t0 + 300 * MS, 3, true, 300 * MS).as_deref(),
-                   Some("hung: it holds 3 frame(s) to send and completed none within 300 ms"));
-        assert_eq!(tx.overdue(t0 + 900 * MS, 0, true, 300 * MS), None, "nothing held");
-        assert_eq!(tx.overdue(t0 + 900 * MS, 3, false, 300 * MS), None, "no link: frames may wait");
+        assert_eq!(tx.overdue(t0 + 299 * MS, 3, "frame", 300 * MS), None);
+        assert_eq!(tx.overdue(t0 + 300 * MS, 3, "frame", 300 * MS).as_deref(),
+                   Some("hung: it holds 3 frame(s) and completed none within 300 ms"));
+        assert_eq!(tx.overdue(t0 + 900 * MS, 0, "frame", 300 * MS), None, "nothing owed");
         tx.progressed(t0 + 500 * MS);
-        assert_eq!(tx.overdue(t0 + 799 * MS, 3, true, 300 * MS), None);
+        assert_eq!(tx.overdue(t0 + 799 * MS, 3, "frame", 300 * MS), None);
         assert_eq!(tx.deadline(300 * MS), t0 + 800 * MS);
     }
 

@@ -25,13 +25,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 
 use log::{error, warn};
+use understudy_api::DiskCounts;
 use understudy_nbd::{check_range, pieces, Command, Incoming};
 use understudy_protocol::{DiskInfo, DISK_FUA, DISK_READ_ONLY, DISK_WRITE_CACHE};
-use understudy_shm::{BlockCompletion, BlockMemory, BlockOp, BlockRequest, ShmError};
+use understudy_shm::{BlockCompletion, BlockMemory, BlockOp, BlockRequest, DriverMemory, ShmError};
 
 use super::kept::{Change, Kept};
 use super::log::DiskLog;
-use crate::class::InFlight;
+use crate::class::{InFlight, Shared};
 use crate::os::fd;
 
 /// The answer to one request of the kernel's.
@@ -107,19 +108,43 @@ impl Abilities {
     }
 }
 
-/// What the disk has done, for `status`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BlockCounts {
-    pub reads: u64,
-    pub writes: u64,
-    pub flushes: u64,
-    pub discards: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    /// Requests answered with an error.
-    pub errors: u64,
-    /// Kept changes done again after handovers.
-    pub replayed: u64,
+/// What a block driver process shares with the daemon from its start,
+/// before it has registered a disk: the block memory and the eventfds
+/// beside it. The datapath takes them over at the first DISK.
+pub struct Channel {
+    mem: BlockMemory,
+    kick: OwnedFd,
+    notify: OwnedFd,
+}
+
+impl Channel {
+    pub fn new(mem: BlockMemory) -> Result<Self, String> {
+        let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
+        Ok(Channel { mem, kick, notify })
+    }
+
+    /// The most bytes one request carries.
+    pub fn slot_bytes(&self) -> u32 {
+        self.mem.slot_bytes()
+    }
+}
+
+impl Shared for Channel {
+    fn memory(&self) -> &dyn DriverMemory {
+        &self.mem
+    }
+
+    fn kick_fd(&self) -> BorrowedFd<'_> {
+        self.kick.as_fd()
+    }
+
+    fn notify_fd(&self) -> BorrowedFd<'_> {
+        self.notify.as_fd()
+    }
+
+    fn frontend_queues(&self) -> Vec<BorrowedFd<'_>> {
+        Vec::new()
+    }
 }
 
 pub struct Datapath {
@@ -145,38 +170,49 @@ pub struct Datapath {
     serving: bool,
     /// Nobody serves the disk: every request is answered with EIO.
     given_up: bool,
-    counts: BlockCounts,
+    counts: DiskCounts,
     label: String,
 }
 
 impl Datapath {
-    pub fn new(mem: BlockMemory, log: DiskLog, label: String) -> Result<Self, String> {
-        let (kick, notify) = (fd::eventfd().map_err(|e| e.to_string())?, fd::eventfd().map_err(|e| e.to_string())?);
+    /// The disk `log` describes, served through `channel`.
+    pub fn new(channel: Channel, log: DiskLog, label: String) -> Self {
+        let Channel { mem, kick, notify } = channel;
+        // The driver signals a completion only to a host that says it waits for one.
+        mem.prepare_to_sleep();
         let slots = vec![None; mem.geometry().ring_size as usize];
         let abilities = Abilities::of(&log.disk);
-        Ok(Datapath { mem, kick, notify, log, abilities, pending: HashMap::new(), next_id: 1, waiting: VecDeque::new(),
-                      slots, kept: Kept::default(), replay: VecDeque::new(), own_flush: false, replies: Vec::new(),
-                      serving: true, given_up: false, counts: BlockCounts::default(), label })
+        Datapath { mem, kick, notify, log, abilities, pending: HashMap::new(), next_id: 1, waiting: VecDeque::new(),
+                   slots, kept: Kept::default(), replay: VecDeque::new(), own_flush: false, replies: Vec::new(),
+                   serving: true, given_up: false, counts: DiskCounts::default(), label }
     }
 
-    pub fn memory(&self) -> &BlockMemory {
+    /// The disk as the kernel was told it.
+    pub fn log(&self) -> &DiskLog {
+        &self.log
+    }
+
+    /// A test's driver attaches to the rings.
+    #[cfg(test)]
+    pub fn block_memory(&self) -> &BlockMemory {
         &self.mem
     }
 
-    pub fn kick_fd(&self) -> BorrowedFd<'_> {
-        self.kick.as_fd()
+    /// Requests the driver holds.
+    pub fn in_flight(&self) -> u32 {
+        self.mem.in_flight() as u32
     }
 
-    pub fn notify_fd(&self) -> BorrowedFd<'_> {
-        self.notify.as_fd()
+    /// The hardware queues of the driver serving now.
+    pub fn queues(&self) -> u16 {
+        self.abilities.queues
     }
 
-    /// The driver's signal, once poll has seen it.
-    pub fn drain_notify(&self) {
-        fd::drain(self.notify.as_fd());
+    pub fn relabel(&mut self, label: &str) {
+        self.label = label.to_string();
     }
 
-    pub fn counts(&self) -> BlockCounts {
+    pub fn counts(&self) -> DiskCounts {
         self.counts
     }
 
@@ -337,18 +373,25 @@ impl Datapath {
     }
 
     /// Takes what the driver completed, answers the requests it finished
-    /// and sends what waited for their slots. A violation (`BlockMemory`
-    /// checks every completion) leaves the requests to the successor.
-    pub fn complete(&mut self) -> Result<(), ShmError> {
+    /// and sends what waited for their slots; says how many it took. The
+    /// driver is told the host waits for its next completion. A violation
+    /// (`BlockMemory` checks every completion) leaves the requests to the successor.
+    pub fn complete(&mut self) -> Result<u32, ShmError> {
+        let mut taken = 0;
         // Good completions before a violation come first; the violation with the next call.
         loop {
             let batch = self.mem.completions()?;
             if batch.is_empty() {
-                break;
+                if self.mem.prepare_to_sleep() {
+                    break;
+                }
+                continue;
             }
+            taken += batch.len() as u32;
             self.take_completions(batch);
         }
-        self.pump()
+        self.pump()?;
+        Ok(taken)
     }
 
     fn take_completions(&mut self, batch: Vec<BlockCompletion>) {
@@ -440,6 +483,24 @@ impl Datapath {
         }
         self.waiting.clear();
         self.replay.clear();
+    }
+}
+
+impl Shared for Datapath {
+    fn memory(&self) -> &dyn DriverMemory {
+        &self.mem
+    }
+
+    fn kick_fd(&self) -> BorrowedFd<'_> {
+        self.kick.as_fd()
+    }
+
+    fn notify_fd(&self) -> BorrowedFd<'_> {
+        self.notify.as_fd()
+    }
+
+    fn frontend_queues(&self) -> Vec<BorrowedFd<'_>> {
+        Vec::new()
     }
 }
 

@@ -45,7 +45,7 @@ fn more_pieces_than_slots_wait_for_slots_and_all_are_answered() {
         dp.accept(0, write(h, h as u64 * 32768, pattern(h, 32768))).unwrap();
     }
     // Twelve pieces, four slots: four are out.
-    assert_eq!(dp.memory().in_flight(), 4);
+    assert_eq!(dp.in_flight(), 4);
     model.serve_all(&driver, &mut dp);
     let replies = replies_by_handle(&mut dp);
     assert_eq!(replies.len(), 6);
@@ -157,7 +157,7 @@ fn after_a_death_that_drops_the_cache_the_disk_holds_every_acknowledged_write() 
     assert_ne!(model.bytes(0, 16384), told);
     // The kernel sends more meanwhile: it waits.
     dp.accept(0, read(6, 65536, 8192)).unwrap();
-    let successor = BlockDriver::attach(dp.memory());
+    let successor = BlockDriver::attach(dp.block_memory());
     assert_eq!(dp.resubmit(held).unwrap(), 2);
 
     // The replay first, one at a time where they overlap (all three do).
@@ -190,7 +190,7 @@ fn a_completion_the_driver_made_up_leaves_the_request_to_its_successor() {
     assert!(matches!(dp.complete(), Err(ShmError::Violation(_))));
     assert!(dp.take_replies().is_empty());
     let held = dp.reclaim();
-    let successor = BlockDriver::attach(dp.memory());
+    let successor = BlockDriver::attach(dp.block_memory());
     dp.resubmit(held).unwrap();
     model.serve_all(&successor, &mut dp);
     assert_eq!(dp.take_replies(), vec![Reply { conn: 0, handle: [1; 8], errno: 0, data: vec![0; 4096] }]);
@@ -209,7 +209,7 @@ fn a_good_completion_before_a_made_up_one_is_answered_and_the_other_waits_for_th
     assert_eq!(replies_by_handle(&mut dp).keys().copied().collect::<Vec<_>>(), vec![1]);
     let held = dp.reclaim();
     assert_eq!(held.len(), 1);
-    let successor = BlockDriver::attach(dp.memory());
+    let successor = BlockDriver::attach(dp.block_memory());
     dp.resubmit(held).unwrap();
     model.serve_all(&successor, &mut dp);
     assert_eq!(replies_by_handle(&mut dp).keys().copied().collect::<Vec<_>>(), vec![2]);

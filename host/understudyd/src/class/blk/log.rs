@@ -13,9 +13,9 @@
 //! driver, so nothing is replayed.
 
 use understudy_api::DeviceClass;
-use understudy_protocol::{DiskInfo, Request, DISK_READ_ONLY};
+use understudy_protocol::{DiskInfo, Request, DISK_FUA, DISK_READ_ONLY, DISK_ROTATIONAL, DISK_WRITE_CACHE};
 
-use crate::class::{Log, Place};
+use crate::class::{Log, Offering, Place};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiskLog {
@@ -40,6 +40,49 @@ impl DiskLog {
 
     pub fn size_bytes(&self) -> u64 {
         self.disk.capacity << 9
+    }
+}
+
+/// Features every path to the disk must have for the front-end to promise them.
+const SHARED_ONLY: u32 = DISK_FUA;
+/// Features any one path having makes the front-end treat the disk as having.
+const ANY_PATH: u32 = DISK_WRITE_CACHE | DISK_READ_ONLY | DISK_ROTATIONAL;
+
+impl Offering for DiskInfo {
+    /// A disk reached through several devices is shown as the least of
+    /// them: the smallest requests, and a volatile cache (so flushes are
+    /// sent) or read-only if any has it.
+    fn narrow(&self, common: Option<&Self>) -> Self {
+        let Some(c) = common else { return self.clone() };
+        DiskInfo {
+            max_sectors: c.max_sectors.min(self.max_sectors),
+            max_discard_sectors: c.max_discard_sectors.min(self.max_discard_sectors),
+            max_write_zeroes_sectors: c.max_write_zeroes_sectors.min(self.max_write_zeroes_sectors),
+            features: (c.features & self.features & SHARED_ONLY) | ((c.features | self.features) & ANY_PATH),
+            n_queues: c.n_queues.min(self.n_queues),
+            queue_depth: c.queue_depth.min(self.queue_depth),
+            ..c.clone()
+        }
+    }
+
+    /// The common limits, with this driver's own identity and names.
+    fn within(self, common: &Self) -> Self {
+        common.narrow(Some(&self))
+    }
+
+    fn feature_names(&self) -> Vec<String> {
+        [(DISK_WRITE_CACHE, "write-cache"), (DISK_FUA, "fua"), (DISK_READ_ONLY, "read-only"), (DISK_ROTATIONAL, "rotational")]
+            .into_iter().filter(|&(f, _)| self.has(f)).map(|(_, n)| n.to_string())
+            .chain((self.max_discard_sectors > 0).then(|| "discard".to_string()))
+            .chain((self.max_write_zeroes_sectors > 0).then(|| "write-zeroes".to_string()))
+            .collect()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} registered its disk {}: {} sectors ({} MiB), logical blocks of {} bytes, at most {} KiB a request, \
+                 {} queue(s) of {}, features {}",
+                self.driver, self.disk_name, self.capacity, self.capacity >> 11, self.logical_block_size,
+                self.max_sectors / 2, self.n_queues, self.queue_depth, self.feature_names().join(", "))
     }
 }
 

@@ -12,7 +12,7 @@ use understudy_protocol::{BlkEntry, DiskInfo, BLK_FUA, BLK_OP_DISCARD, BLK_OP_FL
 use understudy_shm::block_driver::BlockDriver;
 use understudy_shm::{BlockMemory, Geometry};
 
-use super::datapath::Datapath;
+use super::datapath::{Channel, Datapath};
 use super::log::DiskLog;
 
 pub const SLOT: u32 = 16384;
@@ -41,7 +41,7 @@ pub fn disk(features: u32) -> DiskInfo {
 pub fn datapath(features: u32) -> (Datapath, BlockDriver) {
     let mem = BlockMemory::create(GEOMETRY, SLOT).unwrap();
     let driver = BlockDriver::attach(&mem);
-    (Datapath::new(mem, DiskLog::new(disk(features), SLOT), "test".into()).unwrap(), driver)
+    (Datapath::new(Channel::new(mem).unwrap(), DiskLog::new(disk(features), SLOT), "test".into()), driver)
 }
 
 /// The disk, byte by byte: what is stable, and what only its cache holds.

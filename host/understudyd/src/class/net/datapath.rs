@@ -73,11 +73,6 @@ impl Datapath {
         self.tap_queues.iter().map(|q| q.as_fd()).collect()
     }
 
-    /// The driver's signal, once poll has seen it (a read of an unsignalled eventfd blocks).
-    pub fn drain_notify(&self) {
-        fd::drain(self.notify.as_fd());
-    }
-
     /// Wakes the driver's consumer of `tx`.
     pub fn kick(&self) {
         fd::signal(self.kick.as_fd());

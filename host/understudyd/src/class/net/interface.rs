@@ -53,6 +53,11 @@ impl Interface {
         self.tap.name()
     }
 
+    /// The TAP's queues for the driver.
+    pub fn queues(&self) -> u16 {
+        self.queues
+    }
+
     pub fn ifindex(&self) -> i32 {
         self.ifindex
     }
