@@ -196,8 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_parser as add_bench
     from .bench_plot import add_parser as add_bench_plot
     from .bench_rt import add_parser as add_bench_rt
+    from .bench_blk import add_parser as add_bench_blk
     bench = add_bench(sub)
     add_bench_rt(bench)
+    add_bench_blk(bench)
     add_bench_plot(bench)
     from .check import add_parser as add_check
     add_check(sub)

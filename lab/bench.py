@@ -18,6 +18,9 @@ connections: the report then counts each queue's packets in both worlds.
 
 bench rt --driver D: real-time latency (cyclictest) beside the same two, idle and
 under traffic (lab/bench_rt.py).
+
+bench blk --driver virtio_blk: fio on one disk, the in-kernel driver's and
+understudy's behind /dev/nbdN (lab/bench_blk.py).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from .errors import LabError
 APT_PACKAGES = [
     "qemu-system-x86", "busybox-static", "cpio", "iperf3", "kmod", "iproute2",
     "iputils-ping", "ethtool", "pciutils", "gcc", "libc6-dev", "make", "gdb",
-    "patch", "xz-utils", "libzydis-dev", "libseccomp-dev", "rt-tests", "valgrind", "linux-perf",
+    "patch", "xz-utils", "libzydis-dev", "libseccomp-dev", "rt-tests", "valgrind", "linux-perf", "fio",
 ]
 PYTHON_MODULES = {"qemu.qmp": "qemu.qmp", "pytest": "pytest",
                   "pytest_timeout": "pytest-timeout", "matplotlib": "matplotlib",
